@@ -1,0 +1,140 @@
+"""The one error hierarchy shared by server, client and command line.
+
+Each class carries the HTTP status and the wire code of the error envelope
+``{"error": {"code", "message", "requestId"}}``. The server raises them; the client
+maps a response's ``code`` back to the same class through ``ERRORS_BY_CODE``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class TracestoreError(Exception):
+    """Base of every error tracestore reports; carries status, code, message, request id."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ValidationError(TracestoreError):
+    """The request is malformed or breaks a rule (400)."""
+
+    status = 400
+    code = "VALIDATION_ERROR"
+
+
+class Unauthorized(TracestoreError):
+    """No valid bearer token was presented (401)."""
+
+    status = 401
+    code = "UNAUTHORIZED"
+
+
+class Forbidden(TracestoreError):
+    """The caller may not act on what it named, or a presigned URL is invalid (403)."""
+
+    status = 403
+    code = "FORBIDDEN"
+
+
+class NotFound(TracestoreError):
+    """The resource does not exist, or the caller may not see it (404)."""
+
+    status = 404
+    code = "NOT_FOUND"
+
+
+class MethodNotAllowed(TracestoreError):
+    """The route exists but not with this HTTP method (405)."""
+
+    status = 405
+    code = "METHOD_NOT_ALLOWED"
+
+
+class Conflict(TracestoreError):
+    """The resource is in a state that does not allow the request (409)."""
+
+    status = 409
+    code = "CONFLICT"
+
+
+class Gone(TracestoreError):
+    """The resource existed but has expired (410)."""
+
+    status = 410
+    code = "GONE"
+
+
+class PreconditionFailed(TracestoreError):
+    """A precondition of the request does not hold (412)."""
+
+    status = 412
+    code = "PRECONDITION_FAILED"
+
+
+class PayloadTooLarge(TracestoreError):
+    """A body, part or file is larger than allowed or declared (413)."""
+
+    status = 413
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class UnprocessableEntity(TracestoreError):
+    """The request is well-formed but its content fails a semantic check (422)."""
+
+    status = 422
+    code = "UNPROCESSABLE_ENTITY"
+
+
+class InternalError(TracestoreError):
+    """Something unexpected went wrong on the server (500)."""
+
+    status = 500
+    code = "INTERNAL_ERROR"
+
+
+class NotImplementedByService(TracestoreError):
+    """The route is deliberately not offered (501)."""
+
+    status = 501
+    code = "NOT_IMPLEMENTED"
+
+
+class ServiceUnavailable(TracestoreError):
+    """A dependency of the service (database, blob store) is not reachable (503)."""
+
+    status = 503
+    code = "SERVICE_UNAVAILABLE"
+
+
+ERRORS_BY_CODE: dict[str, type[TracestoreError]] = {
+    cls.code: cls
+    for cls in (
+        ValidationError,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        Conflict,
+        Gone,
+        PreconditionFailed,
+        PayloadTooLarge,
+        UnprocessableEntity,
+        InternalError,
+        NotImplementedByService,
+        ServiceUnavailable,
+    )
+}
+
+ERRORS_BY_STATUS: dict[int, type[TracestoreError]] = {
+    cls.status: cls for cls in ERRORS_BY_CODE.values()
+}

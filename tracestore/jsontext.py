@@ -1,0 +1,91 @@
+"""JSON that keeps what the sender wrote.
+
+workloadMetadata is stored and returned *as given*: key order and numbers as written
+(``2.0`` stays ``2.0``, ``1e3`` stays ``1e3``, ``1e400`` does not become ``Infinity``).
+``loads`` parses non-integer numbers into ``RawNumber`` (a float that remembers its text)
+and ``dumps`` writes compact JSON that puts that text back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+class RawNumber(float):
+    """A JSON number that is not an integer, with the text it was written as."""
+
+    text: str
+
+    def __new__(cls, text: str) -> RawNumber:
+        value = float(text)
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class RawJSON(str):
+    """A fragment of JSON text to be embedded verbatim by ``dumps``."""
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON, keeping the text of every non-integer number (see ``RawNumber``)."""
+    return json.loads(text, parse_float=RawNumber, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON (``,`` and ``:`` separators, non-ASCII kept) with numbers as written."""
+    parts: list[str] = []
+    _write(value, parts)
+    return "".join(parts)
+
+
+def _write(value: Any, out: list[str]) -> None:
+    if isinstance(value, RawJSON):
+        out.append(str(value))
+    elif isinstance(value, str):
+        out.append(json.dumps(value, ensure_ascii=False))
+    elif value is None or isinstance(value, bool):
+        out.append(json.dumps(value))
+    elif isinstance(value, RawNumber):
+        out.append(value.text)
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} cannot be written as JSON")
+        out.append(float.__repr__(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        for index, (key, item) in enumerate(value.items()):
+            if index:
+                out.append(",")
+            out.append(json.dumps(str(key), ensure_ascii=False))
+            out.append(":")
+            _write(item, out)
+        out.append("}")
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def value_text(value: Any) -> str:
+    """How a value reads in an error message: its JSON text (``"8"``, ``2.0``, ``true``)."""
+    try:
+        return dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)

@@ -1,0 +1,280 @@
+"""The workloadMetadata rules: what upload checks (400) and what promotion checks (422).
+
+Pure functions over plain JSON data (what ``json.loads`` or ``tracestore.jsontext.loads``
+gives), shared by the server, the client and the command line. Upload reads only the
+rank-count members, in camelCase; promotion reads the whole object through a typed model
+whose descriptive members are snake_case.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from tracestore.errors import UnprocessableEntity, ValidationError
+from tracestore.jsontext import value_text
+
+DEGREES: tuple[str, ...] = ("dp", "tp", "sp", "ep", "pp")
+MAX_RANK_COUNT = 2_147_483_647
+MAX_METADATA_BYTES = 65_536
+MISSING_RANK_COUNT_MESSAGE = (
+    "Uploads with primary trace files must declare a rank count: "
+    "set workloadMetadata.shape.rankCount, "
+    "or workloadMetadata.parallelism degrees (dp, tp, sp, ep, pp)"
+)
+
+_ROOT = "workloadMetadata"
+_SHAPE = f"{_ROOT}.shape"
+_PARALLELISM = f"{_ROOT}.parallelism"
+_PRODUCT = "the parallelism product (dp × tp × sp × ep × pp)"
+_SHOWN_CHARS = 80
+_RULE_ERROR = "promotion_rule"
+
+
+def _shown(value: object) -> str:
+    """A value as JSON text for a message, cut to a readable length."""
+    try:
+        text = value_text(value)
+    except (ValueError, RecursionError):
+        # An int past Python's digit limit (a product of huge degrees), or absurd nesting.
+        if isinstance(value, int):
+            text = f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+        else:
+            text = f"a deeply nested {type(value).__name__}"
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
+
+
+# ---------------------------------------------------------------------------------------
+# Upload (SPEC 4)
+
+
+def metadata_size(metadata: object) -> int:
+    """Bytes of ``metadata`` as compact JSON with non-ASCII kept as UTF-8 (SPEC 4 rule 2)."""
+    return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _member_objects(metadata: object) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Rule 1: ``(shape, parallelism)`` as dicts, empty when absent or null."""
+    if metadata is None:
+        return {}, {}
+    if not isinstance(metadata, dict):
+        raise ValidationError(f"{_ROOT} must be an object or null, got {_shown(metadata)}")
+    members: list[dict[str, Any]] = []
+    for name in ("shape", "parallelism"):
+        value = metadata.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise ValidationError(f"{_ROOT}.{name} must be an object or null, got {_shown(value)}")
+        members.append(value or {})
+    return members[0], members[1]
+
+
+def _whole_number(path: str, value: object) -> int:
+    # bool is an int in Python, and a RawNumber (2.0, 1e3) is a float: both are refused.
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValidationError(f"{path} must be a whole number of at least 1, got {_shown(value)}")
+
+
+def declared_rank_count(metadata: object) -> int | None:
+    """The rank count ``metadata`` declares through ``shape.rankCount`` or the degrees.
+
+    Applies SPEC 4 rules 1, 3, 4, 5 and 6 (not the size rule, not the missing-declaration
+    rule) and returns None when nothing is declared. Raises ``ValidationError`` naming the
+    member and the value.
+    """
+    shape, parallelism = _member_objects(metadata)
+    raw_rank_count = shape.get("rankCount")
+    rank_count = (
+        None if raw_rank_count is None else _whole_number(f"{_SHAPE}.rankCount", raw_rank_count)
+    )
+    degrees = [
+        _whole_number(f"{_PARALLELISM}.{name}", parallelism[name])
+        for name in DEGREES
+        if parallelism.get(name) is not None
+    ]
+    product = math.prod(degrees) if degrees else None
+
+    if rank_count is not None and rank_count > MAX_RANK_COUNT:
+        raise ValidationError(
+            f"{_SHAPE}.rankCount must be at most 2,147,483,647, got {_shown(rank_count)}"
+        )
+    if product is not None and product > MAX_RANK_COUNT:
+        raise ValidationError(
+            f"{_PRODUCT} of {_PARALLELISM} must be at most 2,147,483,647, got {_shown(product)}"
+        )
+    if rank_count is not None and product is not None and rank_count != product:
+        raise ValidationError(
+            f"{_SHAPE}.rankCount {rank_count} differs from the parallelism product {product}"
+            " (dp × tp × sp × ep × pp)"
+        )
+    return rank_count if rank_count is not None else product
+
+
+def check_upload_metadata(metadata: object, *, has_primary_files: bool) -> int | None:
+    """Check ``workloadMetadata`` of an upload (SPEC 4 rules 1 to 7, in order).
+
+    Returns the declared rank count (the traceset's ``rankCountDerived``) or None; raises
+    ``ValidationError`` (400) for the first rule broken.
+    """
+    _member_objects(metadata)
+    try:
+        size = metadata_size(metadata)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValidationError(f"{_ROOT} cannot be serialized as JSON: {exc}") from exc
+    if size > MAX_METADATA_BYTES:
+        raise ValidationError(
+            f"{_ROOT} is {size} bytes when serialized; the limit is {MAX_METADATA_BYTES} bytes"
+        )
+    rank_count = declared_rank_count(metadata)
+    if rank_count is None and has_primary_files:
+        raise ValidationError(MISSING_RANK_COUNT_MESSAGE)
+    return rank_count
+
+
+# ---------------------------------------------------------------------------------------
+# Promotion (SPEC 6)
+
+_Whole = Annotated[int, Strict(), Field(ge=1)]
+_Text = Annotated[str, Strict()]
+
+
+def _rule_error(message: str) -> PydanticCustomError:
+    # The message travels in the context so that braces in values are never read as a template.
+    return PydanticCustomError(_RULE_ERROR, "{message}", {"message": message})
+
+
+class PromotionShape(BaseModel):
+    """``workloadMetadata.shape`` as promotion reads it; other members are kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rank_count: _Whole | None = None
+    global_batch_size: _Whole | None = None
+    seq_len: _Whole | None = None
+    num_microbatches: _Whole | None = None
+    training_steps: _Whole | None = None
+
+    @model_validator(mode="after")
+    def _rank_count_matches_declaration(self) -> PromotionShape:
+        declared = (self.model_extra or {}).get("rankCount")
+        # An invalid rankCount is left to the rank-count guard, which names it.
+        valid = isinstance(declared, int) and not isinstance(declared, bool)
+        if self.rank_count is not None and valid and self.rank_count != declared:
+            raise _rule_error(
+                f"{_SHAPE}.rank_count {self.rank_count} differs from {_SHAPE}.rankCount {declared}"
+            )
+        return self
+
+
+class PromotionParallelism(BaseModel):
+    """``workloadMetadata.parallelism`` as promotion reads it; other members kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    dp: _Whole | None = None
+    tp: _Whole | None = None
+    sp: _Whole | None = None
+    ep: _Whole | None = None
+    pp: _Whole | None = None
+    cp: _Whole | None = None
+    fsdp: _Whole | None = None
+
+    @property
+    def product(self) -> int | None:
+        """dp × tp × sp × ep × pp over the degrees given, or None when none is given."""
+        degrees = [d for d in (self.dp, self.tp, self.sp, self.ep, self.pp) if d is not None]
+        return math.prod(degrees) if degrees else None
+
+    @model_validator(mode="after")
+    def _degrees_are_consistent(self) -> PromotionParallelism:
+        if self.product is None:
+            given = self.model_dump(exclude_none=True)
+            raise _rule_error(
+                f"{_PARALLELISM} must hold at least one of dp, tp, sp, ep, pp, got {_shown(given)}"
+            )
+        if self.fsdp is not None:
+            dp = 1 if self.dp is None else self.dp
+            if dp % self.fsdp:
+                dp_text = f"dp {self.dp}" if self.dp is not None else "dp, which is 1 when absent"
+                raise _rule_error(f"{_PARALLELISM}.fsdp {self.fsdp} must divide {dp_text}")
+        return self
+
+
+class PromotionMetadata(BaseModel):
+    """workloadMetadata as promotion reads it (SPEC 6): snake_case descriptive members.
+
+    Unknown members (camelCase spellings such as ``workloadFamily`` included) are allowed
+    and kept in ``model_extra``; JSON null counts as absent.
+    """
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    workload_family: _Text | None = None
+    workload_name: _Text | None = None
+    model_name: _Text | None = None
+    precision: _Text | None = None
+    accelerator: _Text | None = None
+    shape: PromotionShape | None = None
+    parallelism: PromotionParallelism | None = None
+
+    @model_validator(mode="after")
+    def _rank_count_matches_product(self) -> PromotionMetadata:
+        rank_count = self.shape.rank_count if self.shape else None
+        product = self.parallelism.product if self.parallelism else None
+        if rank_count is not None and product is not None and rank_count != product:
+            raise _rule_error(
+                f"{_SHAPE}.rank_count {rank_count} differs from the parallelism product"
+                f" {product} (dp × tp × sp × ep × pp)"
+            )
+        return self
+
+
+_EXPECTED_BY_ERROR_TYPE = {
+    "string_type": "a string",
+    "model_type": "an object or null",
+    "model_attributes_type": "an object or null",
+    "dict_type": "an object or null",
+}
+
+
+def _promotion_message(error: ErrorDetails) -> str:
+    """One pydantic error as a tracestore message: full member path and JSON value."""
+    if error["type"] == _RULE_ERROR:
+        return str((error.get("ctx") or {})["message"])
+    path = ".".join([_ROOT, *(str(part) for part in error["loc"])])
+    expected = _EXPECTED_BY_ERROR_TYPE.get(error["type"], "a whole number of at least 1")
+    return f"{path} must be {expected}, got {_shown(error['input'])}"
+
+
+def check_promotion_metadata(
+    metadata: object, *, traceset_id: str, held_rank_count: int | None
+) -> PromotionMetadata:
+    """Check the metadata a promotion would store (SPEC 6) and return its typed reading.
+
+    The typed model's checks come first, then the rank-count guard: the count declared by
+    the upload rules must equal ``held_rank_count`` (None for none). Raises
+    ``UnprocessableEntity`` (422) naming the member and the value.
+    """
+    if not isinstance(metadata, dict):
+        raise UnprocessableEntity(f"{_ROOT} must be an object, got {_shown(metadata)}")
+    try:
+        model = PromotionMetadata.model_validate(metadata)
+    except PydanticValidationError as exc:
+        raise UnprocessableEntity(_promotion_message(exc.errors()[0])) from None
+    try:
+        declared = declared_rank_count(metadata)
+    except ValidationError as exc:
+        raise UnprocessableEntity(exc.message) from exc
+    if declared != held_rank_count:
+        declares = "no rank count" if declared is None else f"rank count {declared}"
+        holds = "no rank count" if held_rank_count is None else str(held_rank_count)
+        raise UnprocessableEntity(
+            f"{_ROOT} declares {declares}, but traceset {traceset_id} holds {holds};"
+            " a rank count cannot be changed after upload"
+        )
+    return model

@@ -1,0 +1,298 @@
+"""Wire models shared by the server and the client: camelCase JSON, snake_case Python.
+
+Request models are strict (``"5"`` is not a size, ``2.0`` is not a part number); response
+models are what ``GET`` answers and what the client returns.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+
+MAX_FILE_SIZE = 5 * 1024**4  # 5 TiB, as S3
+MAX_NAME_BYTES = 1024
+_SEGMENT = re.compile(r"[A-Za-z0-9._+=@-]+")
+
+Role = Literal["primary", "supporting"]
+Status = Literal["uploading", "ready", "upload_failed", "deleted"]
+Scope = Literal["workspace", "tenant", "public"]
+MetadataStatus = Literal["pending", "complete", "failed"]
+
+
+def format_timestamp(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``, millisecond precision."""
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+Timestamp = Annotated[
+    datetime, PlainSerializer(format_timestamp, return_type=str, when_used="json")
+]
+
+
+def file_name_problem(name: str) -> str | None:
+    """Why ``name`` is not an acceptable file name, or None when it is."""
+    if not name:
+        return "is empty"
+    if len(name.encode()) > MAX_NAME_BYTES:
+        return f"is longer than {MAX_NAME_BYTES} bytes"
+    if "\\" in name:
+        return "contains a backslash"
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        return "contains a control character"
+    if name.startswith("/"):
+        return "is absolute (starts with '/'); use a relative path"
+    for segment in name.split("/"):
+        if segment in ("", ".", ".."):
+            shown = segment or "empty"
+            return f"has an {shown} segment" if shown == "empty" else f"has a '{segment}' segment"
+        if not _SEGMENT.fullmatch(segment):
+            bad = sorted({ch for ch in segment if not _SEGMENT.fullmatch(ch)})
+            return f"contains characters outside [A-Za-z0-9._+=@-]: {''.join(bad)!r}"
+    return None
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class RequestModel(WireModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore"
+    )
+
+
+# --- workloadMetadata, as the OpenAPI description documents it (the seed's schema) ---
+
+
+class WorkloadShape(WireModel):
+    """Workload scale. Other members of shape are stored and returned as given."""
+
+    model_config = ConfigDict(extra="allow")
+    rankCount: int | None = Field(
+        default=None,
+        ge=1,
+        le=2_147_483_647,
+        description="Total rank count. When parallelism degrees are also given, "
+        "their product must equal it",
+    )
+
+
+class WorkloadParallelism(WireModel):
+    """Parallelism degrees; the rank count is dp × tp × sp × ep × pp (absent = 1)."""
+
+    model_config = ConfigDict(extra="allow")
+    dp: int | None = Field(default=None, ge=1, description="Data parallelism degree")
+    tp: int | None = Field(default=None, ge=1, description="Tensor parallelism degree")
+    sp: int | None = Field(default=None, ge=1, description="Sequence parallelism degree")
+    ep: int | None = Field(default=None, ge=1, description="Expert parallelism degree")
+    pp: int | None = Field(default=None, ge=1, description="Pipeline parallelism degree")
+    cp: int | None = Field(
+        default=None,
+        description="Context parallelism degree; not a factor of the rank count, "
+        "not checked at upload (promotion checks it)",
+    )
+    fsdp: int | None = Field(
+        default=None,
+        description="Fully sharded data parallel degree; divides dp, not a factor of the "
+        "rank count, not checked at upload (promotion checks it)",
+    )
+
+
+class UploadWorkloadMetadata(WireModel):
+    """What was traced. Stored and returned as given (up to 65,536 bytes serialized); upload
+    validates only the rank-count members. Descriptive members (workload_family, precision,
+    ...) are read in snake_case by promotion and the list filters."""
+
+    model_config = ConfigDict(extra="allow")
+    shape: WorkloadShape | None = None
+    parallelism: WorkloadParallelism | None = None
+
+
+class WorkloadMetadata(UploadWorkloadMetadata):
+    """The name clients generated from an earlier OpenAPI description use for
+    UploadWorkloadMetadata; the JSON is the same."""
+
+
+_METADATA_SCHEMA = WithJsonSchema(
+    {
+        "anyOf": [
+            {"$ref": "#/components/schemas/UploadWorkloadMetadata"},
+            {"type": "null"},
+        ]
+    }
+)
+# Any JSON at parse time: the metadata rules, not pydantic, judge it and word the errors.
+MetadataField = Annotated[Any, _METADATA_SCHEMA]
+
+
+# --- upload ---
+
+
+class UploadFileSpec(RequestModel):
+    """One file of an upload."""
+
+    name: str = Field(description="Relative POSIX path, 1–1,024 bytes")
+    size: int = Field(ge=0, le=MAX_FILE_SIZE, description="Size in bytes")
+    role: Role
+    content_type: str | None = Field(default=None, max_length=255)
+    sha256: str | None = Field(
+        default=None, description="Hex SHA-256 of the file; completion verifies it"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_relative_path(cls, value: str) -> str:
+        problem = file_name_problem(value)
+        if problem:
+            raise ValueError(f"File name {value!r} {problem}")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256_is_hex(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+            raise ValueError(f"sha256 must be 64 hexadecimal characters, got {value!r}")
+        return value.lower() if value else value
+
+
+class UploadRequest(RequestModel):
+    """Body of ``POST /api/v1/tracesets/upload-url``."""
+
+    name: str = Field(min_length=1, max_length=255)
+    description: str | None = Field(default=None, max_length=4096)
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64
+    )
+    workspace_id: str | None = None
+    ttl_days: int | None = Field(default=None, ge=1, le=365)
+    files: list[UploadFileSpec] = Field(min_length=1)
+    workload_metadata: MetadataField = None
+
+    @field_validator("files")
+    @classmethod
+    def _unique_names(cls, files: list[UploadFileSpec]) -> list[UploadFileSpec]:
+        seen: set[str] = set()
+        for spec in files:
+            if spec.name in seen:
+                raise ValueError(f"File name {spec.name!r} appears more than once")
+            seen.add(spec.name)
+        return files
+
+
+class PartUrl(WireModel):
+    part_number: int
+    size: int
+    url: str
+
+
+class ReceivedPart(WireModel):
+    part_number: int
+    size: int
+    etag: str
+
+
+class UploadFileUrls(WireModel):
+    name: str
+    size: int
+    part_urls_expire_at: Timestamp
+    parts: list[PartUrl] = Field(description="Parts still to send, each with its URL")
+    received_parts: list[ReceivedPart] = Field(
+        default_factory=list, description="Parts the store already holds (resume)"
+    )
+
+
+class UploadUrlResponse(WireModel):
+    upload_id: str
+    traceset_id: str
+    checksum_algorithm: Literal["SHA256"] = "SHA256"
+    expires_at: Timestamp
+    part_size: int
+    files: list[UploadFileUrls]
+
+
+class UploadSessionResponse(UploadUrlResponse):
+    """The resume view of an upload session."""
+
+    state: str
+
+
+class CompletePart(RequestModel):
+    part_number: int = Field(ge=1)
+    etag: str = Field(min_length=1)
+
+
+class CompleteFile(RequestModel):
+    name: str
+    parts: list[CompletePart]
+
+
+class CompleteRequest(RequestModel):
+    """Body of ``POST /api/v1/tracesets/upload-url/complete``."""
+
+    upload_id: str
+    files: list[CompleteFile]
+
+
+# --- tracesets ---
+
+
+class RankRange(WireModel):
+    start: int
+    end: int
+
+
+class TracesetFile(WireModel):
+    name: str
+    size: int
+    role: Role
+    content_type: str | None = None
+    hash: str | None = None
+    metadata_status: MetadataStatus
+    rank_range: RankRange | None = None
+
+
+class Traceset(WireModel):
+    id: str
+    name: str
+    description: str | None = None
+    tags: list[str]
+    status: Status
+    scope: Scope
+    workspace_id: str
+    created_at: Timestamp
+    updated_at: Timestamp
+    expires_at: Timestamp | None
+    ttl_days: int
+    rank_count_derived: int | None
+    total_size: int
+    file_count: int
+    hash: str | None
+    workload_metadata: MetadataField = None
+    files: list[TracesetFile]
+    inspection: dict[str, Any] | None = None
+
+
+class ErrorDetail(WireModel):
+    code: str
+    message: str
+    request_id: str
+
+
+class ErrorEnvelope(WireModel):
+    error: ErrorDetail
+
+
+class Health(WireModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)

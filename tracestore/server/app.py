@@ -1,0 +1,215 @@
+"""create_app(settings): the routes, the one error envelope, and the service's lifespan."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from pydantic.json_schema import models_json_schema
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tracestore import __version__, schemas
+from tracestore.errors import (
+    ERRORS_BY_STATUS,
+    InternalError,
+    PayloadTooLarge,
+    TracestoreError,
+)
+from tracestore.server import routes, routes_bytes, routes_listing, routes_promotion
+from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+from tracestore.server.services import Services, build_services
+from tracestore.server.settings import Settings
+from tracestore.server.validation import pydantic_message
+
+log = logging.getLogger("tracestore")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+def error_response(request_id: str, status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message, "requestId": request_id}},
+        status_code=status,
+        headers={"X-Request-Id": request_id},
+    )
+
+
+def _request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", None) or new_request_id())
+
+
+class RequestContext:
+    """Gives every request an id, and refuses JSON bodies over the limit before reading them
+    whole (part uploads to the embedded store are exempt: their size is checked per part)."""
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = new_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"x-request-id" for k, _ in headers):
+                    headers.append((b"x-request-id", request_id.encode()))
+                message["headers"] = headers
+            await send(message)
+
+        if str(scope.get("path", "")).startswith("/blobs/"):
+            await self.app(scope, receive, send_with_id)
+            return
+        limit = self.max_body
+        for key, value in scope.get("headers", []):
+            if key == b"content-length" and value.isdigit() and int(value) > limit:
+                response = error_response(request_id, 413, PayloadTooLarge.code, _too_large(limit))
+                await response(scope, receive, send)
+                return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLarge(_too_large(limit))
+            return message
+
+        await self.app(scope, limited_receive, send_with_id)
+
+
+def _too_large(limit: int) -> str:
+    return f"The request body is larger than the limit of {limit} bytes"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(TracestoreError)
+    async def domain_error(request: Request, exc: TracestoreError) -> JSONResponse:
+        return error_response(_request_id(request), exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(
+            _request_id(request), 400, "VALIDATION_ERROR", pydantic_message(exc.errors())
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        cls = ERRORS_BY_STATUS.get(exc.status_code, InternalError)
+        if exc.status_code == 404:
+            message = f"No route {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        status = exc.status_code if exc.status_code in ERRORS_BY_STATUS else 500
+        return error_response(_request_id(request), status, cls.code, message)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        request_id = _request_id(request)
+        log.exception("unexpected error in request %s", request_id)
+        return error_response(
+            request_id,
+            500,
+            InternalError.code,
+            f"An unexpected error occurred; quote request id {request_id}",
+        )
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        document = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        _, extra = models_json_schema(
+            [
+                (m, "validation")
+                for m in (
+                    schemas.UploadRequest,
+                    schemas.UploadWorkloadMetadata,
+                    schemas.WorkloadMetadata,
+                )
+            ],
+            ref_template="#/components/schemas/{model}",
+        )
+        components = document.setdefault("components", {}).setdefault("schemas", {})
+        for name, schema in extra.get("$defs", {}).items():
+            components.setdefault(name, schema)
+        # Request validation answers 400 with the error envelope, never FastAPI's 422.
+        for path in document.get("paths", {}).values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        app.openapi_schema = document
+        return document
+
+    return build
+
+
+def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
+    """The tracestore ASGI application. Builds its services from ``settings`` at start
+    unless ``services`` are handed in (tests do, to share them or inject a clock)."""
+    settings = settings or (services.settings if services else Settings.load())
+    owned = services is None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if app.state.services is None:
+            app.state.services = build_services(settings)
+        services = app.state.services
+        token = bootstrap(services.db, services.settings.data_dir, services.now())
+        if token is not None:
+            log.warning(
+                "created the admin user; its API token (also in %s) is: %s",
+                services.settings.data_dir / ADMIN_TOKEN_FILE,
+                token,
+            )
+        try:
+            yield
+        finally:
+            if owned and app.state.services is not None:
+                app.state.services.close()
+
+    app = FastAPI(
+        title="tracestore",
+        version=__version__,
+        description="A self-hostable traceset service: per-rank trace files of distributed "
+        "training runs with their workload metadata.",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    install_error_handlers(app)
+    app.include_router(routes_listing.router)
+    app.include_router(routes.api)
+    app.include_router(routes_promotion.router)
+    app.include_router(routes_bytes.router)
+    app.include_router(routes.blobs)
+    app.include_router(routes.health)
+    app.openapi = _openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(RequestContext, max_body=settings.max_json_body)
+    return app

@@ -1,0 +1,223 @@
+"""Who is calling, and what they may see: API tokens, JWTs, visibility.
+
+API tokens are issued by the service and stored only as a SHA-256 hash. JWT access tokens
+from an external OpenID Connect provider are verified by ``jwt_auth.JwtVerifier``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from tracestore.errors import Forbidden, NotFound, Unauthorized, ValidationError
+from tracestore.server import db
+from tracestore.server.ids import new_id
+
+TOKEN_PREFIX = "tst_"
+UNAUTHORIZED_MESSAGE = "Invalid or missing authentication token"
+FORBIDDEN_MESSAGE = "You do not have access to this resource"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller."""
+
+    user_id: str
+    tenant_id: str
+    workspace_ids: frozenset[str]
+    default_workspace_id: str | None
+    is_tenant_admin: bool = False
+
+    def can_see(self, traceset: db.Traceset) -> bool:
+        if traceset.scope == "public":
+            return True
+        if traceset.scope == "tenant":
+            return traceset.tenant_id == self.tenant_id
+        return traceset.workspace_id in self.workspace_ids
+
+    def can_write(self, traceset: db.Traceset) -> bool:
+        return traceset.workspace_id in self.workspace_ids
+
+    def require_member(self, workspace_id: str) -> None:
+        if workspace_id not in self.workspace_ids:
+            raise Forbidden(FORBIDDEN_MESSAGE)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def bearer_token(authorization: str | None) -> str:
+    if not authorization:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return token
+
+
+def principal_for_user(session: Session, user: db.User) -> Principal:
+    workspaces = session.scalars(
+        select(db.Membership.workspace_id).where(db.Membership.user_id == user.id)
+    ).all()
+    return Principal(
+        user_id=user.id,
+        tenant_id=user.tenant_id,
+        workspace_ids=frozenset(workspaces),
+        default_workspace_id=user.default_workspace_id,
+        is_tenant_admin=user.is_tenant_admin,
+    )
+
+
+def authenticate_api_token(session: Session, token: str, now: datetime) -> Principal:
+    row = session.scalar(select(db.ApiToken).where(db.ApiToken.token_hash == hash_token(token)))
+    if row is None or row.revoked_at is not None:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    if row.expires_at is not None and row.expires_at <= now:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    user = session.get(db.User, row.user_id)
+    if user is None:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return principal_for_user(session, user)
+
+
+# --- administration: used by bootstrap and the `tracestore token|workspace` commands ---
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    id: str
+    token: str
+    user_id: str
+    name: str
+    expires_at: datetime | None
+
+
+def create_tenant(session: Session, name: str, now: datetime) -> db.Tenant:
+    tenant = db.Tenant(id=new_id("tenant"), name=name, created_at=now)
+    session.add(tenant)
+    return tenant
+
+
+def create_workspace(session: Session, tenant_id: str, name: str, now: datetime) -> db.Workspace:
+    if not name or len(name) > 255:
+        raise ValidationError("Workspace name must be 1–255 characters")
+    exists = session.scalar(
+        select(db.Workspace).where(db.Workspace.tenant_id == tenant_id, db.Workspace.name == name)
+    )
+    if exists is not None:
+        raise ValidationError(f"Workspace {name!r} already exists in this tenant")
+    workspace = db.Workspace(id=new_id("workspace"), tenant_id=tenant_id, name=name, created_at=now)
+    session.add(workspace)
+    return workspace
+
+
+def create_user(
+    session: Session,
+    tenant_id: str,
+    name: str,
+    now: datetime,
+    *,
+    workspace_ids: Iterable[str] = (),
+    is_tenant_admin: bool = False,
+    external_subject: str | None = None,
+) -> db.User:
+    ids = list(workspace_ids)
+    user = db.User(
+        id=new_id("user"),
+        tenant_id=tenant_id,
+        name=name,
+        external_subject=external_subject,
+        is_tenant_admin=is_tenant_admin,
+        default_workspace_id=ids[0] if ids else None,
+        created_at=now,
+    )
+    session.add(user)
+    session.flush()
+    for workspace_id in ids:
+        add_member(session, user.id, workspace_id)
+    return user
+
+
+def add_member(session: Session, user_id: str, workspace_id: str) -> None:
+    user = session.get(db.User, user_id)
+    workspace = session.get(db.Workspace, workspace_id)
+    if user is None:
+        raise NotFound(f"User '{user_id}' not found")
+    if workspace is None or workspace.tenant_id != user.tenant_id:
+        raise NotFound(f"Workspace '{workspace_id}' not found")
+    if session.get(db.Membership, (user_id, workspace_id)) is None:
+        session.add(db.Membership(user_id=user_id, workspace_id=workspace_id))
+    if user.default_workspace_id is None:
+        user.default_workspace_id = workspace_id
+
+
+def issue_token(
+    session: Session, user_id: str, name: str, now: datetime, expires_at: datetime | None = None
+) -> IssuedToken:
+    if session.get(db.User, user_id) is None:
+        raise NotFound(f"User '{user_id}' not found")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = db.ApiToken(
+        id=new_id("token"),
+        user_id=user_id,
+        name=name,
+        token_hash=hash_token(token),
+        created_at=now,
+        expires_at=expires_at,
+    )
+    session.add(row)
+    return IssuedToken(row.id, token, user_id, name, expires_at)
+
+
+def revoke_token(session: Session, token_id: str, now: datetime) -> None:
+    row = session.get(db.ApiToken, token_id)
+    if row is None:
+        raise NotFound(f"Token '{token_id}' not found")
+    if row.revoked_at is None:
+        row.revoked_at = now
+
+
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def bootstrap(database: db.Database, data_dir: Path, now: datetime) -> str | None:
+    """On an empty database, create the default tenant, workspace and admin user, and write
+    the admin's API token to ``<data-dir>/admin-token`` (mode 0600). Returns the token when
+    it was created now, else None."""
+    try:
+        with database.session() as session:
+            if session.scalar(select(db.Tenant.id).limit(1)) is not None:
+                return None
+            tenant = create_tenant(session, "default", now)
+            session.flush()
+            workspace = create_workspace(session, tenant.id, "default", now)
+            session.flush()
+            user = create_user(
+                session, tenant.id, "admin", now, workspace_ids=[workspace.id], is_tenant_admin=True
+            )
+            issued = issue_token(session, user.id, "admin (bootstrap)", now)
+    except IntegrityError:
+        # Another process bootstrapped the same database first (tenant names are unique).
+        return None
+    write_private_file(data_dir / ADMIN_TOKEN_FILE, issued.token + "\n")
+    return issued.token
+
+
+def write_private_file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    tmp.replace(path)

@@ -1,0 +1,272 @@
+"""Where bytes live: the BlobStore protocol and the embedded LocalBlobStore.
+
+Blobs are content-addressed by SHA-256 and shared by every file whose bytes are equal. An
+upload first lands in a *staging* area, one part at a time, in any order; ``commit_file``
+hashes the staged bytes and moves them into the content-addressed area. The S3 store
+(``s3blobs.py``) implements the same protocol with real multipart uploads.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO, Protocol
+from urllib.parse import quote, urlencode
+
+from tracestore.errors import Forbidden, PayloadTooLarge, ValidationError
+
+CHUNK = 4 * 1024 * 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One file of an upload session, as the store stages it."""
+
+    upload_id: str
+    position: int
+    size: int
+    part_size: int
+    handle: str | None = None  # store-specific, e.g. an S3 multipart UploadId
+
+    @property
+    def part_count(self) -> int:
+        return max(1, -(-self.size // self.part_size))
+
+    def part_length(self, part_number: int) -> int:
+        if not 1 <= part_number <= self.part_count:
+            raise ValueError(f"part {part_number} out of range 1..{self.part_count}")
+        if part_number < self.part_count:
+            return self.part_size
+        return self.size - self.part_size * (self.part_count - 1)
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    part_number: int
+    size: int
+    etag: str
+
+
+@dataclass(frozen=True)
+class CommittedBlob:
+    sha256: str
+    size: int
+
+
+class FileLargerThanDeclared(PayloadTooLarge):
+    """The staged bytes of a file exceed its declared size."""
+
+
+class BlobStore(Protocol):
+    """What the service needs from a place that keeps bytes."""
+
+    kind: str
+
+    def stage_file(
+        self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
+    ) -> StagedFile: ...
+
+    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str: ...
+
+    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
+        found: dict[int, tuple[int, StoredPart]] = {}
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        if not directory.is_dir():
+            return {}
+        for entry in os.scandir(directory):
+            number, _, etag = entry.name.partition(".")
+            if not number.isdigit() or not etag or etag.startswith("tmp"):
+                continue
+            stat = entry.stat()
+            part = StoredPart(int(number), stat.st_size, etag)
+            # Two files for one part exist only for an instant during a re-send: newest wins.
+            previous = found.get(part.part_number)
+            if previous is None or stat.st_mtime_ns >= previous[0]:
+                found[part.part_number] = (stat.st_mtime_ns, part)
+        return {number: part for number, (_, part) in found.items()}
+
+    def open_part_writer(self, staged: StagedFile, part_number: int) -> PartWriter:
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        if not directory.is_dir():
+            raise ValidationError("The upload session has no staging area; it may have ended")
+        return PartWriter(directory, part_number, staged.part_length(part_number))
+
+    def commit_file(
+        self,
+        staged: StagedFile,
+        etags: Mapping[int, str],
+        *,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> CommittedBlob:
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        paths = [
+            directory / f"{n:05d}.{normalise_etag(etags[n])}"
+            for n in range(1, staged.part_count + 1)
+        ]
+        total = sum(p.stat().st_size for p in paths)
+        if total > staged.size:
+            raise FileLargerThanDeclared(f"{total}")
+        digest = hashlib.sha256()
+        if len(paths) == 1:
+            # One part: hash it where it lies and move it, no copy.
+            with open(paths[0], "rb") as source:
+                _hash_stream(source, digest, heartbeat)
+            sha256 = digest.hexdigest()
+            self._adopt(paths[0], sha256)
+            return CommittedBlob(sha256, total)
+        tmp = directory / f"assembled.tmp{secrets.token_hex(4)}"
+        with open(tmp, "wb") as out:
+            for path in paths:
+                with open(path, "rb") as source:
+                    _hash_stream(source, digest, heartbeat, out)
+        sha256 = digest.hexdigest()
+        self._adopt(tmp, sha256)
+        return CommittedBlob(sha256, total)
+
+    def _adopt(self, path: Path, sha256: str) -> None:
+        target = self._blob_path(sha256)
+        if target.exists():
+            path.unlink()
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+
+    def discard_staging(self, staged: StagedFile) -> None:
+        shutil.rmtree(self._staging_dir(staged.upload_id, staged.position), ignore_errors=True)
+        with contextlib.suppress(OSError):  # other files of the upload may remain
+            (self._staging / staged.upload_id).rmdir()
+
+    # --- blobs ---
+
+    def _blob_path(self, sha256: str) -> Path:
+        if not _SHA256.fullmatch(sha256):
+            raise ValidationError(f"Invalid blob id {sha256!r}")
+        return self._blobs / sha256[:2] / sha256[2:4] / sha256
+
+    def blob_exists(self, sha256: str) -> bool:
+        return self._blob_path(sha256).is_file()
+
+    def blob_size(self, sha256: str) -> int:
+        return self._blob_path(sha256).stat().st_size
+
+    def open_blob(self, sha256: str) -> BinaryIO:
+        return open(self._blob_path(sha256), "rb")
+
+    def delete_blob(self, sha256: str) -> None:
+        self._blob_path(sha256).unlink(missing_ok=True)
+
+    def blob_key(self, sha256: str) -> str:
+        return str(self._blob_path(sha256).relative_to(self.root))
+
+    def blob_uri(self, sha256: str) -> str:
+        return self._blob_path(sha256).as_uri()
+
+    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str:
+        expires = int(expires_at.timestamp())
+        signature = self.signer.sign(expires, "GET", sha256, filename)
+        query = urlencode({"name": filename, "expires": expires, "signature": signature})
+        return f"{self.public_url}/blobs/content/{sha256}?{query}"
+
+    def verify_download_url(
+        self, sha256: str, filename: str, expires: int, signature: str, now: datetime
+    ) -> None:
+        self.signer.verify(signature, expires, now, "GET", sha256, filename)
+
+    def check(self) -> None:
+        probe = self._staging / f".probe-{secrets.token_hex(4)}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+
+    def staged_uploads(self) -> Iterator[str]:
+        """Upload ids that have a staging area (for the sweeper's orphan check)."""
+        for entry in os.scandir(self._staging):
+            if entry.is_dir():
+                yield entry.name
+
+
+def content_disposition(filename: str) -> str:
+    base = filename.rsplit("/", 1)[-1]
+    return f"attachment; filename*=UTF-8''{quote(base)}"
+
+
+class PartWriter:
+    """Writes one part to a temporary file; ``finish`` renames it into place."""
+
+    def __init__(self, directory: Path, part_number: int, expected_size: int) -> None:
+        self.directory = directory
+        self.part_number = part_number
+        self.expected_size = expected_size
+        self.received = 0
+        self._digest = hashlib.sha256()
+        self._tmp = directory / f"{part_number:05d}.tmp{secrets.token_hex(6)}"
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by finish/abort
+
+    def write(self, data: bytes, *, hash_it: bool) -> None:
+        self.received += len(data)
+        if self.received > self.expected_size:
+            raise PayloadTooLarge(
+                f"Part {self.part_number} is larger than its declared size of "
+                f"{self.expected_size} bytes"
+            )
+        if hash_it:
+            self._digest.update(data)
+        self._file.write(data)
+
+    def finish(self, checksum_b64: str | None) -> str:
+        """Check size (and checksum when given), then put the part in place; its ETag."""
+        if self.received != self.expected_size:
+            raise ValidationError(
+                f"Part {self.part_number} has {self.received} bytes; expected {self.expected_size}"
+            )
+        if checksum_b64 is not None:
+            actual = base64.b64encode(self._digest.digest()).decode()
+            if not hmac.compare_digest(actual, checksum_b64.strip()):
+                raise ValidationError(
+                    f"Part {self.part_number}: x-amz-checksum-sha256 {checksum_b64.strip()} "
+                    f"does not match the received bytes ({actual})"
+                )
+        self._file.close()
+        etag = secrets.token_hex(16)
+        final = self.directory / f"{self.part_number:05d}.{etag}"
+        os.replace(self._tmp, final)
+        for stale in self.directory.glob(f"{self.part_number:05d}.*"):
+            if stale != final and ".tmp" not in stale.name:
+                stale.unlink(missing_ok=True)
+        return etag
+
+    def abort(self) -> None:
+        self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def _hash_stream(
+    source: BinaryIO,
+    digest: hashlib._Hash,
+    heartbeat: Callable[[], None],
+    out: BinaryIO | None = None,
+) -> None:
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    since_beat = 0
+    while True:
+        n = source.readinto(view)  # type: ignore[attr-defined]
+        if not n:
+            break
+        digest.update(view[:n])
+        if out is not None:
+            out.write(view[:n])
+        since_beat += n
+        if since_beat >= 256 * CHUNK:
+            heartbeat()
+            since_beat = 0

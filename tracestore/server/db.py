@@ -1,0 +1,254 @@
+"""Records: SQLAlchemy 2 tables, the engine, sessions and migrations.
+
+The same tables serve SQLite (embedded default, WAL mode) and PostgreSQL. Schema changes go
+through Alembic migrations in ``migrations/``; ``Database.migrate()`` applies them on start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored as UTC and always read back timezone-aware (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# JSON documents: JSONB on PostgreSQL (indexable), JSON text on SQLite.
+JSONDoc = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_workspaces_tenant_name"),)
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    external_subject: Mapped[str | None] = mapped_column(String(255), unique=True)
+    is_tenant_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    default_workspace_id: Mapped[str | None] = mapped_column(ForeignKey("workspaces.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Membership(Base):
+    __tablename__ = "memberships"
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"), primary_key=True)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Traceset(Base):
+    __tablename__ = "tracesets"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    created_by: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(32))
+    scope: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ttl_days: Mapped[int] = mapped_column(Integer)
+    rank_count: Mapped[int | None] = mapped_column(BigInteger)
+    total_size: Mapped[int] = mapped_column(BigInteger)
+    file_count: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str | None] = mapped_column(String(80))
+    # The metadata exactly as given (key order, numbers as written) ...
+    metadata_text: Mapped[str | None] = mapped_column(Text)
+    # ... and the same document as queryable JSON for the list filters.
+    workload_metadata: Mapped[Any] = mapped_column(JSONDoc, nullable=True)
+    inspection: Mapped[Any] = mapped_column(JSON, nullable=True)
+    __table_args__ = (
+        Index("ix_tracesets_workspace_created", "workspace_id", "created_at", "id"),
+        Index("ix_tracesets_tenant_scope", "tenant_id", "scope"),
+        Index("ix_tracesets_status_expires", "status", "expires_at"),
+    )
+
+
+class TracesetFile(Base):
+    __tablename__ = "traceset_files"
+    traceset_id: Mapped[str] = mapped_column(ForeignKey("tracesets.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(1024))
+    size: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str] = mapped_column(String(16))
+    content_type: Mapped[str | None] = mapped_column(String(255))
+    expected_sha256: Mapped[str | None] = mapped_column(String(64))
+    sha256: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"), index=True)
+    staging_handle: Mapped[str | None] = mapped_column(String(1024))
+    metadata_status: Mapped[str] = mapped_column(String(16))
+    metadata_reason: Mapped[str | None] = mapped_column(Text)
+    inspection: Mapped[Any] = mapped_column(JSON, nullable=True)
+    rank_start: Mapped[int | None] = mapped_column(BigInteger)
+    rank_end: Mapped[int | None] = mapped_column(BigInteger)
+    __table_args__ = (UniqueConstraint("traceset_id", "name", name="uq_traceset_files_name"),)
+
+
+class UploadSession(Base):
+    __tablename__ = "upload_sessions"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    traceset_id: Mapped[str] = mapped_column(ForeignKey("tracesets.id"), unique=True)
+    state: Mapped[str] = mapped_column(String(16))
+    part_size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    __table_args__ = (Index("ix_upload_sessions_state_expires", "state", "expires_at"),)
+
+
+class Blob(Base):
+    __tablename__ = "blobs"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Set when the last live file referencing the blob went away; purged after the grace.
+    unreferenced_since: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+
+
+class Database:
+    """The engine and a session factory for one database URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if url.startswith("sqlite"):
+            path = url.split("///", 1)[1] if "///" in url else ""
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        self.engine: Engine = create_engine(url, **kwargs)
+        self.read_engine: Engine = self.engine
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+            # Writers take the write lock at BEGIN: a read-then-write transaction that had
+            # to upgrade its lock later could fail with SQLITE_BUSY instead of waiting.
+            event.listen(self.engine, "begin", _sqlite_begin_immediate)
+            self.read_engine = create_engine(url, **kwargs)
+            event.listen(self.read_engine, "connect", _sqlite_pragmas)
+            event.listen(self.read_engine, "begin", _sqlite_begin_deferred)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self, *, write: bool = True) -> Iterator[Session]:
+        """A unit of work: committed when the block ends, rolled back on error."""
+        factory = self._sessions if write else self._read_sessions
+        with factory() as session, session.begin():
+            yield session
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration (Alembic ``upgrade head``)."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        config.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+        self.read_engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Let SQLAlchemy, not pysqlite, emit BEGIN so the "begin" hook below can shape it.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _sqlite_begin_immediate(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _sqlite_begin_deferred(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

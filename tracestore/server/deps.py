@@ -1,0 +1,33 @@
+"""FastAPI dependencies: the services of the running app, and the authenticated caller."""
+
+from __future__ import annotations
+
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tracestore.errors import Unauthorized
+from tracestore.server.auth import UNAUTHORIZED_MESSAGE, Principal, authenticate_api_token
+from tracestore.server.services import Services
+
+_bearer = HTTPBearer(auto_error=False, description="An API token or a JWT access token")
+
+
+def services_of(request: Request) -> Services:
+    return cast(Services, request.app.state.services)
+
+
+def authenticated(
+    services: Annotated[Services, Depends(services_of)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The caller named by ``Authorization: Bearer <token>``, or 401."""
+    if credentials is None or not credentials.credentials.strip():
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    token = credentials.credentials.strip()
+    verifier = services.jwt_verifier
+    if verifier is not None and token.count(".") == 2:
+        return cast(Principal, verifier.authenticate(services, token))
+    with services.db.session(write=False) as session:
+        return authenticate_api_token(session, token, services.now())

@@ -1,0 +1,21 @@
+"""Identifiers: a prefix and 27 base62 characters, sortable by creation time (KSUID-like)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_EPOCH = 1_400_000_000  # KSUID's epoch, so 32-bit seconds last until 2150
+_LENGTH = 27
+
+
+def new_id(prefix: str, *, now: float | None = None) -> str:
+    """``<prefix>_<27 chars>``: 4 bytes of seconds since the epoch, then 16 random bytes."""
+    seconds = int(now if now is not None else time.time()) - _EPOCH
+    value = int.from_bytes(seconds.to_bytes(4, "big") + secrets.token_bytes(16), "big")
+    chars = []
+    for _ in range(_LENGTH):
+        value, digit = divmod(value, 62)
+        chars.append(_ALPHABET[digit])
+    return f"{prefix}_{''.join(reversed(chars))}"

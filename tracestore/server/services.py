@@ -1,0 +1,71 @@
+"""The service's parts, built once from Settings and handed to every use case."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from sqlalchemy import text
+
+from tracestore.errors import ServiceUnavailable
+from tracestore.server.blobs import BlobStore, LocalBlobStore, UrlSigner
+from tracestore.server.db import Database, utcnow
+from tracestore.server.settings import Settings
+
+Clock = Callable[[], datetime]
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    store: BlobStore
+    clock: Clock = field(default=utcnow)
+    jwt_verifier: Any = None  # a jwt_auth.JwtVerifier when JWT settings are given
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def close(self) -> None:
+        self.db.dispose()
+
+    def readiness(self) -> dict[str, str]:
+        """Check the database and the blob store; ServiceUnavailable names what failed."""
+        failures = []
+        try:
+            with self.db.session(write=False) as session:
+                session.execute(text("SELECT 1"))
+        except Exception as exc:
+            failures.append(f"database: {type(exc).__name__}")
+        try:
+            self.store.check()
+        except Exception as exc:
+            failures.append(f"blob store: {type(exc).__name__}")
+        if failures:
+            raise ServiceUnavailable("Not ready: " + "; ".join(failures))
+        return {"database": "ok", "blobStore": "ok"}
+
+
+def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
+    """Open the database (migrated to the newest schema) and the blob store."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    database = Database(settings.resolved_database_url)
+    database.migrate()
+    return Services(settings=settings, db=database, store=open_blob_store(settings), clock=clock)
+
+
+def open_blob_store(settings: Settings) -> BlobStore:
+    url = settings.resolved_blob_url
+    if url.startswith("s3://"):
+        from tracestore.server.s3blobs import S3BlobStore
+
+        return S3BlobStore.from_url(url, endpoint_url=settings.s3_endpoint_url)
+    if url.startswith("file://"):
+        root = Path(unquote(urlparse(url).path))
+        signer = UrlSigner(settings.signing_key_bytes())
+        return LocalBlobStore(root, settings.resolved_public_url, signer)
+    raise ValueError(f"TRACESTORE_BLOB_URL must start with file:// or s3://, got {url!r}")

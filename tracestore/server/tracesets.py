@@ -1,0 +1,153 @@
+"""Use cases on tracesets that exist: get, delete, and the view the API answers with."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from tracestore import jsontext, schemas
+from tracestore.errors import NotFound
+from tracestore.server import db
+from tracestore.server.auth import Principal
+from tracestore.server.services import Services
+
+
+def manifest_hash(files: Sequence[db.TracesetFile]) -> str:
+    """SHA-256 over the sorted ``name, role, size, file hash`` lines: equal content, equal hash."""
+    digest = hashlib.sha256()
+    for file in sorted(files, key=lambda f: f.name):
+        digest.update(f"{file.name}\t{file.role}\t{file.size}\tsha256:{file.sha256}\n".encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def find_visible(session: Session, principal: Principal, traceset_id: str) -> db.Traceset:
+    """The traceset, or NotFound when it does not exist or the caller may not see it."""
+    traceset = session.get(db.Traceset, traceset_id)
+    if traceset is None or not principal.can_see(traceset):
+        raise NotFound(f"Traceset '{traceset_id}' not found")
+    return traceset
+
+
+def find_writable(session: Session, principal: Principal, traceset_id: str) -> db.Traceset:
+    """Like ``find_visible``, and the caller must be a member of the traceset's workspace.
+    A traceset the caller may see but not change answers 404 too, so nothing leaks."""
+    traceset = find_visible(session, principal, traceset_id)
+    if not principal.can_write(traceset):
+        raise NotFound(f"Traceset '{traceset_id}' not found")
+    return traceset
+
+
+def _rank_range(
+    file: db.TracesetFile, primaries: int, rank_count: int | None
+) -> schemas.RankRange | None:
+    if file.role != "primary":
+        return None
+    if primaries == 1 and rank_count is not None:
+        return schemas.RankRange(start=0, end=rank_count - 1)
+    if file.rank_start is not None and file.rank_end is not None:
+        return schemas.RankRange(start=file.rank_start, end=file.rank_end)
+    return None
+
+
+def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
+    files = session.scalars(
+        select(db.TracesetFile)
+        .where(db.TracesetFile.traceset_id == traceset.id)
+        .order_by(db.TracesetFile.position)
+    ).all()
+    primaries = sum(1 for f in files if f.role == "primary")
+    return schemas.Traceset(
+        id=traceset.id,
+        name=traceset.name,
+        description=traceset.description,
+        tags=list(traceset.tags or []),
+        status=traceset.status,  # type: ignore[arg-type]
+        scope=traceset.scope,  # type: ignore[arg-type]
+        workspace_id=traceset.workspace_id,
+        created_at=traceset.created_at,
+        updated_at=traceset.updated_at,
+        expires_at=traceset.expires_at,
+        ttl_days=traceset.ttl_days,
+        rank_count_derived=traceset.rank_count,
+        total_size=traceset.total_size,
+        file_count=traceset.file_count,
+        hash=traceset.hash,
+        workload_metadata=(
+            None if traceset.metadata_text is None else jsontext.RawJSON(traceset.metadata_text)
+        ),
+        files=[
+            schemas.TracesetFile(
+                name=f.name,
+                size=f.size,
+                role=f.role,  # type: ignore[arg-type]
+                content_type=f.content_type,
+                hash=f"sha256:{f.sha256}" if f.sha256 else None,
+                metadata_status=f.metadata_status,  # type: ignore[arg-type]
+                rank_range=_rank_range(f, primaries, traceset.rank_count),
+            )
+            for f in files
+        ],
+        inspection=traceset.inspection,
+    )
+
+
+def render_traceset(view: schemas.Traceset) -> str:
+    """The traceset as JSON text, its workloadMetadata exactly as it was given."""
+    data: dict[str, Any] = view.model_dump(mode="json", by_alias=True)
+    data["workloadMetadata"] = view.workload_metadata
+    return jsontext.dumps(data)
+
+
+def get_traceset(services: Services, principal: Principal, traceset_id: str) -> schemas.Traceset:
+    with services.db.session(write=False) as session:
+        return traceset_view(session, find_visible(session, principal, traceset_id))
+
+
+def delete_traceset(services: Services, principal: Principal, traceset_id: str) -> None:
+    """Soft delete: status ``deleted``; blobs no live file uses become purgeable."""
+    now = services.now()
+    with services.db.session() as session:
+        traceset = find_writable(session, principal, traceset_id)
+        if traceset.status == "deleted":
+            return
+        traceset.status = "deleted"
+        traceset.deleted_at = now
+        traceset.updated_at = now
+        session.execute(
+            update(db.UploadSession)
+            .where(
+                db.UploadSession.traceset_id == traceset.id,
+                db.UploadSession.state.in_(("open", "completing")),
+            )
+            .values(state="failed", lease_owner=None, lease_until=None)
+        )
+        session.flush()
+        mark_unreferenced_blobs(session, traceset.id, now)
+
+
+def mark_unreferenced_blobs(session: Session, traceset_id: str, now: Any) -> None:
+    """Stamp blobs of this traceset that no live (non-deleted) traceset's file still uses."""
+    hashes = set(
+        session.scalars(
+            select(db.TracesetFile.sha256).where(
+                db.TracesetFile.traceset_id == traceset_id, db.TracesetFile.sha256.is_not(None)
+            )
+        )
+    )
+    for sha256 in hashes:
+        live = session.scalar(
+            select(func.count())
+            .select_from(db.TracesetFile)
+            .join(db.Traceset, db.Traceset.id == db.TracesetFile.traceset_id)
+            .where(db.TracesetFile.sha256 == sha256, db.Traceset.status != "deleted")
+        )
+        if not live:
+            session.execute(
+                update(db.Blob)
+                .where(db.Blob.sha256 == sha256, db.Blob.unreferenced_since.is_(None))
+                .values(unreferenced_since=now)
+            )

@@ -1,0 +1,53 @@
+"""Turning pydantic's validation errors into one message that names the member at fault."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError as PydanticValidationError
+
+from tracestore.jsontext import value_text
+
+_LOCATION_ROOTS = {"body", "query", "path", "header"}
+
+
+def location_text(loc: Sequence[int | str]) -> str:
+    """``("body", "files", 2, "name")`` → ``files[2].name``."""
+    parts = list(loc)
+    if parts and parts[0] in _LOCATION_ROOTS and len(parts) > 1:
+        parts = parts[1:]
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "request"
+
+
+def error_message(error: dict[str, Any]) -> str:
+    where = location_text(error.get("loc", ()))
+    message = str(error.get("msg", "is invalid"))
+    if message.startswith("Value error, "):
+        return message.removeprefix("Value error, ")
+    if error.get("type") == "missing":
+        return f"{where} is required"
+    if error.get("type") == "json_invalid":
+        return f"Request body is not valid JSON: {error.get('ctx', {}).get('error', message)}"
+    shown = ""
+    if "input" in error and error.get("type") not in ("missing",):
+        rendered = value_text(error["input"])
+        if len(rendered) > 80:
+            rendered = rendered[:80] + "…"
+        shown = f", got {rendered}"
+    return f"{where}: {message[0].lower() + message[1:]}{shown}"
+
+
+def pydantic_message(exc: PydanticValidationError | Sequence[Any]) -> str:
+    """The first error, worded for a person; ``(+N more)`` when there are others."""
+    errors = list(exc.errors() if isinstance(exc, PydanticValidationError) else exc)
+    if not errors:
+        return "The request is invalid"
+    first = error_message(dict(errors[0]))
+    return first if len(errors) == 1 else f"{first} (+{len(errors) - 1} more)"
