@@ -13,13 +13,18 @@ from typing import ClassVar
 class TracestoreError(Exception):
     """Base of every error tracestore reports; carries status, code, message, request id."""
 
-    status: ClassVar[int] = 500
+    status: int = 500
     code: ClassVar[str] = "INTERNAL_ERROR"
 
-    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, request_id: str | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.request_id = request_id
+        # The client records the status it actually received (a proxy may answer 502).
+        if status is not None:
+            self.status = status
 
     def __str__(self) -> str:
         return self.message
