@@ -296,3 +296,104 @@ class ErrorEnvelope(WireModel):
 class Health(WireModel):
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+# --- answers of the listing, promotion and bytes routes (SPEC 5.6, 5.7, 6) ---
+
+
+class SnakeWireModel(BaseModel):
+    """A wire model whose JSON members are snake_case (the resolve answer, SPEC 5.7)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class WorkloadSummary(SnakeWireModel):
+    """The descriptive members a list item shows, as stored (snake_case)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+    workload_family: Any = None
+    workload_name: Any = None
+
+
+class TracesetListItem(WireModel):
+    id: str
+    name: str
+    status: Status
+    scope: Scope
+    workspace_id: str
+    file_count: int
+    total_size: int
+    rank_count_derived: int | None
+    created_at: Timestamp
+    workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
+
+
+class Pagination(WireModel):
+    count: int
+    has_more: bool
+    next_cursor: str | None = None
+
+
+class TracesetPage(WireModel):
+    """Body of ``GET /api/v1/tracesets``: one page of tracesets."""
+
+    items: list[TracesetListItem]
+    pagination: Pagination
+
+
+class DownloadAnswer(WireModel):
+    """Body of ``GET /api/v1/tracesets/{id}/download``: a presigned GET URL."""
+
+    url: str
+    expires_at: Timestamp
+    file: str | None = Field(default=None, description="The file's name; null for the ZIP")
+
+
+class ValidationCheck(WireModel):
+    name: str
+    passed: bool
+    message: str | None = None
+
+
+class ValidateAnswer(WireModel):
+    """Body of ``POST /api/v1/tracesets/{id}/validate``."""
+
+    valid: bool
+    checks: list[ValidationCheck]
+
+
+class ResolvedFile(SnakeWireModel):
+    name: str
+    role: Role
+    size: int
+    key: str
+    uri: str
+
+
+class ResolveAnswer(SnakeWireModel):
+    """Body of ``GET /api/v1/tracesets/{id}/resolve``: where the bytes are (snake_case)."""
+
+    traceset_id: str
+    name: str
+    layout: Literal["cas"] = "cas"
+    files: list[ResolvedFile]
+    total_size: int
+
+
+class PromoteRequest(RequestModel):
+    """Body of ``POST /api/v1/tracesets/{id}/promote`` (every member optional)."""
+
+    target: str = "tenant"
+    workload_metadata: MetadataField = None
+    description: str | None = Field(default=None, max_length=4096)
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None, max_length=64
+    )
+
+
+class PromoteAnswer(WireModel):
+    """Body of a promotion's answer."""
+
+    id: str
+    scope: Scope
+    promotion_applied: bool
