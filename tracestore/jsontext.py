@@ -83,6 +83,13 @@ def _write(value: Any, out: list[str]) -> None:
         raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+def plain(value: Any) -> Any:
+    """``value`` as plain JSON values (``RawNumber`` becomes a float), for a queryable column."""
+    if value is None:
+        return None
+    return json.loads(dumps(value), parse_constant=lambda _: None)
+
+
 def value_text(value: Any) -> str:
     """How a value reads in an error message: its JSON text (``"8"``, ``2.0``, ``true``)."""
     try:

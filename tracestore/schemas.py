@@ -383,11 +383,21 @@ class ResolveAnswer(SnakeWireModel):
 class PromoteRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/{id}/promote`` (every member optional)."""
 
-    target: str = "tenant"
-    workload_metadata: MetadataField = None
-    description: str | None = Field(default=None, max_length=4096)
+    target: str = Field(
+        default="tenant",
+        description="The scope to promote to, one step up: `tenant` (the default) from "
+        "`workspace`, `public` from `tenant` (needs a tenant admin)",
+    )
+    workload_metadata: MetadataField = Field(
+        default=None,
+        description="Replaces the stored workloadMetadata (stored exactly as given) when the "
+        "promotion succeeds; checked by promotion's typed model and rank-count guard",
+    )
+    description: str | None = Field(
+        default=None, max_length=4096, description="Replaces the description on success"
+    )
     tags: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
-        default=None, max_length=64
+        default=None, max_length=64, description="Replace the tags on success"
     )
 
 

@@ -121,7 +121,7 @@ def start_upload(
                     file_count=len(request.files),
                     hash=None,
                     metadata_text=metadata_text,
-                    workload_metadata=_plain_json(request.workload_metadata),
+                    workload_metadata=jsontext.plain(request.workload_metadata),
                 )
             )
             session.flush()
@@ -537,15 +537,6 @@ def _fail_session(
     traceset.updated_at = services.now()
     for file in session.scalars(_files_of(traceset.id)).all():
         services.store.discard_staging(staged_file(upload, file))
-
-
-def _plain_json(value: Any) -> Any:
-    """The metadata as plain JSON values for the queryable column (numbers as floats)."""
-    if value is None:
-        return None
-    import json
-
-    return json.loads(jsontext.dumps(value), parse_constant=lambda _: None)
 
 
 __all__ = ["TracestoreError", "complete_upload", "resume_upload", "start_upload"]
