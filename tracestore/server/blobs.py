@@ -79,6 +79,121 @@ class BlobStore(Protocol):
 
     def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str: ...
 
+    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]: ...
+
+    def commit_file(
+        self,
+        staged: StagedFile,
+        etags: Mapping[int, str],
+        *,
+        heartbeat: Callable[[], None] = ...,
+    ) -> CommittedBlob: ...
+
+    def discard_staging(self, staged: StagedFile) -> None: ...
+
+    def blob_exists(self, sha256: str) -> bool: ...
+
+    def open_blob(self, sha256: str) -> BinaryIO: ...
+
+    def delete_blob(self, sha256: str) -> None: ...
+
+    def blob_key(self, sha256: str) -> str: ...
+
+    def blob_uri(self, sha256: str) -> str: ...
+
+    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str: ...
+
+    def check(self) -> None: ...
+
+
+def normalise_etag(etag: str) -> str:
+    return etag.strip().strip('"')
+
+
+class UrlSigner:
+    """HMAC-SHA256 signatures for the embedded store's presigned URLs."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def sign(self, *fields: str | int) -> str:
+        message = "\n".join(str(f) for f in fields).encode()
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+    def verify(self, signature: str, expires: int, now: datetime, *fields: str | int) -> None:
+        """Raise Forbidden unless ``signature`` matches and ``expires`` is in the future."""
+        expected = self.sign(expires, *fields)
+        if not hmac.compare_digest(expected, signature):
+            raise Forbidden("The URL signature does not match; request a new URL")
+        if now.timestamp() >= expires:
+            raise Forbidden("The URL has expired; request a new URL")
+
+
+class LocalBlobStore:
+    """Blobs in a directory; the service itself serves the presigned part and download URLs.
+
+    Layout: ``blobs/ab/cd/<sha256>`` for content, ``staging/<upload>/<position>/`` for parts,
+    each part a file ``<number>.<etag>`` written under a temporary name and renamed into
+    place, so a failed PUT never replaces a good part.
+    """
+
+    kind = "local"
+
+    def __init__(self, root: Path, public_url: str, signer: UrlSigner) -> None:
+        self.root = root.resolve()
+        self.public_url = public_url.rstrip("/")
+        self.signer = signer
+        self._blobs = self.root / "blobs"
+        self._staging = self.root / "staging"
+        self._blobs.mkdir(parents=True, exist_ok=True)
+        self._staging.mkdir(parents=True, exist_ok=True)
+
+    # --- staging ---
+
+    def _staging_dir(self, upload_id: str, position: int) -> Path:
+        if not re.fullmatch(r"upload_[A-Za-z0-9]+", upload_id):
+            raise ValidationError(f"Invalid upload id {upload_id!r}")
+        return self._staging / upload_id / str(position)
+
+    def stage_file(
+        self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
+    ) -> StagedFile:
+        self._staging_dir(upload_id, position).mkdir(parents=True, exist_ok=True)
+        return StagedFile(upload_id, position, size, part_size)
+
+    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
+        size = staged.part_length(part_number)
+        expires = int(expires_at.timestamp())
+        fields = (staged.upload_id, staged.position, part_number, size, staged.part_size)
+        query = urlencode(
+            {
+                "size": size,
+                "partSize": staged.part_size,
+                "expires": expires,
+                "signature": self.signer.sign(expires, "PUT", *fields),
+            }
+        )
+        return (
+            f"{self.public_url}/blobs/parts/{staged.upload_id}/{staged.position}/"
+            f"{part_number}?{query}"
+        )
+
+    def verify_part_url(
+        self,
+        upload_id: str,
+        position: int,
+        part_number: int,
+        size: int,
+        part_size: int,
+        expires: int,
+        signature: str,
+        now: datetime,
+    ) -> None:
+        self.signer.verify(
+            signature, expires, now, "PUT", upload_id, position, part_number, size, part_size
+        )
+
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
         found: dict[int, tuple[int, StoredPart]] = {}
         directory = self._staging_dir(staged.upload_id, staged.position)
@@ -119,11 +234,11 @@ class BlobStore(Protocol):
             raise FileLargerThanDeclared(f"{total}")
         digest = hashlib.sha256()
         if len(paths) == 1:
-            # One part: hash it where it lies and move it, no copy.
+            # One part: hash it where it lies and link it, no copy.
             with open(paths[0], "rb") as source:
                 _hash_stream(source, digest, heartbeat)
             sha256 = digest.hexdigest()
-            self._adopt(paths[0], sha256)
+            self._adopt(paths[0], sha256, keep_source=True)
             return CommittedBlob(sha256, total)
         tmp = directory / f"assembled.tmp{secrets.token_hex(4)}"
         with open(tmp, "wb") as out:
@@ -131,16 +246,23 @@ class BlobStore(Protocol):
                 with open(path, "rb") as source:
                     _hash_stream(source, digest, heartbeat, out)
         sha256 = digest.hexdigest()
-        self._adopt(tmp, sha256)
+        self._adopt(tmp, sha256, keep_source=False)
         return CommittedBlob(sha256, total)
 
-    def _adopt(self, path: Path, sha256: str) -> None:
+    def _adopt(self, path: Path, sha256: str, *, keep_source: bool) -> None:
+        """Put ``path`` at the blob's address. A staged part is linked, not moved, so a
+        completion that dies before the database records it can be retried."""
         target = self._blob_path(sha256)
-        if target.exists():
-            path.unlink()
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if keep_source:
+                with contextlib.suppress(FileExistsError):
+                    os.link(path, target)
+                return
+            os.replace(path, target)
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, target)
+        if not keep_source:
+            path.unlink()
 
     def discard_staging(self, staged: StagedFile) -> None:
         shutil.rmtree(self._staging_dir(staged.upload_id, staged.position), ignore_errors=True)
