@@ -152,6 +152,7 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
                     schemas.UploadRequest,
                     schemas.UploadWorkloadMetadata,
                     schemas.WorkloadMetadata,
+                    schemas.PromoteRequest,
                 )
             ],
             ref_template="#/components/schemas/{model}",
@@ -162,7 +163,10 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
         # Request validation answers 400 with the error envelope, never FastAPI's 422.
         for path in document.get("paths", {}).values():
             for operation in path.values():
-                operation.get("responses", {}).pop("422", None)
+                responses = operation.get("responses", {})
+                # Keep a 422 a route documents itself (promotion's metadata checks).
+                if responses.get("422", {}).get("description") == "Validation Error":
+                    responses.pop("422")
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
         app.openapi_schema = document

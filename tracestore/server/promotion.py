@@ -1,0 +1,121 @@
+"""Use case: promote a traceset one scope up (SPEC 6).
+
+``workspace`` → ``tenant`` → ``public``. Checks run in the order the SPEC fixes, each failure
+with its own status: 404 (unknown, invisible, or not writable by the caller), 400 (the body),
+403 (``public`` without a tenant admin), 409 (not ``ready``), 412 (not one step up), 412 (no
+workloadMetadata anywhere), 422 (the typed model and the rank-count guard of
+``tracestore.metadata``). Already at the target answers 200 with ``promotionApplied: false``
+and changes nothing, whatever else the body holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError as PydanticValidationError
+
+from tracestore import jsontext, metadata, schemas
+from tracestore.errors import (
+    Conflict,
+    Forbidden,
+    PreconditionFailed,
+    UnprocessableEntity,
+    ValidationError,
+)
+from tracestore.server.auth import Principal
+from tracestore.server.services import Services
+from tracestore.server.tracesets import find_writable
+from tracestore.server.validation import pydantic_message
+
+TARGETS: dict[str, schemas.Scope] = {"tenant": "tenant", "public": "public"}
+NEXT_SCOPE = {"workspace": "tenant", "tenant": "public"}
+PUBLIC_NEEDS_ADMIN = "Promotion to public needs a tenant admin"
+
+
+def parse_promote_request(body: bytes) -> schemas.PromoteRequest:
+    """The promotion body (an empty body is ``{}``), numbers kept as written. Raises 400."""
+    if not body.strip():
+        return schemas.PromoteRequest()
+    try:
+        data = jsontext.loads(body)
+    except ValueError as exc:
+        raise ValidationError(f"Request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValidationError("Request body must be a JSON object")
+    try:
+        request = schemas.PromoteRequest.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ValidationError(pydantic_message(exc)) from None
+    if request.target not in TARGETS:
+        raise ValidationError(
+            f"target must be 'tenant' or 'public', got {jsontext.value_text(request.target)}"
+        )
+    return request
+
+
+def _checked_new_metadata(given: Any, traceset_id: str, held: int | None) -> None:
+    """The metadata checks (422): size as at upload, then the typed model and the guard."""
+    if isinstance(given, dict):
+        try:
+            size = metadata.metadata_size(given)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise UnprocessableEntity(f"workloadMetadata cannot be serialized: {exc}") from None
+        if size > metadata.MAX_METADATA_BYTES:
+            raise UnprocessableEntity(
+                f"workloadMetadata is {size} bytes when serialized; "
+                f"the limit is {metadata.MAX_METADATA_BYTES} bytes"
+            )
+    metadata.check_promotion_metadata(given, traceset_id=traceset_id, held_rank_count=held)
+
+
+def promote_traceset(
+    services: Services, principal: Principal, traceset_id: str, body: bytes
+) -> schemas.PromoteAnswer:
+    """Promote the traceset to the body's ``target`` (default ``tenant``); see the module."""
+    with services.db.session() as session:
+        traceset = find_writable(session, principal, traceset_id)
+        # Lock the row (PostgreSQL) so two promotions of one traceset apply once.
+        session.refresh(traceset, with_for_update=True)
+        request = parse_promote_request(body)
+        target = TARGETS[request.target]
+        if target == "public" and not principal.is_tenant_admin:
+            raise Forbidden(PUBLIC_NEEDS_ADMIN)
+        if traceset.status != "ready":
+            raise Conflict(
+                f"Traceset '{traceset.id}' is {traceset.status}; only a ready traceset can be "
+                "promoted"
+            )
+        if traceset.scope == target:
+            return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=False)
+        if NEXT_SCOPE.get(traceset.scope) != target:
+            step = NEXT_SCOPE.get(traceset.scope)
+            hint = f"; promote it to {step} first" if step else ""
+            raise PreconditionFailed(
+                f"Traceset '{traceset.id}' is {traceset.scope}; it cannot be promoted to "
+                f"{target}: promotion goes one step up (workspace → tenant → public){hint}"
+            )
+
+        given = request.workload_metadata
+        if given is None and traceset.metadata_text is None:
+            raise PreconditionFailed(
+                f"Traceset '{traceset.id}' has no workloadMetadata; promotion needs it: "
+                "send workloadMetadata in the request body"
+            )
+        if given is None:
+            stored = jsontext.loads(traceset.metadata_text or "null")
+            metadata.check_promotion_metadata(
+                stored, traceset_id=traceset.id, held_rank_count=traceset.rank_count
+            )
+        else:
+            _checked_new_metadata(given, traceset.id, traceset.rank_count)
+            traceset.metadata_text = jsontext.dumps(given)
+            traceset.workload_metadata = jsontext.plain(given)
+
+        if request.description is not None:
+            traceset.description = request.description
+        if request.tags is not None:
+            traceset.tags = list(request.tags)
+        traceset.scope = target
+        traceset.expires_at = None
+        traceset.updated_at = services.now()
+        return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=True)
