@@ -1,0 +1,206 @@
+"""The HTTP contract that holds for every route: authentication, the one error envelope,
+body limits, and a valid OpenAPI description."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from openapi_spec_validator import validate
+
+from tests.uploading import UPLOAD_URL
+from tracestore.errors import ERRORS_BY_CODE
+from tracestore.server.app import create_app
+from tracestore.server.services import Services
+from tracestore.server.settings import Settings
+
+ENVELOPE_KEYS = {"code", "message", "requestId"}
+
+
+def assert_envelope(response: object, status: int, code: str) -> dict[str, str]:
+    from httpx import Response
+
+    assert isinstance(response, Response)
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == ENVELOPE_KEYS
+    assert body["error"]["code"] == code
+    assert re.fullmatch(r"req_[0-9a-f]{24}", body["error"]["requestId"])
+    assert response.headers["x-request-id"] == body["error"]["requestId"]
+    return dict(body["error"])
+
+
+def api_routes(http: TestClient) -> Iterator[tuple[str, str]]:
+    """Every (method, concrete path) under /api/v1 the app serves."""
+    for path, operations in http.app.openapi()["paths"].items():  # type: ignore[attr-defined]
+        if not path.startswith("/api/v1"):
+            continue
+        concrete = re.sub(r"\{[^}]+\}", "ts_x", path)
+        for method in operations:
+            yield method.upper(), concrete
+
+
+@pytest.mark.parametrize("authorization", [None, "", "Bearer", "Bearer ", "Basic abc",
+                                           "Bearer wrong-token", "Bearer a.b.c", "bearer  x y"])
+def test_every_api_route_needs_a_valid_bearer_token(http: TestClient,
+                                                    authorization: str | None) -> None:
+    routes = list(api_routes(http))
+    assert len(routes) >= 6
+    for method, path in routes:
+        headers = {} if authorization is None else {"Authorization": authorization}
+        http.headers.pop("Authorization", None)
+        response = http.request(method, path, headers=headers, json={})
+        error = assert_envelope(response, 401, "UNAUTHORIZED")
+        assert error["message"] == "Invalid or missing authentication token"
+
+
+def test_revoked_and_expired_tokens_are_refused(http: TestClient, services: Services) -> None:
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    from tracestore.server import db
+    from tracestore.server.auth import issue_token, revoke_token
+
+    now = services.now()
+    with services.db.session() as session:
+        user_id = session.scalars(select(db.User.id)).first()
+        assert user_id is not None
+        revoked = issue_token(session, user_id, "r", now)
+        expiring = issue_token(session, user_id, "e", now, now + timedelta(hours=1))
+    with services.db.session() as session:
+        revoke_token(session, revoked.id, now)
+    assert http.get("/api/v1/tracesets/ts_x",
+                    headers={"Authorization": f"Bearer {expiring.token}"}).status_code == 404
+    for token in (revoked.token, expiring.token):
+        if token == expiring.token:
+            services.clock.advance(hours=2)  # type: ignore[attr-defined]
+        response = http.get("/api/v1/tracesets/ts_x", headers={"Authorization": f"Bearer {token}"})
+        assert_envelope(response, 401, "UNAUTHORIZED")
+
+
+def test_error_envelope_for_each_status(http: TestClient) -> None:
+    assert_envelope(http.post(UPLOAD_URL, content=b"{nope",
+                              headers={"Content-Type": "application/json"}), 400,
+                    "VALIDATION_ERROR")
+    assert_envelope(http.post("/api/v1/tracesets/upload-url/complete", json={"files": []}),
+                    400, "VALIDATION_ERROR")
+    assert_envelope(http.get("/api/v1/tracesets/ts_missing"), 404, "NOT_FOUND")
+    assert_envelope(http.get("/no/such/route"), 404, "NOT_FOUND")
+    assert_envelope(http.patch("/api/v1/tracesets/upload-url/complete"), 405,
+                    "METHOD_NOT_ALLOWED")
+    error = assert_envelope(http.post("/api/v1/tracesets", json={}), 501, "NOT_IMPLEMENTED")
+    assert "upload-url" in error["message"]
+    assert_envelope(http.post(UPLOAD_URL, json={"name": "x", "workspaceId": "workspace_other",
+                                                "files": [{"name": "a", "size": 1,
+                                                           "role": "supporting"}]}),
+                    403, "FORBIDDEN")
+
+
+def test_request_validation_errors_name_the_member(http: TestClient) -> None:
+    cases = [
+        ({"name": "", "files": [{"name": "a", "size": 1, "role": "supporting"}]}, "name"),
+        ({"name": "x", "files": []}, "files"),
+        ({"name": "x", "files": [{"name": "a", "size": "5", "role": "supporting"}]},
+         "files[0].size"),
+        ({"name": "x", "files": [{"name": "a", "size": -1, "role": "supporting"}]},
+         "files[0].size"),
+        ({"name": "x", "files": [{"name": "a", "size": 1, "role": "other"}]}, "files[0].role"),
+        ({"name": "x", "files": [{"name": "a", "size": 1, "role": "primary"}] * 2},
+         "File name 'a' appears more than once"),
+        ({"name": "x", "ttlDays": 0, "files": [{"name": "a", "size": 1, "role": "supporting"}]},
+         "ttlDays"),
+        ({"name": "x", "files": [{"name": "a", "size": 6 * 1024**4, "role": "supporting"}]},
+         "files[0].size"),
+    ]
+    for body, needle in cases:
+        error = assert_envelope(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
+        assert needle in error["message"], (body, error)
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("/abs", "absolute"), ("a//b", "empty segment"), ("a/../b", "'..' segment"),
+    ("./a", "'.' segment"), ("a\\b", "backslash"), ("a\tb", "control character"),
+    ("a b", "outside"), ("", "empty"), ("x" * 1025, "1024 bytes"),
+])
+def test_bad_file_names_are_refused_naming_the_file(http: TestClient, name: str,
+                                                     problem: str) -> None:
+    body = {"name": "x", "files": [{"name": name, "size": 1, "role": "supporting"}]}
+    error = assert_envelope(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
+    assert problem in error["message"]
+
+
+def test_good_file_names_are_accepted(http: TestClient) -> None:
+    names = ["rank_0.et", "a/b/c.json.gz", "w=1+x@y-z.tar", "." + "x" * 1000]
+    body = {"name": "x", "files": [{"name": n, "size": 1, "role": "supporting"} for n in names]}
+    assert http.post(UPLOAD_URL, json=body).status_code == 200
+
+
+def test_json_bodies_over_the_limit_answer_413_before_being_read(services: Services,
+                                                                 admin_token: str) -> None:
+    small = Settings(**{**services.settings.model_dump(), "max_json_body": 4096})
+    app = create_app(services=Services(settings=small, db=services.db, store=services.store,
+                                       clock=services.clock))
+    with TestClient(app) as http:
+        http.headers["Authorization"] = f"Bearer {admin_token}"
+        big = {"name": "x", "description": "d" * 5000,
+               "files": [{"name": "a", "size": 1, "role": "supporting"}]}
+        assert_envelope(http.post(UPLOAD_URL, json=big), 413, "PAYLOAD_TOO_LARGE")
+
+        def chunks() -> Iterator[bytes]:
+            yield b'{"name":"x","description":"'
+            for _ in range(10):
+                yield b"d" * 1000
+            yield b'"}'
+
+        response = http.post(UPLOAD_URL, content=chunks(),
+                             headers={"Content-Type": "application/json"})
+        assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")
+
+
+def test_unexpected_errors_are_500_without_internals(http: TestClient, services: Services,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracestore.server import tracesets
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("secret internal detail")
+
+    monkeypatch.setattr(tracesets, "get_traceset", broken)
+    error = assert_envelope(http.get("/api/v1/tracesets/ts_x"), 500, "INTERNAL_ERROR")
+    assert "secret" not in error["message"]
+
+
+def test_every_error_code_has_one_class() -> None:
+    assert {"VALIDATION_ERROR", "UNAUTHORIZED", "FORBIDDEN", "NOT_FOUND", "CONFLICT", "GONE",
+            "PRECONDITION_FAILED", "PAYLOAD_TOO_LARGE", "UNPROCESSABLE_ENTITY",
+            "INTERNAL_ERROR", "NOT_IMPLEMENTED"} <= set(ERRORS_BY_CODE)
+
+
+def test_health_and_readiness(http: TestClient) -> None:
+    http.headers.pop("Authorization", None)
+    assert http.get("/healthz").json()["status"] == "ok"
+    ready = http.get("/readyz").json()
+    assert ready == {"status": "ok", "checks": {"database": "ok", "blobStore": "ok"}}
+
+
+def test_openapi_description_is_valid_and_documents_the_seed_schema(http: TestClient) -> None:
+    document = http.get("/openapi.json").json()
+    validate(document)
+    schemas = document["components"]["schemas"]
+    upload = schemas["UploadWorkloadMetadata"]
+    assert set(upload["properties"]) >= {"shape", "parallelism"}
+    shape = schemas["WorkloadShape"]["properties"]["rankCount"]
+    assert "2147483647" in str(shape) and "1" in str(shape)
+    parallelism = schemas["WorkloadParallelism"]["properties"]
+    assert {"dp", "tp", "sp", "ep", "pp", "cp", "fsdp"} <= set(parallelism)
+    assert "WorkloadMetadata" in schemas
+    request_body = document["paths"]["/api/v1/tracesets/upload-url"]["post"]["requestBody"]
+    assert request_body["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/UploadRequest")
+    assert "UploadWorkloadMetadata" in str(schemas["UploadRequest"])
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            assert "HTTPValidationError" not in str(operation.get("responses", {})), path
