@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv (if needed) and install tracestore into it with the given extras.
+# Usage: scripts/setup.sh server        -> the service
+#        scripts/setup.sh server,dev    -> the service and the test tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-server}"
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+fi
+stamp=".venv/.installed-$extras"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e ".[$extras]"
+    touch "$stamp"
+fi
