@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +16,7 @@ from sqlalchemy import text
 from tracestore.errors import ServiceUnavailable
 from tracestore.server.blobs import BlobStore, LocalBlobStore, UrlSigner
 from tracestore.server.db import Database, utcnow
+from tracestore.server.jwt_auth import JwtVerifier
 from tracestore.server.settings import Settings
 
 Clock = Callable[[], datetime]
@@ -30,7 +33,19 @@ class Services:
     def now(self) -> datetime:
         return self.clock()
 
+    _background: ThreadPoolExecutor | None = field(default=None, repr=False)
+    _background_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def run_in_background(self, fn: Callable[..., object], *args: object) -> None:
+        """Run ``fn(*args)`` on this process's one background worker (inspection)."""
+        with self._background_lock:
+            if self._background is None:
+                self._background = ThreadPoolExecutor(1, thread_name_prefix="tracestore-bg")
+            self._background.submit(fn, *args)
+
     def close(self) -> None:
+        if self._background is not None:
+            self._background.shutdown(wait=True)
         self.db.dispose()
 
     def readiness(self) -> dict[str, str]:
@@ -51,11 +66,19 @@ class Services:
 
 
 def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
-    """Open the database (migrated to the newest schema) and the blob store."""
+    """Open the database (migrated to the newest schema) and the blob store, and the JWT
+    verifier when a JWKS is configured."""
+    verifier = JwtVerifier.from_settings(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     database = Database(settings.resolved_database_url)
     database.migrate()
-    return Services(settings=settings, db=database, store=open_blob_store(settings), clock=clock)
+    return Services(
+        settings=settings,
+        db=database,
+        store=open_blob_store(settings),
+        clock=clock,
+        jwt_verifier=verifier,
+    )
 
 
 def open_blob_store(settings: Settings) -> BlobStore:
