@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tracestore.cli_client import COMMANDS as CLIENT_COMMANDS
+
 if TYPE_CHECKING:
     from tracestore.server.services import Services
     from tracestore.server.settings import Settings
@@ -53,6 +55,10 @@ data_dir_option = click.option(
 @click.version_option(package_name="tracestore")
 def main() -> None:
     """tracestore: keep, find and fetch the trace files of distributed training runs."""
+
+
+for _command in CLIENT_COMMANDS:
+    main.add_command(_command)
 
 
 @main.command()

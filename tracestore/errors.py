@@ -143,3 +143,35 @@ ERRORS_BY_CODE: dict[str, type[TracestoreError]] = {
 ERRORS_BY_STATUS: dict[int, type[TracestoreError]] = {
     cls.status: cls for cls in ERRORS_BY_CODE.values()
 }
+
+
+# --- raised by the client alone: no wire code, so not in the tables above ---
+
+
+class NetworkError(TracestoreError):
+    """The service could not be reached, or the connection broke (no HTTP answer; status 0)."""
+
+    status = 0
+    code = "NETWORK_ERROR"
+
+
+class IntegrityError(TracestoreError):
+    """Bytes on disk do not match what the service recorded (size or SHA-256)."""
+
+    status = 0
+    code = "INTEGRITY_ERROR"
+
+
+class UploadIncomplete(TracestoreError):
+    """An upload stopped after its session was created; it can be resumed by its id."""
+
+    status = 0
+    code = "UPLOAD_INCOMPLETE"
+
+    def __init__(
+        self, message: str, *, upload_id: str, traceset_id: str, cause: TracestoreError | None
+    ) -> None:
+        super().__init__(message, request_id=cause.request_id if cause else None)
+        self.upload_id = upload_id
+        self.traceset_id = traceset_id
+        self.cause = cause

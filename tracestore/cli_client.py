@@ -1,0 +1,422 @@
+"""The client commands of ``tracestore``: upload, ls, show, promote, download, validate, rm.
+
+They talk to a service over HTTP through ``tracestore.Client`` and import nothing of the
+server. Exit codes: 0 success, 1 API or network error, 2 usage error (bad options, missing
+files, metadata that breaks the upload rules before anything is sent).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import click
+
+from tracestore import cli_output, jsontext
+from tracestore.client import Client
+from tracestore.errors import TracestoreError, UploadIncomplete, ValidationError
+from tracestore.transfers import UploadInterrupted
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+EXIT_API_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _is_local(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(url: str, token: str | None) -> str:
+    """The token given, else (for a service on this machine only) the local admin token."""
+    if token:
+        return token
+    if _is_local(url):
+        data_dir = Path(os.environ.get("TRACESTORE_DATA_DIR") or "./tracestore-data")
+        path = data_dir / "admin-token"
+        if path.is_file():
+            return path.read_text().strip()
+    raise click.UsageError(
+        "No API token: pass --token or set TRACESTORE_TOKEN (for a local `tracestore serve`, "
+        "run this where its tracestore-data directory is, or set TRACESTORE_DATA_DIR)."
+    )
+
+
+def _connection(command: F) -> F:
+    """Adds --url and --token and turns them into a ``Client`` passed as ``client``."""
+
+    @click.option(
+        "--url",
+        envvar="TRACESTORE_URL",
+        default=DEFAULT_URL,
+        show_default=True,
+        help="Service URL (or TRACESTORE_URL).",
+    )
+    @click.option("--token", envvar="TRACESTORE_TOKEN", help="API token (or TRACESTORE_TOKEN).")
+    @functools.wraps(command)
+    def wrapper(url: str, token: str | None, **kwargs: Any) -> Any:
+        with Client(url, resolve_token(url, token)) as client:
+            try:
+                return command(client=client, **kwargs)
+            except TracestoreError as exc:
+                for line in cli_output.error_lines(exc):
+                    click.echo(line, err=True)
+                sys.exit(EXIT_API_ERROR)
+
+    return wrapper  # type: ignore[return-value]
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _read_metadata(path: Path | None) -> Any:
+    if path is None:
+        return None
+    try:
+        return jsontext.loads(path.read_bytes())
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc}", param_hint="--workload-metadata"
+        ) from None
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"{path} is not JSON: {exc}", param_hint="--workload-metadata"
+        ) from None
+
+
+def _census_problems(
+    paths: Sequence[Path], role: str, metadata: Any, declared: int | None
+) -> list[str]:
+    """What a quick local inspection finds wrong with the primary files (empty if none)."""
+    try:
+        from tracestore.inspect.census import rank_census
+        from tracestore.inspect.files import inspect_path
+        from tracestore.transfers import collect_files
+    except ImportError:  # pragma: no cover - inspection not installed
+        return []
+    if role != "primary":
+        return []
+    files = [
+        (f.name, inspect_path(f.path, f.name, quick=True)) for f in collect_files(paths, "primary")
+    ]
+    census = rank_census(files, declared_rank_count=declared, workload_metadata=metadata)
+    checks = (census.rank_count_matches, census.parallelism_consistent)
+    return [check.message for check in checks if not check.passed]
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--workload-metadata",
+    "metadata_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON file with the workloadMetadata (must declare the rank count for primary files).",
+)
+@click.option("--name", help="Traceset name (default: the first path's base name).")
+@click.option(
+    "--supporting",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="A supporting file or directory (configs, logs); repeatable.",
+)
+@click.option("--role", type=click.Choice(["primary", "supporting"]), default="primary")
+@click.option("--workspace", "workspace_id", help="Workspace id (default: yours).")
+@click.option("--tag", "tags", multiple=True, help="A tag; repeatable.")
+@click.option("--ttl-days", type=click.IntRange(1, 365), help="Days unused before it expires.")
+@click.option("--description", help="Free text.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--resume", "resume_id", metavar="UPLOAD_ID", help="Finish an interrupted upload.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse (do not just warn) when a local inspection "
+    "of the files disagrees with the declared rank count.",
+)
+@json_option
+@_connection
+def upload(
+    client: Client,
+    paths: tuple[Path, ...],
+    metadata_file: Path | None,
+    name: str | None,
+    supporting: tuple[Path, ...],
+    role: str,
+    workspace_id: str | None,
+    tags: tuple[str, ...],
+    ttl_days: int | None,
+    description: str | None,
+    concurrency: int,
+    resume_id: str | None,
+    strict: bool,
+    as_json: bool,
+) -> None:
+    """Upload files and directories as one traceset (parallel, resumable, verified)."""
+    from tracestore import metadata as rules
+
+    workload_metadata = _read_metadata(metadata_file)
+    if resume_id is None:
+        try:
+            declared = rules.check_upload_metadata(
+                workload_metadata, has_primary_files=role == "primary"
+            )
+        except ValidationError as exc:
+            raise click.UsageError(f"{metadata_file or 'no --workload-metadata'}: {exc}") from None
+        problems = _census_problems(paths, role, workload_metadata, declared)
+        for problem in problems:
+            click.echo(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
+        if problems and strict:
+            raise click.UsageError("local inspection disagrees with the metadata (--strict)")
+    try:
+        with cli_output.progress_bars(True) as progress:
+            traceset = client.upload_traceset(
+                list(paths),
+                name=name,
+                workload_metadata=workload_metadata,
+                role=role,  # type: ignore[arg-type]
+                supporting=list(supporting),
+                workspace_id=workspace_id,
+                tags=tags,
+                ttl_days=ttl_days,
+                description=description,
+                concurrency=concurrency,
+                progress=progress,
+                resume_upload_id=resume_id,
+            )
+    except UploadInterrupted as exc:
+        click.echo(f"\nInterrupted. {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except UploadIncomplete as exc:
+        for line in cli_output.error_lines(exc):
+            click.echo(line, err=True)
+        click.echo(f"  {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
+        sys.exit(EXIT_API_ERROR)
+    except ValidationError as exc:
+        if exc.request_id is None:  # found locally, before any request
+            raise click.UsageError(exc.message) from None
+        raise
+    if as_json:
+        cli_output.echo_json(cli_output.wire(traceset))
+    else:
+        click.echo(
+            f"{traceset.id}  {traceset.status}  {traceset.file_count} files  "
+            f"{cli_output.size_text(traceset.total_size)}  {traceset.hash}"
+        )
+
+
+def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Path]) -> str:
+    words = ["tracestore", "upload", "--resume", upload_id, *map(str, paths)]
+    for extra in supporting:
+        words += ["--supporting", str(extra)]
+    return "Resume with: " + " ".join(_quote(w) for w in words)
+
+
+def _quote(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
+
+
+def _parse_filters(pairs: Sequence[str]) -> dict[str, Any]:
+    workload: dict[str, Any] = {}
+    for pair in pairs:
+        path, sep, value = pair.partition("=")
+        if not sep or not path:
+            raise click.BadParameter(f"{pair!r} is not PATH=VALUE", param_hint="--filter")
+        workload[path] = value
+    return workload
+
+
+@click.command("ls")
+@click.option("--workspace", "workspace_id", help="Only this workspace (and what it sees).")
+@click.option("--status", type=click.Choice(["uploading", "ready", "upload_failed", "deleted"]))
+@click.option("--scope", type=click.Choice(["workspace", "tenant", "public"]))
+@click.option("--search", help="Case-insensitive substring of the name.")
+@click.option("--sort", help="e.g. created:desc or name:asc,size:desc.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many (all by default).")
+@click.option("--workload-family", help="workload_family equals this.")
+@click.option("--workload-name", help="workload_name equals this.")
+@click.option(
+    "--filter",
+    "filters",
+    multiple=True,
+    metavar="PATH=VALUE",
+    help="Workload filter on a snake_case path, e.g. shape.global_batch_size=1024; repeatable.",
+)
+@json_option
+@_connection
+def ls(
+    client: Client,
+    workspace_id: str | None,
+    status: str | None,
+    scope: str | None,
+    search: str | None,
+    sort: str | None,
+    limit: int | None,
+    workload_family: str | None,
+    workload_name: str | None,
+    filters: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """List tracesets you can see, newest first (every page, fetched as needed)."""
+    workload = _parse_filters(filters)
+    if workload_family is not None:
+        workload["workload_family"] = workload_family
+    if workload_name is not None:
+        workload["workload_name"] = workload_name
+    items = list(
+        client.list_tracesets(
+            max_items=limit,
+            page_size=min(limit, 100) if limit else 100,
+            workspace_id=workspace_id,
+            status=status,
+            scope=scope,
+            search=search,
+            sort=sort,
+            workload=workload or None,
+        )
+    )
+    if as_json:
+        cli_output.echo_json([cli_output.wire(item) for item in items])
+    elif items:
+        click.echo(cli_output.list_rows(items))
+    else:
+        click.echo("No tracesets.", err=True)
+
+
+@click.command()
+@click.argument("traceset_id")
+@json_option
+@_connection
+def show(client: Client, traceset_id: str, as_json: bool) -> None:
+    """Show a traceset: status, rank count, workload metadata and files."""
+    traceset = client.get_traceset(traceset_id)
+    if as_json:
+        cli_output.echo_json(cli_output.wire(traceset))
+    else:
+        click.echo(cli_output.traceset_text(traceset))
+
+
+@click.command()
+@click.argument("traceset_id")
+@click.option(
+    "--target", type=click.Choice(["tenant", "public"]), default="tenant", show_default=True
+)
+@click.option(
+    "--workload-metadata",
+    "metadata_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Replace the workloadMetadata (same rank count as at upload).",
+)
+@click.option("--description", help="Replace the description.")
+@click.option("--tag", "tags", multiple=True, help="Replace the tags; repeatable.")
+@json_option
+@_connection
+def promote(
+    client: Client,
+    traceset_id: str,
+    target: str,
+    metadata_file: Path | None,
+    description: str | None,
+    tags: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Widen who can see a ready traceset: workspace → tenant → public."""
+    answer = client.promote_traceset(
+        traceset_id,
+        target=target,
+        workload_metadata=_read_metadata(metadata_file),
+        description=description,
+        tags=list(tags) if tags else None,
+    )
+    if as_json:
+        cli_output.echo_json(cli_output.wire(answer))
+    elif answer.promotion_applied:
+        click.echo(f"{answer.id} promoted to {answer.scope}")
+    else:
+        click.echo(f"{answer.id} is already {answer.scope}; nothing changed")
+
+
+@click.command()
+@click.argument("traceset_id")
+@click.option("--file", "names", multiple=True, help="Only this file; repeatable.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory to write into.",
+)
+@click.option("--concurrency", type=click.IntRange(1, 32), default=4, show_default=True)
+@json_option
+@_connection
+def download(
+    client: Client,
+    traceset_id: str,
+    names: tuple[str, ...],
+    output: Path,
+    concurrency: int,
+    as_json: bool,
+) -> None:
+    """Download a traceset's files (resumes partial files, verifies every SHA-256)."""
+    with cli_output.progress_bars(True) as progress:
+        written = client.download_traceset(
+            traceset_id,
+            output,
+            files=list(names) or None,
+            concurrency=concurrency,
+            progress=progress,
+        )
+    if as_json:
+        cli_output.echo_json([str(path) for path in written])
+    else:
+        for path in written:
+            click.echo(str(path))
+
+
+@click.command()
+@click.argument("traceset_id")
+@json_option
+@_connection
+def validate(client: Client, traceset_id: str, as_json: bool) -> None:
+    """Re-verify a traceset on the service; exit 1 when a check fails."""
+    answer = client.validate_traceset(traceset_id)
+    if as_json:
+        cli_output.echo_json(cli_output.wire(answer))
+    else:
+        for check in answer.checks:
+            mark = "ok  " if check.passed else "FAIL"
+            click.echo(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
+        click.echo(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
+    if not answer.valid:
+        sys.exit(EXIT_API_ERROR)
+
+
+@click.command()
+@click.argument("traceset_id")
+@json_option
+@_connection
+def rm(client: Client, traceset_id: str, as_json: bool) -> None:
+    """Delete a traceset (soft: its bytes are purged after a grace period)."""
+    client.delete_traceset(traceset_id)
+    if as_json:
+        cli_output.echo_json({"id": traceset_id, "status": "deleted"})
+    else:
+        click.echo(f"deleted {traceset_id}")
+
+
+COMMANDS: tuple[click.Command, ...] = (upload, ls, show, promote, download, validate, rm)

@@ -1,0 +1,193 @@
+"""What the client commands print: tables, JSON, progress bars and the error table."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from tracestore import jsontext, schemas
+from tracestore.errors import TracestoreError, UploadIncomplete
+from tracestore.transfers import ProgressCallback, ProgressEvent
+
+# One line per error code: what to do next. The message itself comes from the service.
+NEXT_STEPS: dict[str, str] = {
+    "VALIDATION_ERROR": "Fix what the message names and run the command again.",
+    "UNAUTHORIZED": "Check the token: --token, TRACESTORE_TOKEN, or the server's "
+    "<data-dir>/admin-token.",
+    "FORBIDDEN": "You are not a member of that workspace (or the URL expired); "
+    "see `tracestore workspace list` or ask its admin.",
+    "NOT_FOUND": "Check the id with `tracestore ls` (another workspace's tracesets are not "
+    "visible to you).",
+    "METHOD_NOT_ALLOWED": "The service does not offer this operation; is it an older version?",
+    "CONFLICT": "The traceset is not in a state that allows this; check it with "
+    "`tracestore show ID`.",
+    "GONE": "The upload session has expired (24 h); upload again without --resume.",
+    "PRECONDITION_FAILED": "Promote one step at a time (workspace → tenant → public) and give "
+    "workload metadata (--workload-metadata FILE).",
+    "PAYLOAD_TOO_LARGE": "A file is larger than declared (did it change?); upload it again.",
+    "UNPROCESSABLE_ENTITY": "Fix the workload metadata as the message says: snake_case "
+    "descriptive members, and the same rank count as at upload.",
+    "INTERNAL_ERROR": "The service failed; retry, or give its operator the request id.",
+    "NOT_IMPLEMENTED": "The service deliberately does not offer this route.",
+    "SERVICE_UNAVAILABLE": "The service's database or blob store is down; retry later.",
+    "NETWORK_ERROR": "Is the service running? Start one with `tracestore serve`, or point "
+    "--url / TRACESTORE_URL at it.",
+    "INTEGRITY_ERROR": "The bytes do not match what the service recorded; run the command "
+    "again (downloads resume, mismatching ones start over).",
+    "UPLOAD_INCOMPLETE": "Resume it with the command below once the cause is fixed.",
+}
+
+
+def error_lines(exc: TracestoreError) -> list[str]:
+    """The error as the CLI prints it: the message, then the next step, then the request id."""
+    code = exc.cause.code if isinstance(exc, UploadIncomplete) and exc.cause else exc.code
+    lines = [f"Error: {exc.message}"]
+    step = NEXT_STEPS.get(code, NEXT_STEPS["INTERNAL_ERROR"])
+    lines.append(f"  {step}")
+    if exc.request_id:
+        lines.append(f"  (request id {exc.request_id})")
+    return lines
+
+
+def echo_json(value: Any) -> None:
+    """JSON on stdout; workloadMetadata numbers as the service stored them."""
+    click.echo(jsontext.dumps(value))
+
+
+def wire(model: schemas.WireModel | schemas.SnakeWireModel) -> Any:
+    """A response model back to its wire JSON (camelCase), metadata kept as given."""
+    data: dict[str, Any] = model.model_dump(mode="json", by_alias=True)
+    if isinstance(model, schemas.Traceset):
+        data["workloadMetadata"] = model.workload_metadata
+    return data
+
+
+def size_text(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Plain aligned columns (script-friendly, no truncation)."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def timestamp(value: Any) -> str:
+    return schemas.format_timestamp(value) if value is not None else "-"
+
+
+def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
+    rows = []
+    for item in items:
+        workload = " / ".join(
+            str(v) for v in (item.workload.workload_family, item.workload.workload_name) if v
+        )
+        rows.append(
+            [
+                item.id,
+                item.name,
+                item.status,
+                item.scope,
+                str(item.file_count),
+                size_text(item.total_size),
+                "-" if item.rank_count_derived is None else str(item.rank_count_derived),
+                timestamp(item.created_at),
+                workload or "-",
+            ]
+        )
+    headers = ["ID", "NAME", "STATUS", "SCOPE", "FILES", "SIZE", "RANKS", "CREATED", "WORKLOAD"]
+    return table(headers, rows)
+
+
+def traceset_text(ts: schemas.Traceset) -> str:
+    """``tracestore show``: the traceset's members, then its files."""
+    ranks = "-" if ts.rank_count_derived is None else str(ts.rank_count_derived)
+    lines = [
+        f"id:          {ts.id}",
+        f"name:        {ts.name}",
+        f"status:      {ts.status}",
+        f"scope:       {ts.scope}",
+        f"workspace:   {ts.workspace_id}",
+        f"ranks:       {ranks}",
+        f"size:        {size_text(ts.total_size)} in {ts.file_count} files",
+        f"hash:        {ts.hash or '-'}",
+        f"created:     {timestamp(ts.created_at)}",
+        f"expires:     {timestamp(ts.expires_at) if ts.expires_at else 'never'}",
+    ]
+    if ts.description:
+        lines.append(f"description: {ts.description}")
+    if ts.tags:
+        lines.append(f"tags:        {', '.join(ts.tags)}")
+    if ts.workload_metadata is not None:
+        lines.append(f"metadata:    {jsontext.dumps(ts.workload_metadata)}")
+    rows = [
+        [
+            f.name,
+            f.role,
+            size_text(f.size),
+            f"{f.rank_range.start}-{f.rank_range.end}" if f.rank_range else "-",
+            f.metadata_status,
+            (f.hash or "-")[:19],
+        ]
+        for f in ts.files
+    ]
+    lines += ["", table(["FILE", "ROLE", "SIZE", "RANKS", "INSPECTION", "HASH"], rows)]
+    return "\n".join(lines)
+
+
+@contextmanager
+def progress_bars(enabled: bool) -> Iterator[ProgressCallback | None]:
+    """Rich progress bars on stderr (one per phase) when it is a terminal, else nothing."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    labels = {"hash": "hashing", "upload": "uploading", "download": "downloading"}
+    tasks: dict[str, TaskID] = {}
+    with Progress(
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as bars:
+        lock = threading.Lock()
+
+        def update(event: ProgressEvent) -> None:
+            with lock:  # events come from the transfer threads
+                task = tasks.get(event.phase)
+                if task is None:
+                    task = bars.add_task(labels[event.phase], total=event.total)
+                    tasks[event.phase] = task
+            bars.update(task, advance=event.advance)
+
+        yield update

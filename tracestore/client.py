@@ -1,0 +1,566 @@
+"""The Python client: one typed method per route of the tracestore API.
+
+    from tracestore import Client
+
+    with Client("http://127.0.0.1:8000", token) as ts:
+        traceset = ts.upload_traceset(["./traces"], workload_metadata={"shape": {"rankCount": 8}})
+        ts.download_traceset(traceset.id, "./copy")
+
+It imports no server dependency. Errors are the classes of ``tracestore.errors``, chosen by
+the envelope's code, each carrying ``status``, ``code``, ``message`` and ``request_id``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+
+from tracestore import jsontext, metadata, schemas
+from tracestore.errors import (
+    Conflict,
+    IntegrityError,
+    TracestoreError,
+    UploadIncomplete,
+    ValidationError,
+)
+from tracestore.transfers import (
+    RETRY_STATUSES,
+    LocalFile,
+    PartJob,
+    ProgressCallback,
+    ProgressEvent,
+    RetryPolicy,
+    UploadInterrupted,
+    api_error,
+    body_text,
+    check_names,
+    collect_files,
+    download_to,
+    hash_files,
+    network_error,
+    put_part,
+)
+
+__all__ = ["Client", "ProgressCallback", "ProgressEvent", "RetryPolicy", "UploadInterrupted"]
+
+API = "/api/v1/tracesets"
+DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+COMPLETE_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
+_LIST_PARAMS = {
+    "workspace_id": "workspaceId",
+    "status": "status",
+    "scope": "scope",
+    "search": "search",
+    "sort": "sort",
+    "created_after": "createdAfter",
+    "created_before": "createdBefore",
+    "min_rank_count": "minRankCount",
+    "max_rank_count": "maxRankCount",
+}
+
+
+def _query_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat()).replace("+00:00", "Z")
+    return str(value)
+
+
+class Client:
+    """A tracestore service at ``base_url``, used with the API token ``token``.
+
+    ``http`` may be any ``httpx.Client`` (Starlette's TestClient included); part and
+    download URLs go through it too, without the bearer token.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._auth = {"Authorization": f"Bearer {token}"}
+        self._owns_http = http is None
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self.http = http or httpx.Client(
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            follow_redirects=True,
+        )
+        self.retry = retry or RetryPolicy()
+
+    def close(self) -> None:
+        """Close the connections this client opened (not an ``http`` handed in)."""
+        if self._owns_http:
+            self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- plumbing ---
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: list[tuple[str, str]] | None = None,
+        body: object = None,
+        idempotent: bool = True,
+        timeout: httpx.Timeout | None = None,
+    ) -> httpx.Response:
+        """One API request with the token; idempotent ones are retried on network errors and
+        5xx. Any other error answer raises its tracestore exception."""
+        url = self.base_url + path
+        headers = dict(self._auth)
+        content = None
+        if body is not None:
+            content = body_text(body)
+            headers["Content-Type"] = "application/json"
+        for attempt in range(self.retry.attempts):
+            try:
+                response = self.http.request(
+                    method,
+                    url,
+                    params=urlencode(params) if params else None,
+                    content=content,
+                    headers=headers,
+                    # An injected client (a TestClient) keeps its own timeouts.
+                    timeout=timeout or self._timeout
+                    if self._owns_http
+                    else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TransportError as exc:
+                # A request that never connected was never seen: safe to send again.
+                retriable = idempotent or isinstance(exc, httpx.ConnectError)
+                if not retriable or attempt + 1 == self.retry.attempts:
+                    raise network_error(exc, url) from None
+            else:
+                if response.status_code < 400:
+                    return response
+                if not (idempotent and response.status_code in RETRY_STATUSES):
+                    raise api_error(response)
+                if attempt + 1 == self.retry.attempts:
+                    raise api_error(response)
+            time.sleep(self.retry.delay(attempt))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _json(response: httpx.Response) -> Any:
+        # jsontext keeps workloadMetadata numbers as written (2.0 stays 2.0).
+        return jsontext.loads(response.content)
+
+    # --- tracesets ---
+
+    def get_traceset(self, traceset_id: str) -> schemas.Traceset:
+        """The traceset with its files and its workloadMetadata exactly as given."""
+        response = self._call("GET", f"{API}/{traceset_id}")
+        return schemas.Traceset.model_validate(self._json(response))
+
+    def delete_traceset(self, traceset_id: str) -> None:
+        """Soft-delete a traceset (its status becomes ``deleted``)."""
+        self._call("DELETE", f"{API}/{traceset_id}")
+
+    def list_page(self, *, cursor: str | None = None, **filters: Any) -> schemas.TracesetPage:
+        """One page of ``GET /api/v1/tracesets``; see ``list_tracesets`` for the filters."""
+        params = self._list_params(filters)
+        if cursor:
+            params.append(("next", cursor))
+        response = self._call("GET", API, params=params)
+        return schemas.TracesetPage.model_validate(self._json(response))
+
+    def list_tracesets(
+        self, *, max_items: int | None = None, **filters: Any
+    ) -> Iterator[schemas.TracesetListItem]:
+        """Every traceset matching ``filters``, following ``pagination.nextCursor``.
+
+        Filters: ``workspace_id``, ``status``, ``scope``, ``search``, ``sort``
+        (``"name:asc,created:desc"``), ``created_after``, ``created_before``,
+        ``min_rank_count``, ``max_rank_count``, ``page_size`` (1–100), and workload
+        equality filters as snake_case keywords (``workload_family="llama"``) or, for dotted
+        paths, ``workload={"shape.global_batch_size": 1024}``.
+        """
+        cursor: str | None = None
+        seen = 0
+        while True:
+            page = self.list_page(cursor=cursor, **filters)
+            for item in page.items:
+                if max_items is not None and seen >= max_items:
+                    return
+                seen += 1
+                yield item
+            cursor = page.pagination.next_cursor
+            if not page.pagination.has_more or not cursor:
+                return
+
+    @staticmethod
+    def _list_params(filters: Mapping[str, Any]) -> list[tuple[str, str]]:
+        params: list[tuple[str, str]] = []
+        for key, value in filters.items():
+            if value is None:
+                continue
+            if key == "page_size":
+                params.append(("limit", str(value)))
+            elif key == "workload":
+                params.extend((path, _query_value(v)) for path, v in dict(value).items())
+            else:
+                params.append((_LIST_PARAMS.get(key, key), _query_value(value)))
+        return params
+
+    def promote_traceset(
+        self,
+        traceset_id: str,
+        target: str = "tenant",
+        workload_metadata: Any = None,
+        description: str | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> schemas.PromoteAnswer:
+        """Widen a ready traceset's scope one step (``tenant``, then ``public``), optionally
+        replacing its workloadMetadata, description and tags (SPEC 6)."""
+        body: dict[str, Any] = {"target": target}
+        if workload_metadata is not None:
+            body["workloadMetadata"] = workload_metadata
+        if description is not None:
+            body["description"] = description
+        if tags is not None:
+            body["tags"] = list(tags)
+        response = self._call("POST", f"{API}/{traceset_id}/promote", body=body)
+        return schemas.PromoteAnswer.model_validate(self._json(response))
+
+    def validate_traceset(self, traceset_id: str) -> schemas.ValidateAnswer:
+        """Re-verify a traceset's bytes and metadata on the service."""
+        response = self._call("POST", f"{API}/{traceset_id}/validate", timeout=COMPLETE_TIMEOUT)
+        return schemas.ValidateAnswer.model_validate(self._json(response))
+
+    def resolve_traceset(self, traceset_id: str) -> schemas.ResolveAnswer:
+        """Where a traceset's bytes are (``s3://`` or ``file://``), for a simulator host."""
+        response = self._call("GET", f"{API}/{traceset_id}/resolve")
+        return schemas.ResolveAnswer.model_validate(self._json(response))
+
+    def download_url(self, traceset_id: str, file: str | None = None) -> schemas.DownloadAnswer:
+        """A presigned URL for one file, or for a ZIP of every file when ``file`` is None."""
+        params = [("file", file)] if file is not None else None
+        response = self._call("GET", f"{API}/{traceset_id}/download", params=params)
+        return schemas.DownloadAnswer.model_validate(self._json(response))
+
+    # --- downloads ---
+
+    def download_file(
+        self,
+        traceset_id: str,
+        name: str,
+        destination: str | os.PathLike[str],
+        *,
+        progress: ProgressCallback | None = None,
+        traceset: schemas.Traceset | None = None,
+    ) -> Path:
+        """Download one file to ``destination`` (a file path), verifying its size and
+        SHA-256; an interrupted download leaves ``<destination>.partial``, resumed next time."""
+        traceset = traceset or self.get_traceset(traceset_id)
+        entry = next((f for f in traceset.files if f.name == name), None)
+        if entry is None:
+            raise ValidationError(f"Traceset {traceset_id} has no file named {name!r}")
+        return self._fetch(traceset_id, entry, Path(destination), progress, entry.size)
+
+    def _fetch(
+        self,
+        traceset_id: str,
+        entry: schemas.TracesetFile,
+        destination: Path,
+        progress: ProgressCallback | None,
+        total: int,
+    ) -> Path:
+        sha256 = entry.hash.removeprefix("sha256:") if entry.hash else None
+        return download_to(
+            self.http,
+            lambda: self.download_url(traceset_id, entry.name).url,
+            destination,
+            size=entry.size,
+            sha256=sha256,
+            retry=self.retry,
+            progress=progress,
+            label=entry.name,
+            total=total,
+        )
+
+    def download_traceset(
+        self,
+        traceset_id: str,
+        directory: str | os.PathLike[str],
+        *,
+        files: Sequence[str] | None = None,
+        concurrency: int = 4,
+        progress: ProgressCallback | None = None,
+    ) -> list[Path]:
+        """Download every file (or those named in ``files``) under ``directory``, keeping the
+        traceset's relative names; each is verified against its recorded SHA-256."""
+        traceset = self.get_traceset(traceset_id)
+        wanted = [f for f in traceset.files if files is None or f.name in files]
+        missing = set(files or ()) - {f.name for f in wanted}
+        if missing:
+            raise ValidationError(
+                f"Traceset {traceset_id} has no file named {sorted(missing)[0]!r}"
+            )
+        root = Path(directory)
+        for entry in wanted:
+            # Never write outside ``directory``, whatever name a service answers.
+            if schemas.file_name_problem(entry.name):
+                raise IntegrityError(f"The service answered an unsafe file name {entry.name!r}")
+        total = sum(f.size for f in wanted)
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            futures = [
+                pool.submit(self._fetch, traceset_id, e, root / e.name, progress, total)
+                for e in wanted
+            ]
+            return [f.result() for f in futures]
+
+    # --- uploads, low level ---
+
+    def start_upload(self, request: schemas.UploadRequest) -> schemas.UploadUrlResponse:
+        """``POST /api/v1/tracesets/upload-url``: create the traceset, get part URLs."""
+        body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
+        body.pop("workloadMetadata", None)
+        if request.workload_metadata is not None:
+            body["workloadMetadata"] = request.workload_metadata
+        response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
+        return schemas.UploadUrlResponse.model_validate(self._json(response))
+
+    def resume_upload(self, upload_id: str) -> schemas.UploadSessionResponse:
+        """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the rest."""
+        response = self._call("GET", f"{API}/upload-url/{upload_id}")
+        return schemas.UploadSessionResponse.model_validate(self._json(response))
+
+    def complete_upload(
+        self, upload_id: str, etags: Mapping[str, Mapping[int, str]]
+    ) -> schemas.Traceset:
+        """``POST .../upload-url/complete`` with every part's ETag per file name. Safe to
+        retry: a completed session answers the same traceset again."""
+        body = {
+            "uploadId": upload_id,
+            "files": [
+                {
+                    "name": name,
+                    "parts": [{"partNumber": n, "etag": e} for n, e in sorted(parts.items())],
+                }
+                for name, parts in etags.items()
+            ],
+        }
+        deadline = time.monotonic() + 3600
+        while True:
+            try:
+                response = self._call(
+                    "POST", f"{API}/upload-url/complete", body=body, timeout=COMPLETE_TIMEOUT
+                )
+            except Conflict:
+                # Our own earlier attempt (cut off by a network error) may still be running.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+                continue
+            return schemas.Traceset.model_validate(self._json(response))
+
+    # --- uploads ---
+
+    def upload_traceset(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        name: str | None = None,
+        workload_metadata: Any = None,
+        role: schemas.Role = "primary",
+        supporting: Sequence[str | os.PathLike[str]] = (),
+        workspace_id: str | None = None,
+        tags: Sequence[str] = (),
+        ttl_days: int | None = None,
+        description: str | None = None,
+        concurrency: int = 8,
+        progress: ProgressCallback | None = None,
+        resume_upload_id: str | None = None,
+    ) -> schemas.Traceset:
+        """Upload files and directories as one traceset and return it, ``ready``.
+
+        Directories are walked; their files are named relative to the directory. Files in
+        ``paths`` get ``role``, those in ``supporting`` the role ``supporting``. The metadata
+        is checked locally first (the service's own rules). Each file's SHA-256 is computed
+        in one read before the upload starts and sent, so the service verifies every byte
+        at completion; parts then go out ``concurrency`` at a time, retried on network
+        errors and 5xx. ``resume_upload_id`` finishes an earlier, interrupted upload of the
+        same files. Raises ``UploadIncomplete`` (with the upload id) if it cannot finish, and
+        ``UploadInterrupted`` on Ctrl-C.
+        """
+        given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        files = collect_files(given, role) + collect_files(supporting, "supporting")
+        if not files:
+            raise ValidationError("Nothing to upload: no files found in the paths given")
+        check_names(files)
+        if resume_upload_id is not None:
+            return self._resume(resume_upload_id, files, concurrency, progress)
+        metadata.check_upload_metadata(
+            workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
+        )
+        files = hash_files(files, progress, workers=min(4, os.cpu_count() or 1))
+        request = schemas.UploadRequest(
+            name=name or Path(given[0]).resolve().name or "traceset",
+            description=description,
+            tags=list(tags),
+            workspace_id=workspace_id,
+            ttl_days=ttl_days,
+            files=[
+                schemas.UploadFileSpec(name=f.name, size=f.size, role=f.role, sha256=f.sha256)
+                for f in files
+            ],
+            workload_metadata=workload_metadata,
+        )
+        session = self.start_upload(request)
+        return self._send_and_complete(session, files, {}, concurrency, progress)
+
+    def _resume(
+        self,
+        upload_id: str,
+        files: list[LocalFile],
+        concurrency: int,
+        progress: ProgressCallback | None,
+    ) -> schemas.Traceset:
+        session = self.resume_upload(upload_id)
+        local = {f.name: f for f in files}
+        remote = {f.name for f in session.files}
+        for entry in session.files:
+            file = local.get(entry.name)
+            if file is None:
+                raise ValidationError(
+                    f"Upload {upload_id} holds file {entry.name!r}, which the paths given do not"
+                )
+            if file.size != entry.size:
+                raise IntegrityError(
+                    f"{file.path} is {file.size} bytes; upload {upload_id} declared "
+                    f"{entry.size} bytes for {entry.name!r}"
+                )
+        extra = sorted(set(local) - remote)
+        if extra:
+            raise ValidationError(f"{extra[0]!r} is not part of upload {upload_id}")
+        received = {
+            e.name: {p.part_number: p.etag for p in e.received_parts} for e in session.files
+        }
+        return self._send_and_complete(session, files, received, concurrency, progress)
+
+    def _send_and_complete(
+        self,
+        session: schemas.UploadUrlResponse,
+        files: list[LocalFile],
+        received: dict[str, dict[int, str]],
+        concurrency: int,
+        progress: ProgressCallback | None,
+    ) -> schemas.Traceset:
+        jobs = _part_jobs(session, {f.name: f for f in files})
+        etags: dict[str, dict[int, str]] = {f.name: dict(received.get(f.name, {})) for f in files}
+        total = sum(f.size for f in files)
+        if progress:
+            done = sum(f.size for f in files) - sum(job.size for job in jobs)
+            progress(ProgressEvent("upload", "", done, total))
+        try:
+            self._send_parts(session, jobs, etags, concurrency, progress, total)
+            return self.complete_upload(session.upload_id, etags)
+        except KeyboardInterrupt:
+            raise UploadInterrupted(session.upload_id, session.traceset_id) from None
+        except (TracestoreError, OSError) as exc:
+            cause = exc if isinstance(exc, TracestoreError) else None
+            raise UploadIncomplete(
+                f"Upload {session.upload_id} did not finish: {cause.message if cause else exc}",
+                upload_id=session.upload_id,
+                traceset_id=session.traceset_id,
+                cause=cause,
+            ) from exc
+
+    def _send_parts(
+        self,
+        session: schemas.UploadUrlResponse,
+        jobs: list[PartJob],
+        etags: dict[str, dict[int, str]],
+        concurrency: int,
+        progress: ProgressCallback | None,
+        total: int,
+    ) -> None:
+        stop = threading.Event()
+        lock = threading.Lock()
+        fresh: dict[tuple[str, int], str] = {}
+
+        def fresh_url(job: PartJob) -> str:
+            with lock:
+                if (job.file.name, job.part_number) not in fresh:
+                    for entry in self.resume_upload(session.upload_id).files:
+                        for part in entry.parts:
+                            fresh[(entry.name, part.part_number)] = part.url
+                url = fresh.get((job.file.name, job.part_number))
+            if url is None:
+                raise IntegrityError(f"Part {job.part_number} of {job.file.name} has no URL")
+            return url
+
+        def send(job: PartJob) -> None:
+            etag = put_part(
+                self.http,
+                job,
+                retry=self.retry,
+                stop=stop,
+                progress=progress,
+                total=total,
+                fresh_url=fresh_url,
+            )
+            with lock:
+                etags[job.file.name][job.part_number] = etag
+
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ts-put")
+        futures: list[Future[None]] = []
+        try:
+            futures = [pool.submit(send, job) for job in jobs]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                error = future.exception()
+                if error is not None:
+                    raise error
+        except BaseException:
+            stop.set()
+            for future in futures:
+                future.cancel()
+            raise
+        finally:
+            # Workers see ``stop`` within one chunk; waiting for them keeps the session's
+            # state settled (no PUT still in flight) when this returns or raises.
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _part_jobs(session: schemas.UploadUrlResponse, local: Mapping[str, LocalFile]) -> list[PartJob]:
+    """The parts still to send, in file order, each with its byte range."""
+    jobs: list[PartJob] = []
+    for entry in session.files:
+        sizes = [p.size for p in entry.parts] + [p.size for p in entry.received_parts]
+        part_size = max(sizes, default=0)
+        for part in entry.parts:
+            jobs.append(
+                PartJob(
+                    local[entry.name],
+                    part.part_number,
+                    (part.part_number - 1) * part_size,
+                    part.size,
+                    part.url,
+                )
+            )
+    return jobs

@@ -1,0 +1,373 @@
+"""Moving bytes for the client: local files, hashing, part PUTs with retries, verified GETs.
+
+Nothing here holds a whole file or a whole part in memory: bodies are streamed from disk
+in ``CHUNK``-sized reads, so the client's memory does not grow with file or part size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import httpx
+
+from tracestore import jsontext, schemas
+from tracestore.errors import (
+    ERRORS_BY_CODE,
+    ERRORS_BY_STATUS,
+    IntegrityError,
+    NetworkError,
+    TracestoreError,
+    ValidationError,
+)
+
+CHUNK = 1024 * 1024
+HASH_CHUNK = 4 * 1024 * 1024
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+Phase = Literal["hash", "upload", "download"]
+
+
+class ProgressEvent(NamedTuple):
+    """One step of a transfer: ``advance`` bytes of ``file`` (negative when a retry rewinds)."""
+
+    phase: Phase
+    file: str
+    advance: int
+    total: int
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+class UploadInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an upload; the session stays open and ``upload_id`` resumes it."""
+
+    def __init__(self, upload_id: str, traceset_id: str) -> None:
+        super().__init__(upload_id)
+        self.upload_id = upload_id
+        self.traceset_id = traceset_id
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry a network error or a 5xx answer."""
+
+    attempts: int = 6
+    base_delay: float = 0.25
+    max_delay: float = 15.0
+
+    def delay(self, attempt: int) -> float:
+        """Exponential backoff with full jitter, so parallel retries do not march in step."""
+        return random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
+
+
+def api_error(response: httpx.Response) -> TracestoreError:
+    """The tracestore exception for an error answer, mapped by its envelope's code."""
+    code = message = request_id = None
+    try:
+        error = response.json().get("error") or {}
+        code, message, request_id = error.get("code"), error.get("message"), error.get("requestId")
+    except (ValueError, AttributeError):
+        pass
+    cls = ERRORS_BY_CODE.get(str(code)) or ERRORS_BY_STATUS.get(response.status_code)
+    if cls is None:
+        cls = TracestoreError
+    if not message:
+        text = response.text.strip().replace("\n", " ")[:200]
+        message = f"HTTP {response.status_code} from {response.request.url.host}: {text}"
+    return cls(
+        str(message),
+        request_id=request_id or response.headers.get("x-request-id"),
+        status=response.status_code,
+    )
+
+
+def network_error(exc: httpx.TransportError, url: httpx.URL | str) -> NetworkError:
+    where = httpx.URL(str(url))
+    target = f"{where.scheme}://{where.host}" + (f":{where.port}" if where.port else "")
+    return NetworkError(f"Cannot reach {target}: {exc or type(exc).__name__}")
+
+
+# --- local files ---
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A file to upload: its name in the traceset, where it is, its size, role and hash."""
+
+    name: str
+    path: Path
+    size: int
+    role: schemas.Role
+    sha256: str | None = None
+
+
+def collect_files(paths: Sequence[str | os.PathLike[str]], role: schemas.Role) -> list[LocalFile]:
+    """Files named by ``paths``; a directory contributes its files, named relative to it."""
+    found: list[LocalFile] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for root, dirs, names in os.walk(path):
+                dirs.sort()
+                for name in sorted(names):
+                    member = Path(root, name)
+                    if member.is_file():
+                        relative = member.relative_to(path).as_posix()
+                        found.append(LocalFile(relative, member, member.stat().st_size, role))
+        elif path.is_file():
+            found.append(LocalFile(path.name, path, path.stat().st_size, role))
+        elif path.exists():
+            raise ValidationError(f"{path} is neither a file nor a directory")
+        else:
+            raise ValidationError(f"{path} does not exist")
+    return found
+
+
+def check_names(files: Sequence[LocalFile]) -> None:
+    """Refuse names the service would refuse, and duplicates, before any request is made."""
+    seen: dict[str, Path] = {}
+    for file in files:
+        problem = schemas.file_name_problem(file.name)
+        if problem:
+            raise ValidationError(f"File name {file.name!r} ({file.path}) {problem}")
+        if file.name in seen:
+            raise ValidationError(
+                f"File name {file.name!r} is given twice: {seen[file.name]} and {file.path}"
+            )
+        seen[file.name] = file.path
+
+
+def sha256_of(path: Path, on_chunk: Callable[[int], None] = lambda _n: None) -> str:
+    """Hex SHA-256 of a file, read once in large chunks into one reused buffer."""
+    digest = hashlib.sha256()
+    buffer = bytearray(HASH_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as source:
+        while n := source.readinto(view):
+            digest.update(view[:n])
+            on_chunk(n)
+    return digest.hexdigest()
+
+
+def hash_files(
+    files: Sequence[LocalFile], progress: ProgressCallback | None, workers: int
+) -> list[LocalFile]:
+    """Each file with its SHA-256; files are hashed in parallel (hashlib releases the GIL)."""
+    total = sum(f.size for f in files)
+
+    def one(file: LocalFile) -> LocalFile:
+        def step(n: int) -> None:
+            if progress:
+                progress(ProgressEvent("hash", file.name, n, total))
+
+        sha256 = sha256_of(file.path, step)
+        if file.path.stat().st_size != file.size:
+            raise IntegrityError(f"{file.path} changed size while it was being read")
+        return replace(file, sha256=sha256)
+
+    if len(files) <= 1 or workers <= 1:
+        return [one(f) for f in files]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracestore-hash") as pool:
+        return list(pool.map(one, files))
+
+
+# --- part uploads ---
+
+
+@dataclass(frozen=True)
+class PartJob:
+    """One part to send: which bytes of which file, and where."""
+
+    file: LocalFile
+    part_number: int
+    offset: int
+    size: int
+    url: str
+
+
+class Stopped(Exception):
+    """The transfer was asked to stop (Ctrl-C in the main thread)."""
+
+
+def _file_range(
+    path: Path, offset: int, size: int, stop: threading.Event, sent: Callable[[int], None]
+) -> Iterator[bytes]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        end = offset + size
+        while offset < end:
+            if stop.is_set():
+                raise Stopped
+            chunk = os.pread(fd, min(CHUNK, end - offset), offset)
+            if not chunk:
+                raise IntegrityError(f"{path} is shorter than when the upload started")
+            offset += len(chunk)
+            yield chunk
+            sent(len(chunk))
+    finally:
+        os.close(fd)
+
+
+def put_part(
+    http: httpx.Client,
+    job: PartJob,
+    *,
+    retry: RetryPolicy,
+    stop: threading.Event,
+    progress: ProgressCallback | None,
+    total: int,
+    fresh_url: Callable[[PartJob], str],
+) -> str:
+    """PUT one part, retrying network errors and 5xx with backoff; the ETag it answered.
+
+    A 403 (the URL expired during a long upload) is retried once with a fresh URL.
+    """
+    url = job.url
+    refreshed = False
+    last: TracestoreError | None = None
+    for attempt in range(retry.attempts):
+        sent = 0
+
+        def step(n: int) -> None:
+            nonlocal sent
+            sent += n
+            if progress:
+                progress(ProgressEvent("upload", job.file.name, n, total))
+
+        try:
+            response = http.put(
+                url,
+                content=_file_range(job.file.path, job.offset, job.size, stop, step),
+                headers={
+                    "Content-Length": str(job.size),
+                    "Content-Type": "application/octet-stream",
+                },
+            )
+        except httpx.TransportError as exc:
+            last = network_error(exc, url)
+        else:
+            if response.status_code == 200:
+                return str(response.headers.get("etag", "")).strip('"')
+            error = api_error(response)
+            if response.status_code == 403 and not refreshed:
+                url, refreshed = fresh_url(job), True
+            elif response.status_code not in RETRY_STATUSES:
+                raise error
+            last = error
+        if sent and progress:
+            progress(ProgressEvent("upload", job.file.name, -sent, total))
+        if stop.is_set():
+            raise Stopped
+        if attempt + 1 < retry.attempts:
+            stop.wait(retry.delay(attempt))
+    assert last is not None
+    raise last
+
+
+# --- downloads ---
+
+
+def download_to(
+    http: httpx.Client,
+    url: Callable[[], str],
+    destination: Path,
+    *,
+    size: int,
+    sha256: str | None,
+    retry: RetryPolicy,
+    progress: ProgressCallback | None = None,
+    label: str = "",
+    total: int = 0,
+) -> Path:
+    """Fetch into ``destination`` through a ``.partial`` file that a later call resumes with
+    a Range request; verify size and SHA-256 before the file takes its final name."""
+    partial = destination.with_name(destination.name + ".partial")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    have = 0
+    if partial.exists():
+        if partial.stat().st_size > size:
+            partial.unlink()
+        else:
+            # The bytes already there count towards the hash: read them once.
+            with open(partial, "rb") as existing:
+                while block := existing.read(HASH_CHUNK):
+                    digest.update(block)
+                    have += len(block)
+    if progress and have:
+        progress(ProgressEvent("download", label, have, total))
+    current = url()
+    last: TracestoreError | None = None
+    attempt = 0
+    while have < size or (size == 0 and not partial.exists()):
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        try:
+            with http.stream("GET", current, headers=headers) as response:
+                if response.status_code == 403:
+                    raise api_error_after_read(response)
+                if response.status_code not in (200, 206):
+                    response.read()
+                    raise api_error(response)
+                if have and response.status_code == 200:
+                    # The server ignored the range: start over.
+                    digest, have = hashlib.sha256(), 0
+                mode = "ab" if have else "wb"
+                with open(partial, mode) as out:
+                    for block in response.iter_bytes(CHUNK):
+                        if have + len(block) > size:
+                            raise IntegrityError(
+                                f"{label or destination.name} is larger than the {size} bytes "
+                                "the service recorded"
+                            )
+                        out.write(block)
+                        digest.update(block)
+                        have += len(block)
+                        if progress:
+                            progress(ProgressEvent("download", label, len(block), total))
+            if have < size:
+                raise NetworkError(f"The download of {label} ended early at {have} bytes")
+            last = None
+        except httpx.TransportError as exc:
+            last = network_error(exc, current)
+        except NetworkError as exc:
+            last = exc
+        except TracestoreError as exc:
+            if exc.status == 403 and attempt < retry.attempts:
+                current, last = url(), exc
+            elif exc.status in RETRY_STATUSES:
+                last = exc
+            else:
+                raise
+        if last is not None:
+            attempt += 1
+            if attempt >= retry.attempts:
+                raise last
+            time.sleep(retry.delay(attempt))
+    if sha256 is not None and digest.hexdigest() != sha256:
+        partial.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"SHA-256 of the downloaded {label or destination.name} is {digest.hexdigest()}, "
+            f"not the {sha256} the service recorded; the download was discarded"
+        )
+    os.replace(partial, destination)
+    return destination
+
+
+def api_error_after_read(response: httpx.Response) -> TracestoreError:
+    response.read()
+    return api_error(response)
+
+
+def body_text(value: object) -> bytes:
+    """A request body as JSON, with workloadMetadata numbers exactly as written."""
+    return jsontext.dumps(value).encode()
