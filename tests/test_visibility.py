@@ -1,0 +1,175 @@
+"""Who sees what (SPEC 2): three users, two tenants, three workspaces, every scope, every
+traceset route, each cell an exact status.
+
+- owner: tenant acme, workspace ml, tenant admin; uploads the traceset into ml
+- colleague: tenant acme, workspace infra
+- stranger: tenant globex, workspace research
+
+A traceset one may not see answers 404 exactly as one that does not exist; writing (delete,
+promote, resume, complete) needs membership of its workspace, and a caller who may see but
+not write gets 404 too. Naming a workspace one is not a member of answers 403.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.tenancy import RANKS_256, UPLOAD_URL, Person, person, upload_ready
+from tracestore.server.services import Services
+
+SCOPES = ("workspace", "tenant", "public")
+PEOPLE = ("owner", "colleague", "stranger")
+NEXT = {"workspace": "tenant", "tenant": "public", "public": "public"}
+
+# route → scope → statuses for (owner, colleague, stranger). "listed"/"unlisted": 200 from
+# the list route, with the traceset among the items or not.
+READ = {"workspace": (200, 404, 404), "tenant": (200, 200, 404), "public": (200, 200, 200)}
+WRITE = dict.fromkeys(SCOPES, (200, 404, 404))
+EXPECTED: dict[str, dict[str, tuple[Any, ...]]] = {
+    "GET traceset": READ,
+    "GET download": READ,
+    "GET resolve": READ,
+    "POST validate": READ,
+    "GET list": {
+        "workspace": ("listed", "unlisted", "unlisted"),
+        "tenant": ("listed", "listed", "unlisted"),
+        "public": ("listed", "listed", "listed"),
+    },
+    "GET resume upload": WRITE,
+    "POST complete (retry)": WRITE,
+    "POST promote": WRITE,
+    "DELETE traceset": dict.fromkeys(SCOPES, (204, 404, 404)),
+}
+# Routes that change the traceset when they succeed: the owner's cells run them last.
+MUTATING = ("POST promote", "DELETE traceset")
+
+Call = Callable[[TestClient, dict[str, Any], dict[str, str]], Any]
+
+
+def _list(http: TestClient, ts: dict[str, Any], auth: dict[str, str]) -> Any:
+    answer = http.get("/api/v1/tracesets", params={"limit": 100}, headers=auth)
+    if answer.status_code != 200:
+        return answer.status_code
+    ids = {item["id"] for item in answer.json()["items"]}
+    return "listed" if ts["id"] in ids else "unlisted"
+
+
+CALLS: dict[str, Call] = {
+    "GET traceset": lambda http, ts, auth: (
+        http.get(f"/api/v1/tracesets/{ts['id']}", headers=auth).status_code
+    ),
+    "GET download": lambda http, ts, auth: (
+        http.get(
+            f"/api/v1/tracesets/{ts['id']}/download", params={"file": "rank_0.json"}, headers=auth
+        ).status_code
+    ),
+    "GET resolve": lambda http, ts, auth: (
+        http.get(f"/api/v1/tracesets/{ts['id']}/resolve", headers=auth).status_code
+    ),
+    "POST validate": lambda http, ts, auth: (
+        http.post(f"/api/v1/tracesets/{ts['id']}/validate", headers=auth).status_code
+    ),
+    "GET list": _list,
+    "GET resume upload": lambda http, ts, auth: (
+        http.get(f"{UPLOAD_URL}/{ts['uploadId']}", headers=auth).status_code
+    ),
+    "POST complete (retry)": lambda http, ts, auth: (
+        http.post(f"{UPLOAD_URL}/complete", json=ts["completeBody"], headers=auth).status_code
+    ),
+    "POST promote": lambda http, ts, auth: (
+        http.post(
+            f"/api/v1/tracesets/{ts['id']}/promote",
+            json={"target": NEXT[ts["scope"]]},
+            headers=auth,
+        ).status_code
+    ),
+    "DELETE traceset": lambda http, ts, auth: (
+        http.delete(f"/api/v1/tracesets/{ts['id']}", headers=auth).status_code
+    ),
+}
+
+
+@pytest.fixture
+def people(services: Services) -> dict[str, Person]:
+    return {
+        "owner": person(services, "owner", "acme", ["ml"], admin=True),
+        "colleague": person(services, "colleague", "acme", ["infra"]),
+        "stranger": person(services, "stranger", "globex", ["research"]),
+    }
+
+
+def traceset_at(http: TestClient, owner: Person, scope: str) -> dict[str, Any]:
+    """A ready traceset in the owner's workspace, promoted (by the owner) to ``scope``."""
+    ts = upload_ready(http, RANKS_256, headers=owner.auth)
+    steps = {"workspace": [], "tenant": ["tenant"], "public": ["tenant", "public"]}[scope]
+    for target in steps:
+        promoted = http.post(
+            f"/api/v1/tracesets/{ts['id']}/promote", json={"target": target}, headers=owner.auth
+        )
+        assert promoted.status_code == 200, promoted.text
+    return {**ts, "scope": scope}
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+def test_visibility_matrix(http: TestClient, people: dict[str, Person], scope: str) -> None:
+    ts = traceset_at(http, people["owner"], scope)
+    before = http.get(f"/api/v1/tracesets/{ts['id']}", headers=people["owner"].auth).json()
+    actual: dict[tuple[str, str], Any] = {}
+    # Those who may not write go first: none of their calls may change anything.
+    for who in ("colleague", "stranger", "owner"):
+        order = [r for r in CALLS if who != "owner" or r not in MUTATING]
+        if who == "owner":
+            after = http.get(f"/api/v1/tracesets/{ts['id']}", headers=people["owner"].auth)
+            assert after.json() == before
+            order += list(MUTATING)
+        for route in order:
+            actual[(route, who)] = CALLS[route](http, ts, people[who].auth)
+
+    expected = {
+        (route, who): EXPECTED[route][scope][PEOPLE.index(who)] for route in CALLS for who in PEOPLE
+    }
+    assert actual == expected
+
+
+def test_unknown_traceset_answers_like_an_invisible_one(
+    http: TestClient, people: dict[str, Person]
+) -> None:
+    ts = traceset_at(http, people["owner"], "workspace")
+    stranger = people["stranger"].auth
+
+    hidden = http.get(f"/api/v1/tracesets/{ts['id']}", headers=stranger)
+    missing = http.get("/api/v1/tracesets/ts_0000000000000000000000000000", headers=stranger)
+
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["error"]["message"] == f"Traceset '{ts['id']}' not found"
+    assert missing.json()["error"]["message"] == (
+        "Traceset 'ts_0000000000000000000000000000' not found"
+    )
+
+
+@pytest.mark.parametrize("who", ["colleague", "stranger"])
+def test_naming_a_workspace_one_is_not_a_member_of_is_403(
+    http: TestClient, people: dict[str, Person], who: str
+) -> None:
+    ml = people["owner"].workspace_ids[0]
+    auth = people[who].auth
+    body = {
+        "name": "x",
+        "workspaceId": ml,
+        "files": [{"name": "a", "size": 1, "role": "supporting"}],
+    }
+
+    upload = http.post(UPLOAD_URL, json=body, headers=auth)
+    listing = http.get("/api/v1/tracesets", params={"workspaceId": ml}, headers=auth)
+
+    for answer in (upload, listing):
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"] == {
+            "code": "FORBIDDEN",
+            "message": "You do not have access to this resource",
+            "requestId": answer.json()["error"]["requestId"],
+        }
