@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.s3server import MotoServer
 from tracestore.server.app import create_app
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.services import Services, build_services
@@ -86,3 +87,10 @@ def http(services: Services, admin_token: str) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {admin_token}"
         yield client
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[MotoServer]:
+    """A real S3-protocol server (moto, tests/s3server.py) shared by the session."""
+    with MotoServer() as server:
+        yield server

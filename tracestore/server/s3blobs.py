@@ -1,0 +1,409 @@
+"""S3BlobStore: the BlobStore protocol on any S3-compatible object store.
+
+Each staged file is one S3 multipart upload on ``<prefix>/staging/<upload>/<position>``; the
+client PUTs its parts straight to presigned ``UploadPart`` URLs, so bytes never pass through
+the service. ``commit_file`` completes the multipart upload, hashes the assembled object and
+copies it server-side to ``<prefix>/blobs/<sha256[:2]>/<sha256>``.
+
+A completion may be cut off anywhere and retried. S3 forgets a multipart upload's parts once
+it is completed, so before completing, the part list is written to a small manifest object
+beside the staged one (``<position>.json``), and the SHA-256 is added to it once known: a
+retry then answers ``list_parts`` and ``commit_file`` from the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+from urllib.parse import urlparse
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from tracestore.errors import ValidationError
+from tracestore.server.blobs import (
+    CHUNK,
+    CommittedBlob,
+    FileLargerThanDeclared,
+    StagedFile,
+    StoredPart,
+    content_disposition,
+    normalise_etag,
+)
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_UPLOAD_ID = re.compile(r"upload_[A-Za-z0-9]+")
+MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # the SigV4 limit
+HEARTBEAT_BYTES = 256 * 1024 * 1024
+HEARTBEAT_SECONDS = 10.0
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _missing(exc: ClientError) -> bool:
+    return _error_code(exc) in ("404", "NoSuchKey", "NotFound")
+
+
+def _expires_in(expires_at: datetime) -> int:
+    seconds = int((expires_at - datetime.now(UTC)).total_seconds())
+    return max(1, min(MAX_PRESIGN_SECONDS, seconds))
+
+
+class S3BlobStore:
+    """Blobs in an S3 bucket under a key prefix; part and download URLs are S3 presigned URLs."""
+
+    kind = "s3"
+    list_page_size = 1000
+
+    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        # Single-request CopyObject stops at 5 GiB; above the threshold the copy goes by parts.
+        self.copy_config = TransferConfig(
+            multipart_threshold=1024 * 1024 * 1024, multipart_chunksize=256 * 1024 * 1024
+        )
+
+    @classmethod
+    def from_url(cls, url: str, *, endpoint_url: str | None = None) -> S3BlobStore:
+        """A store for ``s3://bucket/prefix``; credentials and region from the AWS settings."""
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ValueError(f"an S3 blob URL looks like s3://bucket/prefix, got {url!r}")
+        config = Config(
+            signature_version="s3v4",
+            # Other S3-compatible stores rarely serve virtual-hosted bucket names.
+            s3={"addressing_style": "path" if endpoint_url else "auto"},
+            # The newer default checksums are refused by several S3-compatible stores.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            retries={"mode": "standard"},
+        )
+        client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+        return cls(client, parsed.netloc, parsed.path)
+
+    # --- keys ---
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def _staging_key(self, staged: StagedFile, suffix: str = "") -> str:
+        if not _UPLOAD_ID.fullmatch(staged.upload_id):
+            raise ValidationError(f"Invalid upload id {staged.upload_id!r}")
+        return self._key("staging", staged.upload_id, f"{staged.position}{suffix}")
+
+    def blob_key(self, sha256: str) -> str:
+        if not _SHA256.fullmatch(sha256):
+            raise ValidationError(f"Invalid blob id {sha256!r}")
+        return self._key("blobs", sha256[:2], sha256)
+
+    def blob_uri(self, sha256: str) -> str:
+        return f"s3://{self.bucket}/{self.blob_key(sha256)}"
+
+    # --- staging ---
+
+    def stage_file(
+        self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
+    ) -> StagedFile:
+        staged = StagedFile(upload_id, position, size, part_size)
+        created = self.client.create_multipart_upload(
+            Bucket=self.bucket,
+            Key=self._staging_key(staged),
+            ContentType=content_type or "application/octet-stream",
+        )
+        return StagedFile(upload_id, position, size, part_size, str(created["UploadId"]))
+
+    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
+        if staged.handle is None:
+            raise ValueError("a staged S3 file needs its multipart UploadId")
+        params = {
+            "Bucket": self.bucket,
+            "Key": self._staging_key(staged),
+            "UploadId": staged.handle,
+            "PartNumber": part_number,
+            # Signed: the store refuses a body of any other length.
+            "ContentLength": staged.part_length(part_number),
+        }
+        url = self.client.generate_presigned_url(
+            "upload_part", Params=params, ExpiresIn=_expires_in(expires_at)
+        )
+        return str(url)
+
+    def _uploaded_parts(self, staged: StagedFile) -> dict[int, StoredPart] | None:
+        """The parts S3 holds for the multipart upload; None once it is completed or aborted."""
+        if staged.handle is None:
+            return None
+        parts: dict[int, StoredPart] = {}
+        pages = self.client.get_paginator("list_parts").paginate(
+            Bucket=self.bucket,
+            Key=self._staging_key(staged),
+            UploadId=staged.handle,
+            PaginationConfig={"PageSize": self.list_page_size},
+        )
+        try:
+            for page in pages:
+                for part in page.get("Parts", []):
+                    number = int(part["PartNumber"])
+                    parts[number] = StoredPart(
+                        number, int(part["Size"]), normalise_etag(part["ETag"])
+                    )
+        except ClientError as exc:
+            if _error_code(exc) == "NoSuchUpload":
+                return None
+            raise
+        return parts
+
+    def _read_manifest(self, staged: StagedFile) -> dict[str, Any] | None:
+        try:
+            answer = self.client.get_object(
+                Bucket=self.bucket, Key=self._staging_key(staged, ".json")
+            )
+        except ClientError as exc:
+            if _missing(exc):
+                return None
+            raise
+        manifest: dict[str, Any] = json.loads(answer["Body"].read())
+        return manifest
+
+    def _write_manifest(self, staged: StagedFile, manifest: dict[str, Any]) -> None:
+        self.client.put_object(
+            Bucket=self.bucket,
+            Key=self._staging_key(staged, ".json"),
+            Body=json.dumps(manifest).encode(),
+            ContentType="application/json",
+        )
+
+    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
+        parts = self._uploaded_parts(staged)
+        if parts is not None:
+            return parts
+        manifest = self._read_manifest(staged)
+        if manifest is None:
+            return {}
+        return {n: StoredPart(n, size, etag) for n, size, etag in manifest["parts"]}
+
+    def commit_file(
+        self,
+        staged: StagedFile,
+        etags: Mapping[int, str],
+        *,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> CommittedBlob:
+        staging_key = self._staging_key(staged)
+        parts = self._uploaded_parts(staged)
+        if parts is not None:
+            total = sum(part.size for part in parts.values())
+            if total > staged.size:
+                raise FileLargerThanDeclared(f"{total}")
+            manifest: dict[str, Any] = {
+                "size": total,
+                "parts": [[p.part_number, p.size, p.etag] for _, p in sorted(parts.items())],
+                "sha256": None,
+            }
+            self._write_manifest(staged, manifest)
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=staging_key,
+                UploadId=staged.handle,
+                MultipartUpload={
+                    "Parts": [
+                        {"PartNumber": n, "ETag": f'"{normalise_etag(etag)}"'}
+                        for n, etag in sorted(etags.items())
+                    ]
+                },
+            )
+        else:
+            # An earlier attempt completed the multipart upload, and maybe more.
+            manifest = self._read_manifest(staged) or {"sha256": None}
+        size = self._size(staging_key)
+        if size is None and manifest["sha256"] and self.blob_exists(manifest["sha256"]):
+            return CommittedBlob(manifest["sha256"], int(manifest["size"]))
+        if size is None:
+            raise ValidationError("The staged bytes of this file are gone; start a new upload")
+        if size > staged.size:
+            raise FileLargerThanDeclared(f"{size}")
+        sha256 = self._hash_object(staging_key, heartbeat)
+        manifest.update(sha256=sha256, size=size)
+        self._write_manifest(staged, manifest)
+        if not self.blob_exists(sha256):
+            self._copy(staging_key, self.blob_key(sha256), heartbeat)
+        self.client.delete_object(Bucket=self.bucket, Key=staging_key)
+        return CommittedBlob(sha256, size)
+
+    def _hash_object(self, key: str, heartbeat: Callable[[], None]) -> str:
+        digest = hashlib.sha256()
+        body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        since_beat = 0
+        try:
+            for chunk in body.iter_chunks(CHUNK):
+                digest.update(chunk)
+                since_beat += len(chunk)
+                if since_beat >= HEARTBEAT_BYTES:
+                    heartbeat()
+                    since_beat = 0
+        finally:
+            body.close()
+        return digest.hexdigest()
+
+    def _copy(self, source: str, target: str, heartbeat: Callable[[], None]) -> None:
+        """Server-side copy (by parts when large); the caller's heartbeat runs meanwhile."""
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            copying = pool.submit(
+                self.client.copy,
+                {"Bucket": self.bucket, "Key": source},
+                self.bucket,
+                target,
+                Config=self.copy_config,
+            )
+            while not wait([copying], timeout=HEARTBEAT_SECONDS).done:
+                heartbeat()
+            copying.result()
+
+    def discard_staging(self, staged: StagedFile) -> None:
+        staging_key = self._staging_key(staged)
+        handles = [staged.handle] if staged.handle else self._open_uploads(staging_key)
+        for handle in handles:
+            try:
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=staging_key, UploadId=handle
+                )
+            except ClientError as exc:
+                if _error_code(exc) != "NoSuchUpload":
+                    raise
+        for key in (staging_key, self._staging_key(staged, ".json")):
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def _open_uploads(self, key: str) -> list[str]:
+        pages = self.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=key
+        )
+        return [
+            str(u["UploadId"]) for page in pages for u in page.get("Uploads", []) if u["Key"] == key
+        ]
+
+    def staged_uploads(self) -> Iterator[str]:
+        """Upload ids that hold staged state (for the sweeper's orphan check)."""
+        staging = self._key("staging") + "/"
+        seen: set[str] = set()
+        uploads = self.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=staging
+        )
+        objects = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=staging
+        )
+        keys = [u["Key"] for page in uploads for u in page.get("Uploads", [])]
+        keys += [o["Key"] for page in objects for o in page.get("Contents", [])]
+        for key in keys:
+            upload_id = key[len(staging) :].split("/", 1)[0]
+            if upload_id not in seen:
+                seen.add(upload_id)
+                yield upload_id
+
+    # --- blobs ---
+
+    def _size(self, key: str) -> int | None:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if _missing(exc):
+                return None
+            raise
+        return int(head["ContentLength"])
+
+    def blob_exists(self, sha256: str) -> bool:
+        return self._size(self.blob_key(sha256)) is not None
+
+    def blob_size(self, sha256: str) -> int:
+        size = self._size(self.blob_key(sha256))
+        if size is None:
+            raise FileNotFoundError(self.blob_uri(sha256))
+        return size
+
+    def open_blob(self, sha256: str) -> BinaryIO:
+        key = self.blob_key(sha256)
+        reader = _ObjectReader(self.client, self.bucket, key, self.blob_size(sha256))
+        return io.BufferedReader(reader, buffer_size=CHUNK)
+
+    def delete_blob(self, sha256: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self.blob_key(sha256))
+
+    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str:
+        params = {
+            "Bucket": self.bucket,
+            "Key": self.blob_key(sha256),
+            "ResponseContentDisposition": content_disposition(filename),
+            "ResponseContentType": "application/octet-stream",
+        }
+        url = self.client.generate_presigned_url(
+            "get_object", Params=params, ExpiresIn=_expires_in(expires_at)
+        )
+        return str(url)
+
+    def check(self) -> None:
+        self.client.head_bucket(Bucket=self.bucket)
+
+
+class _ObjectReader(io.RawIOBase):
+    """A seekable read-only view of one object: sequential reads stream one GET, and a
+    seek elsewhere opens a ranged GET at the new position (ZIP inspection seeks)."""
+
+    def __init__(self, client: Any, bucket: str, key: str, size: int) -> None:
+        super().__init__()
+        self._client = client
+        self._bucket = bucket
+        self._key = key
+        self._size = size
+        self._pos = 0
+        self._body: Any = None
+        self._body_pos = -1
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos >= self._size or not len(view):
+            return 0
+        if self._body is None or self._body_pos != self._pos:
+            self._drop_body()
+            answer = self._client.get_object(
+                Bucket=self._bucket, Key=self._key, Range=f"bytes={self._pos}-"
+            )
+            self._body, self._body_pos = answer["Body"], self._pos
+        data = self._body.read(len(view))
+        view[: len(data)] = data
+        self._pos += len(data)
+        self._body_pos += len(data)
+        return len(data)
+
+    def _drop_body(self) -> None:
+        if self._body is not None:
+            self._body.close()
+            self._body = None
+
+    def close(self) -> None:
+        self._drop_body()
+        super().close()
