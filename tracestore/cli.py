@@ -285,6 +285,31 @@ def workspace_list(data_dir: Path | None, as_json: bool) -> None:
         click.echo(f"{item['id']}  {item['name']}")
 
 
+@main.command()
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def gc(data_dir: Path | None, as_json: bool) -> None:
+    """Sweep once: delete expired tracesets, fail expired uploads, purge unused bytes.
+
+    Safe to run while servers run on the same data (they sweep on a timer too).
+    """
+    from tracestore.server.lifecycle import sweep
+
+    services = _open_services(data_dir)
+    try:
+        report = sweep(services)
+    finally:
+        services.close()
+    if as_json:
+        click.echo(json.dumps(report.as_json()))
+        return
+    click.echo(
+        f"expired {report.expired_tracesets} tracesets, failed {report.failed_sessions} upload "
+        f"sessions, purged {report.purged_blobs} blobs ({report.purged_bytes} bytes)"
+        + ("; purge deferred: an upload is completing" if report.purge_deferred else "")
+    )
+
+
 def _ts(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
 

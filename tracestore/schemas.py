@@ -351,7 +351,7 @@ class DownloadAnswer(WireModel):
 
 class ValidationCheck(WireModel):
     name: str
-    passed: bool
+    passed: bool | None = Field(description="null when the check has not been evaluated yet")
     message: str | None = None
 
 

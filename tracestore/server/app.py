@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -22,7 +23,7 @@ from tracestore.errors import (
     PayloadTooLarge,
     TracestoreError,
 )
-from tracestore.server import routes, routes_bytes, routes_listing, routes_promotion
+from tracestore.server import lifecycle, routes, routes_bytes, routes_listing, routes_promotion
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
@@ -193,9 +194,13 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 services.settings.data_dir / ADMIN_TOKEN_FILE,
                 token,
             )
+        stop_sweeper = asyncio.Event()
+        sweeper = asyncio.create_task(lifecycle.sweep_periodically(services, stop_sweeper))
         try:
             yield
         finally:
+            stop_sweeper.set()
+            await sweeper
             if owned and app.state.services is not None:
                 app.state.services.close()
 

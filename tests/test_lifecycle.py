@@ -1,0 +1,290 @@
+"""Time passing, with a fake clock: expiry, failed sessions, blob purge after the grace
+period, shared bytes surviving, two sweepers at once, the timer in the server, `gc`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+
+from tests.conftest import FakeClock
+from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
+from tracestore.cli import main
+from tracestore.server import db
+from tracestore.server.app import create_app
+from tracestore.server.blobs import LocalBlobStore
+from tracestore.server.lifecycle import SweepReport, sweep
+from tracestore.server.services import Services, build_services
+from tracestore.server.settings import Settings
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _blob_path(services: Services, data: bytes) -> Path:
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    return store.root / store.blob_key(_sha(data))
+
+
+def _blob_row(services: Services, data: bytes) -> db.Blob | None:
+    with services.db.session(write=False) as session:
+        return session.get(db.Blob, _sha(data))
+
+
+def _status(http: TestClient, traceset_id: str) -> str:
+    return str(http.get(f"/api/v1/tracesets/{traceset_id}").json()["status"])
+
+
+def _download(http: TestClient, traceset_id: str, name: str) -> bytes:
+    answer = http.get(f"/api/v1/tracesets/{traceset_id}/download", params={"file": name})
+    assert answer.status_code == 200, answer.text
+    response = http.get(str(answer.json()["url"]), headers={"Authorization": ""})
+    assert response.status_code == 200
+    return bytes(response.content)
+
+
+def test_expired_traceset_is_soft_deleted_and_its_bytes_purged_after_the_grace(
+    http: TestClient, services: Services, clock: FakeClock
+) -> None:
+    data = b"bytes only this traceset holds" * 100
+    ts = upload(http, {"a.bin": (data, "supporting")}, ttlDays=7)
+    clock.advance(days=6, hours=23)
+    assert sweep(services) == SweepReport()
+    clock.advance(hours=1)
+    assert sweep(services).expired_tracesets == 1
+    assert _status(http, ts["id"]) == "deleted"
+    row = _blob_row(services, data)
+    assert row is not None and row.unreferenced_since == clock()
+    assert _blob_path(services, data).exists()
+
+    clock.advance(hours=23, minutes=59)  # grace is 24 h
+    assert sweep(services).purged_blobs == 0
+    assert _blob_path(services, data).exists()
+    clock.advance(minutes=1)
+    report = sweep(services)
+    assert (report.purged_blobs, report.purged_bytes) == (1, len(data))
+    assert not _blob_path(services, data).exists()
+    assert _blob_row(services, data) is None
+    # The deleted traceset's record stays; it no longer names bytes that are gone.
+    deleted = http.get(f"/api/v1/tracesets/{ts['id']}").json()
+    assert deleted["status"] == "deleted" and deleted["files"][0]["hash"] is None
+    assert sweep(services) == SweepReport()  # idempotent
+
+
+def test_shared_bytes_survive_the_other_tracesets_deletion_and_purge(
+    http: TestClient, services: Services, clock: FakeClock
+) -> None:
+    shared = b"identical bytes in two tracesets " * 5000
+    own = b"only in the first"
+    first = upload(http, {"x.bin": (shared, "supporting"), "own.bin": (own, "supporting")})
+    second = upload(http, {"renamed/y.bin": (shared, "supporting")})
+    assert http.delete(f"/api/v1/tracesets/{first['id']}").status_code == 204
+    clock.advance(days=2)
+    report = sweep(services)
+    assert (report.purged_blobs, report.purged_bytes) == (1, len(own))
+    assert not _blob_path(services, own).exists()
+    assert _download(http, second["id"], "renamed/y.bin") == shared
+    validated = http.post(f"/api/v1/tracesets/{second['id']}/validate").json()
+    assert validated["valid"] is True and validated["checks"][0]["passed"] is True
+
+    # Once the second goes too, the shared bytes go after their own grace period.
+    assert http.delete(f"/api/v1/tracesets/{second['id']}").status_code == 204
+    clock.advance(hours=23)
+    assert sweep(services).purged_blobs == 0
+    assert _blob_path(services, shared).exists()
+    clock.advance(hours=1)
+    assert sweep(services).purged_blobs == 1
+    assert not _blob_path(services, shared).exists()
+
+
+def test_a_blob_declared_by_an_in_flight_upload_survives_and_the_upload_completes(
+    http: TestClient, services: Services, clock: FakeClock
+) -> None:
+    data = b"bytes a new upload is about to send again" * 1000
+    first = upload(http, {"a.bin": (data, "supporting")})
+    http.delete(f"/api/v1/tracesets/{first['id']}")
+    clock.advance(hours=23)
+    files = {"b.bin": (data, "supporting")}
+    spec = {"name": "b.bin", "size": len(data), "role": "supporting", "sha256": _sha(data)}
+    declared = http.post(UPLOAD_URL, json={"name": "again", "files": [spec]})
+    assert declared.status_code == 200, declared.text
+    started = declared.json()
+    clock.advance(hours=2)  # past the grace; the session is still open
+    assert sweep(services).purged_blobs == 0
+    assert _blob_path(services, data).exists()
+
+    # While any completion holds its lease, nothing is purged (it may be adopting a blob).
+    with services.db.session() as session:
+        session.execute(
+            update(db.UploadSession)
+            .where(db.UploadSession.id == started["uploadId"])
+            .values(
+                state="completing", lease_owner="other", lease_until=clock() + timedelta(minutes=1)
+            )
+        )
+    assert sweep(services).purge_deferred is True
+    with services.db.session() as session:
+        session.execute(
+            update(db.UploadSession)
+            .where(db.UploadSession.id == started["uploadId"])
+            .values(state="open", lease_owner=None, lease_until=None)
+        )
+
+    fresh = http.get(f"{UPLOAD_URL}/{started['uploadId']}").json()  # part URLs live 1 h
+    done = complete(http, started["uploadId"], put_parts(http, fresh, files))
+    assert done.status_code == 201, done.text
+    clock.advance(days=3)
+    assert sweep(services).purged_blobs == 0
+    assert _download(http, started["tracesetId"], "b.bin") == data
+
+
+def test_expired_session_fails_its_traceset_removes_partial_bytes_and_answers_410(
+    http: TestClient, services: Services, clock: FakeClock
+) -> None:
+    files = {"a.bin": (b"a" * 1000, "supporting"), "b.bin": (b"b" * 10, "supporting")}
+    started = request_upload(http, files).json()
+    etags = put_parts(http, started, files)
+    staging = services.settings.data_dir / "blobs" / "staging" / started["uploadId"]
+    assert staging.is_dir()
+    clock.advance(hours=23, minutes=59)
+    assert sweep(services).failed_sessions == 0
+    clock.advance(minutes=1)
+    assert sweep(services).failed_sessions == 1
+    assert _status(http, started["tracesetId"]) == "upload_failed"
+    assert not staging.exists()
+    late = complete(http, started["uploadId"], etags)
+    assert late.status_code == 410
+    assert late.json()["error"] == {
+        "code": "GONE",
+        "message": f"Upload session '{started['uploadId']}' has expired",
+        "requestId": late.json()["error"]["requestId"],
+    }
+    assert http.get(f"/api/v1/tracesets/upload-url/{started['uploadId']}").status_code == 410
+    assert sweep(services).failed_sessions == 0
+
+
+def test_session_expiry_found_by_complete_before_the_sweeper(
+    http: TestClient, services: Services, clock: FakeClock
+) -> None:
+    files = {"a.bin": (b"a" * 1000, "supporting")}
+    started = request_upload(http, files).json()
+    etags = put_parts(http, started, files)
+    clock.advance(hours=25)
+    assert complete(http, started["uploadId"], etags).status_code == 410
+    assert _status(http, started["tracesetId"]) == "upload_failed"
+    assert sweep(services).failed_sessions == 0
+    # The failed traceset itself expires with its TTL like any other.
+    clock.advance(days=7)
+    assert sweep(services).expired_tracesets == 1
+
+
+def test_finished_sessions_leftover_staging_is_cleaned(
+    http: TestClient, services: Services
+) -> None:
+    files = {"a.bin": (b"a" * 100, "supporting")}
+    ts = upload(http, files)
+    with services.db.session(write=False) as session:
+        upload_id = session.scalar(
+            select(db.UploadSession.id).where(db.UploadSession.traceset_id == ts["id"])
+        )
+    leftover = services.settings.data_dir / "blobs" / "staging" / str(upload_id) / "0"
+    leftover.mkdir(parents=True)
+    (leftover / "00001.abc").write_bytes(b"stale")
+    assert sweep(services).cleaned_staging == 1
+    assert not leftover.exists()
+
+
+@pytest.fixture
+def second_services(settings: Settings, clock: FakeClock) -> Iterator[Services]:
+    """Another process's view of the same database and blob directory."""
+    other = build_services(settings, clock=clock)
+    yield other
+    other.close()
+
+
+def test_two_sweepers_at_once_do_each_thing_exactly_once(
+    http: TestClient, services: Services, second_services: Services, clock: FakeClock
+) -> None:
+    expiring = [
+        upload(http, {f"e{i}.bin": (f"expiring {i}".encode() * 50, "supporting")}, ttlDays=1)
+        for i in range(8)
+    ]
+    doomed = [
+        upload(http, {f"d{i}.bin": (f"deleted {i}".encode(), "supporting")}) for i in range(6)
+    ]
+    for ts in doomed:
+        http.delete(f"/api/v1/tracesets/{ts['id']}")
+    sessions = [
+        request_upload(http, {f"s{i}.bin": (b"s" * 10, "supporting")}).json() for i in range(5)
+    ]
+    keeper = upload(http, {"keep.bin": (b"kept", "supporting")}, ttlDays=30)
+    clock.advance(days=2)  # past TTL, grace and session life
+
+    reports: list[SweepReport] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run(target: Services) -> None:
+        try:
+            barrier.wait()
+            for _ in range(3):
+                reports.append(sweep(target))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in (services, second_services)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sum(r.expired_tracesets for r in reports) == len(expiring)
+    assert sum(r.failed_sessions for r in reports) == len(sessions)
+    # The doomed blobs were stamped two days ago; the expiring ones only now.
+    assert sum(r.purged_blobs for r in reports) == len(doomed)
+    for ts in expiring:
+        assert _status(http, ts["id"]) == "deleted"
+    for started in sessions:
+        assert _status(http, started["tracesetId"]) == "upload_failed"
+    clock.advance(days=1)
+    totals = [sweep(services), sweep(second_services)]
+    assert sum(r.purged_blobs for r in totals) == len(expiring)
+    assert _status(http, keeper["id"]) == "ready"
+    assert _download(http, keeper["id"], "keep.bin") == b"kept"
+
+
+def test_the_server_sweeps_on_a_timer_and_stops_cleanly(
+    settings: Settings, clock: FakeClock, admin_token: str, services: Services
+) -> None:
+    timed = services
+    timed.settings = settings.model_copy(update={"sweep_interval": timedelta(seconds=0.05)})
+    with TestClient(create_app(services=timed)) as client:
+        client.headers["Authorization"] = f"Bearer {admin_token}"
+        ts = upload(client, {"a.bin": (b"abc", "supporting")}, ttlDays=1)
+        clock.advance(days=2)
+        deadline = time.monotonic() + 10
+        while _status(client, ts["id"]) != "deleted":
+            assert time.monotonic() < deadline, "the timer never swept"
+            time.sleep(0.05)
+
+
+def test_gc_command_sweeps_a_data_directory(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["gc", "--data-dir", str(tmp_path / "data"), "--json"])
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.output)
+    assert report["expiredTracesets"] == 0 and report["purgedBlobs"] == 0
+    human = runner.invoke(main, ["gc", "--data-dir", str(tmp_path / "data")])
+    assert human.exit_code == 0 and "expired 0 tracesets" in human.output

@@ -1,0 +1,266 @@
+"""Use cases that hand bytes out: download URLs (one file, or the whole traceset as a ZIP),
+the archive stream itself, resolve (where the bytes are) and validate (are they intact)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from urllib.parse import urlencode
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tracestore import schemas
+from tracestore.errors import Conflict, NotFound
+from tracestore.server import db
+from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
+from tracestore.server.auth import Principal
+from tracestore.server.blobs import BlobStore, UrlSigner
+from tracestore.server.lifecycle import record_use
+from tracestore.server.services import Services
+from tracestore.server.tracesets import find_visible
+
+CHUNK = 4 * 1024 * 1024
+ARCHIVE_PATH = "/blobs/archive"
+NOT_EVALUATED = "Not evaluated yet: trace inspection has not reported on this traceset"
+
+
+def _ready(session: Session, principal: Principal, traceset_id: str, doing: str) -> db.Traceset:
+    traceset = find_visible(session, principal, traceset_id)
+    if traceset.status != "ready":
+        raise Conflict(
+            f"Traceset '{traceset_id}' is {traceset.status}; only a ready traceset can be {doing}"
+        )
+    return traceset
+
+
+def _files(session: Session, traceset_id: str) -> list[db.TracesetFile]:
+    return list(
+        session.scalars(
+            select(db.TracesetFile)
+            .where(db.TracesetFile.traceset_id == traceset_id)
+            .order_by(db.TracesetFile.position)
+        )
+    )
+
+
+def _signer(services: Services) -> UrlSigner:
+    return UrlSigner(services.settings.signing_key_bytes())
+
+
+# --- download ---
+
+
+def download_url(
+    services: Services, principal: Principal, traceset_id: str, file_name: str | None
+) -> schemas.DownloadAnswer:
+    """A presigned GET for one file, or (``file_name`` None) for the ZIP of every file.
+    Counts as a use: the traceset's TTL starts again."""
+    now = services.now()
+    expires_at = now + services.settings.download_url_ttl
+    with services.db.session() as session:
+        traceset = _ready(session, principal, traceset_id, "downloaded")
+        if file_name is None:
+            url = archive_url(services, traceset_id, int(expires_at.timestamp()))
+        else:
+            file = session.scalars(
+                select(db.TracesetFile).where(
+                    db.TracesetFile.traceset_id == traceset_id,
+                    db.TracesetFile.name == file_name,
+                )
+            ).first()
+            if file is None or file.sha256 is None:
+                raise NotFound(f"File '{file_name}' not found in traceset '{traceset_id}'")
+            url = services.store.download_url(
+                file.sha256, filename=file.name, expires_at=expires_at
+            )
+        record_use(session, traceset, now)
+    return schemas.DownloadAnswer(url=url, expires_at=expires_at, file=file_name)
+
+
+def archive_url(services: Services, traceset_id: str, expires: int) -> str:
+    # The archive always streams through the service: an object store cannot zip.
+    signature = _signer(services).sign(expires, "ARCHIVE", traceset_id)
+    query = urlencode({"expires": expires, "signature": signature})
+    return f"{services.settings.resolved_public_url}{ARCHIVE_PATH}/{traceset_id}?{query}"
+
+
+@dataclass(frozen=True)
+class ArchiveStream:
+    filename: str
+    size: int
+    chunks: Iterator[bytes]
+
+
+def open_archive(
+    services: Services, traceset_id: str, expires: int, signature: str
+) -> ArchiveStream:
+    """Check an archive URL's signature and answer the traceset's ZIP as a stream of chunks
+    (read blob by blob, never held whole)."""
+    _signer(services).verify(signature, expires, services.now(), "ARCHIVE", traceset_id)
+    with services.db.session(write=False) as session:
+        traceset = session.get(db.Traceset, traceset_id)
+        if traceset is None:
+            raise NotFound(f"Traceset '{traceset_id}' not found")
+        if traceset.status != "ready":
+            raise Conflict(
+                f"Traceset '{traceset_id}' is {traceset.status}; only a ready traceset can be "
+                "downloaded"
+            )
+        files = _files(session, traceset_id)
+        modified = traceset.created_at
+        filename = _archive_name(traceset.name, traceset_id)
+    entries = [
+        ArchiveEntry(f.name, f.size, partial(services.store.open_blob, f.sha256), modified)
+        for f in files
+        if f.sha256 is not None
+    ]
+    return ArchiveStream(filename, archive_size(entries), stream_zip(entries))
+
+
+def _archive_name(name: str, traceset_id: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._+=@-]+", "_", name).strip("._")
+    return f"{safe or traceset_id}.zip"
+
+
+# --- resolve ---
+
+
+def resolve_traceset(
+    services: Services, principal: Principal, traceset_id: str
+) -> schemas.ResolveAnswer:
+    """Where the bytes of every file are, for a host that reads the store directly.
+    Counts as a use: the traceset's TTL starts again."""
+    store = services.store
+    with services.db.session() as session:
+        traceset = _ready(session, principal, traceset_id, "resolved")
+        files = [f for f in _files(session, traceset_id) if f.sha256 is not None]
+        record_use(session, traceset, services.now())
+        return schemas.ResolveAnswer(
+            traceset_id=traceset.id,
+            name=traceset.name,
+            files=[
+                schemas.ResolvedFile(
+                    name=f.name,
+                    role=f.role,  # type: ignore[arg-type]
+                    size=f.size,
+                    key=store.blob_key(f.sha256),  # type: ignore[arg-type]
+                    uri=store.blob_uri(f.sha256),  # type: ignore[arg-type]
+                )
+                for f in files
+            ],
+            total_size=traceset.total_size,
+        )
+
+
+# --- validate ---
+
+
+def validate_traceset(
+    services: Services, principal: Principal, traceset_id: str
+) -> schemas.ValidateAnswer:
+    """Re-read every blob and check the metadata; inspection's checks join when it reports."""
+    with services.db.session(write=False) as session:
+        traceset = _ready(session, principal, traceset_id, "validated")
+        files = _files(session, traceset_id)
+        rank_count = traceset.rank_count
+    return validate_checks(services.store, files, rank_count)
+
+
+def validate_checks(
+    store: BlobStore,
+    files: Sequence[db.TracesetFile],
+    rank_count: int | None,
+    *,
+    rank_census: schemas.ValidationCheck | None = None,
+    parallelism_consistency: schemas.ValidationCheck | None = None,
+) -> schemas.ValidateAnswer:
+    """The validate answer. ``rank_census`` and ``parallelism_consistency`` are inspection's
+    verdicts; when not given they are reported as not evaluated (``passed: null``), which
+    does not make the traceset invalid."""
+    checks = [
+        file_integrity(store, files),
+        metadata_complete(files, rank_count),
+        rank_census
+        or schemas.ValidationCheck(name="rank_census", passed=None, message=NOT_EVALUATED),
+        parallelism_consistency
+        or schemas.ValidationCheck(
+            name="parallelism_consistency", passed=None, message=NOT_EVALUATED
+        ),
+    ]
+    return schemas.ValidateAnswer(
+        valid=all(check.passed is not False for check in checks), checks=checks
+    )
+
+
+def file_integrity(store: BlobStore, files: Sequence[db.TracesetFile]) -> schemas.ValidationCheck:
+    """Every file's blob is present, and its size and SHA-256 are what was recorded."""
+    problems: list[str] = []
+    verified: dict[str, int] = {}
+    for file in files:
+        if file.sha256 is None:
+            problems.append(f"'{file.name}' has no stored bytes")
+            continue
+        if file.sha256 not in verified:
+            try:
+                verified[file.sha256] = _verify_blob(store, file.sha256)
+            except FileNotFoundError:
+                verified[file.sha256] = -1
+            except _Mismatch as exc:
+                problems.append(f"'{file.name}': {exc}")
+                verified[file.sha256] = -2
+                continue
+        size = verified[file.sha256]
+        if size == -1:
+            problems.append(f"'{file.name}': its blob sha256:{file.sha256} is missing")
+        elif size >= 0 and size != file.size:
+            problems.append(f"'{file.name}' is {size} bytes; {file.size} were recorded")
+    if problems:
+        shown = "; ".join(problems[:5]) + (
+            f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+        )
+        return schemas.ValidationCheck(name="file_integrity", passed=False, message=shown)
+    total = sum(f.size for f in files)
+    return schemas.ValidationCheck(
+        name="file_integrity",
+        passed=True,
+        message=f"{len(files)} files present; sizes and SHA-256 re-verified ({total} bytes)",
+    )
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _verify_blob(store: BlobStore, sha256: str) -> int:
+    digest = hashlib.sha256()
+    size = 0
+    with store.open_blob(sha256) as source:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    if digest.hexdigest() != sha256:
+        raise _Mismatch(
+            f"its bytes hash to sha256:{digest.hexdigest()}, not the recorded sha256:{sha256}"
+        )
+    return size
+
+
+def metadata_complete(
+    files: Sequence[db.TracesetFile], rank_count: int | None
+) -> schemas.ValidationCheck:
+    """A traceset with primary trace files declares its rank count."""
+    primaries = sum(1 for f in files if f.role == "primary")
+    if primaries and rank_count is None:
+        return schemas.ValidationCheck(
+            name="metadata_complete",
+            passed=False,
+            message=f"{primaries} primary files but no rank count declared in workloadMetadata",
+        )
+    declared = f"rank count {rank_count}" if rank_count is not None else "no rank count needed"
+    return schemas.ValidationCheck(
+        name="metadata_complete", passed=True, message=f"{declared}; {primaries} primary files"
+    )
