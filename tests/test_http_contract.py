@@ -43,10 +43,22 @@ def api_routes(http: TestClient) -> Iterator[tuple[str, str]]:
             yield method.upper(), concrete
 
 
-@pytest.mark.parametrize("authorization", [None, "", "Bearer", "Bearer ", "Basic abc",
-                                           "Bearer wrong-token", "Bearer a.b.c", "bearer  x y"])
-def test_every_api_route_needs_a_valid_bearer_token(http: TestClient,
-                                                    authorization: str | None) -> None:
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer ",
+        "Basic abc",
+        "Bearer wrong-token",
+        "Bearer a.b.c",
+        "bearer  x y",
+    ],
+)
+def test_every_api_route_needs_a_valid_bearer_token(
+    http: TestClient, authorization: str | None
+) -> None:
     routes = list(api_routes(http))
     assert len(routes) >= 6
     for method, path in routes:
@@ -73,8 +85,12 @@ def test_revoked_and_expired_tokens_are_refused(http: TestClient, services: Serv
         expiring = issue_token(session, user_id, "e", now, now + timedelta(hours=1))
     with services.db.session() as session:
         revoke_token(session, revoked.id, now)
-    assert http.get("/api/v1/tracesets/ts_x",
-                    headers={"Authorization": f"Bearer {expiring.token}"}).status_code == 404
+    assert (
+        http.get(
+            "/api/v1/tracesets/ts_x", headers={"Authorization": f"Bearer {expiring.token}"}
+        ).status_code
+        == 404
+    )
     for token in (revoked.token, expiring.token):
         if token == expiring.token:
             services.clock.advance(hours=2)  # type: ignore[attr-defined]
@@ -83,51 +99,83 @@ def test_revoked_and_expired_tokens_are_refused(http: TestClient, services: Serv
 
 
 def test_error_envelope_for_each_status(http: TestClient) -> None:
-    assert_envelope(http.post(UPLOAD_URL, content=b"{nope",
-                              headers={"Content-Type": "application/json"}), 400,
-                    "VALIDATION_ERROR")
-    assert_envelope(http.post("/api/v1/tracesets/upload-url/complete", json={"files": []}),
-                    400, "VALIDATION_ERROR")
+    assert_envelope(
+        http.post(UPLOAD_URL, content=b"{nope", headers={"Content-Type": "application/json"}),
+        400,
+        "VALIDATION_ERROR",
+    )
+    assert_envelope(
+        http.post("/api/v1/tracesets/upload-url/complete", json={"files": []}),
+        400,
+        "VALIDATION_ERROR",
+    )
     assert_envelope(http.get("/api/v1/tracesets/ts_missing"), 404, "NOT_FOUND")
     assert_envelope(http.get("/no/such/route"), 404, "NOT_FOUND")
-    assert_envelope(http.patch("/api/v1/tracesets/upload-url/complete"), 405,
-                    "METHOD_NOT_ALLOWED")
+    assert_envelope(http.patch("/api/v1/tracesets/upload-url/complete"), 405, "METHOD_NOT_ALLOWED")
     error = assert_envelope(http.post("/api/v1/tracesets", json={}), 501, "NOT_IMPLEMENTED")
     assert "upload-url" in error["message"]
-    assert_envelope(http.post(UPLOAD_URL, json={"name": "x", "workspaceId": "workspace_other",
-                                                "files": [{"name": "a", "size": 1,
-                                                           "role": "supporting"}]}),
-                    403, "FORBIDDEN")
+    assert_envelope(
+        http.post(
+            UPLOAD_URL,
+            json={
+                "name": "x",
+                "workspaceId": "workspace_other",
+                "files": [{"name": "a", "size": 1, "role": "supporting"}],
+            },
+        ),
+        403,
+        "FORBIDDEN",
+    )
 
 
 def test_request_validation_errors_name_the_member(http: TestClient) -> None:
     cases = [
         ({"name": "", "files": [{"name": "a", "size": 1, "role": "supporting"}]}, "name"),
         ({"name": "x", "files": []}, "files"),
-        ({"name": "x", "files": [{"name": "a", "size": "5", "role": "supporting"}]},
-         "files[0].size"),
-        ({"name": "x", "files": [{"name": "a", "size": -1, "role": "supporting"}]},
-         "files[0].size"),
+        (
+            {"name": "x", "files": [{"name": "a", "size": "5", "role": "supporting"}]},
+            "files[0].size",
+        ),
+        (
+            {"name": "x", "files": [{"name": "a", "size": -1, "role": "supporting"}]},
+            "files[0].size",
+        ),
         ({"name": "x", "files": [{"name": "a", "size": 1, "role": "other"}]}, "files[0].role"),
-        ({"name": "x", "files": [{"name": "a", "size": 1, "role": "primary"}] * 2},
-         "File name 'a' appears more than once"),
-        ({"name": "x", "ttlDays": 0, "files": [{"name": "a", "size": 1, "role": "supporting"}]},
-         "ttlDays"),
-        ({"name": "x", "files": [{"name": "a", "size": 6 * 1024**4, "role": "supporting"}]},
-         "files[0].size"),
+        (
+            {"name": "x", "files": [{"name": "a", "size": 1, "role": "primary"}] * 2},
+            "File name 'a' appears more than once",
+        ),
+        (
+            {"name": "x", "ttlDays": 0, "files": [{"name": "a", "size": 1, "role": "supporting"}]},
+            "ttlDays",
+        ),
+        (
+            {"name": "x", "files": [{"name": "a", "size": 6 * 1024**4, "role": "supporting"}]},
+            "files[0].size",
+        ),
     ]
     for body, needle in cases:
         error = assert_envelope(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
         assert needle in error["message"], (body, error)
 
 
-@pytest.mark.parametrize("name,problem", [
-    ("/abs", "absolute"), ("a//b", "empty segment"), ("a/../b", "'..' segment"),
-    ("./a", "'.' segment"), ("a\\b", "backslash"), ("a\tb", "control character"),
-    ("a b", "outside"), ("", "empty"), ("x" * 1025, "1024 bytes"),
-])
-def test_bad_file_names_are_refused_naming_the_file(http: TestClient, name: str,
-                                                     problem: str) -> None:
+@pytest.mark.parametrize(
+    "name,problem",
+    [
+        ("/abs", "absolute"),
+        ("a//b", "empty segment"),
+        ("a/../b", "'..' segment"),
+        ("./a", "'.' segment"),
+        ("a\\b", "backslash"),
+        ("a\tb", "control character"),
+        ("a b", "outside"),
+        ("", "empty"),
+        ("x" * 1025, "1024 bytes"),
+    ],
+)
+def test_bad_file_names_are_refused_naming_the_file(
+    http: TestClient, name: str, problem: str
+) -> None:
     body = {"name": "x", "files": [{"name": name, "size": 1, "role": "supporting"}]}
     error = assert_envelope(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
     assert problem in error["message"]
@@ -139,15 +187,22 @@ def test_good_file_names_are_accepted(http: TestClient) -> None:
     assert http.post(UPLOAD_URL, json=body).status_code == 200
 
 
-def test_json_bodies_over_the_limit_answer_413_before_being_read(services: Services,
-                                                                 admin_token: str) -> None:
+def test_json_bodies_over_the_limit_answer_413_before_being_read(
+    services: Services, admin_token: str
+) -> None:
     small = Settings(**{**services.settings.model_dump(), "max_json_body": 4096})
-    app = create_app(services=Services(settings=small, db=services.db, store=services.store,
-                                       clock=services.clock))
+    app = create_app(
+        services=Services(
+            settings=small, db=services.db, store=services.store, clock=services.clock
+        )
+    )
     with TestClient(app) as http:
         http.headers["Authorization"] = f"Bearer {admin_token}"
-        big = {"name": "x", "description": "d" * 5000,
-               "files": [{"name": "a", "size": 1, "role": "supporting"}]}
+        big = {
+            "name": "x",
+            "description": "d" * 5000,
+            "files": [{"name": "a", "size": 1, "role": "supporting"}],
+        }
         assert_envelope(http.post(UPLOAD_URL, json=big), 413, "PAYLOAD_TOO_LARGE")
 
         def chunks() -> Iterator[bytes]:
@@ -156,13 +211,15 @@ def test_json_bodies_over_the_limit_answer_413_before_being_read(services: Servi
                 yield b"d" * 1000
             yield b'"}'
 
-        response = http.post(UPLOAD_URL, content=chunks(),
-                             headers={"Content-Type": "application/json"})
+        response = http.post(
+            UPLOAD_URL, content=chunks(), headers={"Content-Type": "application/json"}
+        )
         assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")
 
 
-def test_unexpected_errors_are_500_without_internals(http: TestClient, services: Services,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unexpected_errors_are_500_without_internals(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tracestore.server import tracesets
 
     def broken(*_: object) -> None:
@@ -174,9 +231,19 @@ def test_unexpected_errors_are_500_without_internals(http: TestClient, services:
 
 
 def test_every_error_code_has_one_class() -> None:
-    assert {"VALIDATION_ERROR", "UNAUTHORIZED", "FORBIDDEN", "NOT_FOUND", "CONFLICT", "GONE",
-            "PRECONDITION_FAILED", "PAYLOAD_TOO_LARGE", "UNPROCESSABLE_ENTITY",
-            "INTERNAL_ERROR", "NOT_IMPLEMENTED"} <= set(ERRORS_BY_CODE)
+    assert {
+        "VALIDATION_ERROR",
+        "UNAUTHORIZED",
+        "FORBIDDEN",
+        "NOT_FOUND",
+        "CONFLICT",
+        "GONE",
+        "PRECONDITION_FAILED",
+        "PAYLOAD_TOO_LARGE",
+        "UNPROCESSABLE_ENTITY",
+        "INTERNAL_ERROR",
+        "NOT_IMPLEMENTED",
+    } <= set(ERRORS_BY_CODE)
 
 
 def test_health_and_readiness(http: TestClient) -> None:
@@ -198,8 +265,7 @@ def test_openapi_description_is_valid_and_documents_the_seed_schema(http: TestCl
     assert {"dp", "tp", "sp", "ep", "pp", "cp", "fsdp"} <= set(parallelism)
     assert "WorkloadMetadata" in schemas
     request_body = document["paths"]["/api/v1/tracesets/upload-url"]["post"]["requestBody"]
-    assert request_body["content"]["application/json"]["schema"]["$ref"].endswith(
-        "/UploadRequest")
+    assert request_body["content"]["application/json"]["schema"]["$ref"].endswith("/UploadRequest")
     assert "UploadWorkloadMetadata" in str(schemas["UploadRequest"])
     for path, operations in document["paths"].items():
         for operation in operations.values():

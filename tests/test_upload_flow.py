@@ -37,7 +37,7 @@ def _read_back(http: TestClient, services: Services, sha256: str) -> bytes:
     url = store.download_url(sha256, filename="x", expires_at=services.now() + timedelta(minutes=5))
     response = http.get(url)
     assert response.status_code == 200, response.text
-    return response.content
+    return bytes(response.content)
 
 
 def test_three_file_traceset_parallel_out_of_order_resumed_and_completed_twice(
@@ -52,7 +52,8 @@ def test_three_file_traceset_parallel_out_of_order_resumed_and_completed_twice(
     by_name = {f["name"]: f for f in answer["files"]}
     assert [p["size"] for p in by_name["rank_0.et"]["parts"]] == [5 * MIB, 5 * MIB, 2 * MIB + 12345]
     assert by_name["nested/rank_1.et"]["parts"] == [
-        {"partNumber": 1, "size": 0, "url": by_name["nested/rank_1.et"]["parts"][0]["url"]}]
+        {"partNumber": 1, "size": 0, "url": by_name["nested/rank_1.et"]["parts"][0]["url"]}
+    ]
     assert http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()["status"] == "uploading"
 
     # Send some parts in parallel, in shuffled order, then "lose" the client's state.
@@ -63,7 +64,7 @@ def test_three_file_traceset_parallel_out_of_order_resumed_and_completed_twice(
     def send(job: tuple[str, dict[str, Any]]) -> None:
         name, part = job
         offset = (part["partNumber"] - 1) * answer["partSize"]
-        response = http.put(part["url"], content=files[name][0][offset:offset + part["size"]])
+        response = http.put(part["url"], content=files[name][0][offset : offset + part["size"]])
         assert response.status_code == 200, response.text
 
     with ThreadPoolExecutor(4) as pool:
@@ -80,8 +81,10 @@ def test_three_file_traceset_parallel_out_of_order_resumed_and_completed_twice(
         list(pool.map(send, missing))
 
     final = http.get(f"/api/v1/tracesets/upload-url/{answer['uploadId']}").json()
-    etags = {f["name"]: [{"partNumber": p["partNumber"], "etag": p["etag"]}
-                         for p in f["receivedParts"]] for f in final["files"]}
+    etags = {
+        f["name"]: [{"partNumber": p["partNumber"], "etag": p["etag"]} for p in f["receivedParts"]]
+        for f in final["files"]
+    }
     assert all(not f["parts"] for f in final["files"])
 
     first_completion = complete(http, answer["uploadId"], etags)
@@ -133,11 +136,14 @@ def _started(http: TestClient, data: bytes) -> dict[str, Any]:
     return dict(response.json())
 
 
-@pytest.mark.parametrize("change,status", [
-    ({"signature": "AAAA"}, 403),
-    ({"size": 3}, 403),
-    ({"expires": 4102444800}, 403),
-])
+@pytest.mark.parametrize(
+    "change,status",
+    [
+        ({"signature": "AAAA"}, 403),
+        ({"size": 3}, 403),
+        ({"expires": 4102444800}, 403),
+    ],
+)
 def test_tampered_part_urls_are_refused_and_store_nothing(
     http: TestClient, services: Services, change: dict[str, Any], status: int
 ) -> None:
@@ -150,8 +156,9 @@ def test_tampered_part_urls_are_refused_and_store_nothing(
     assert record_counts(services) == before
 
 
-def test_expired_part_url_is_refused(http: TestClient, services: Services,
-                                     clock: FakeClock) -> None:
+def test_expired_part_url_is_refused(
+    http: TestClient, services: Services, clock: FakeClock
+) -> None:
     answer = _started(http, b"abcd")
     clock.advance(hours=1, seconds=1)
     before = record_counts(services)
@@ -179,8 +186,9 @@ def test_wrong_size_parts_are_refused_and_keep_the_good_part(
     assert done.json()["files"][0]["hash"] == "sha256:" + hashlib.sha256(b"abcd").hexdigest()
 
 
-def test_chunked_part_bodies_are_size_checked_as_they_arrive(http: TestClient,
-                                                              services: Services) -> None:
+def test_chunked_part_bodies_are_size_checked_as_they_arrive(
+    http: TestClient, services: Services
+) -> None:
     answer = _started(http, b"abcd")
     url = answer["files"][0]["parts"][0]["url"]
     before = record_counts(services)
@@ -201,8 +209,9 @@ def test_part_checksum_header_is_verified(http: TestClient, services: Services) 
     assert "x-amz-checksum-sha256" in response.json()["error"]["message"]
     assert record_counts(services) == before
     right = base64.b64encode(hashlib.sha256(b"abcd").digest()).decode()
-    assert http.put(url, content=b"abcd",
-                    headers={"x-amz-checksum-sha256": right}).status_code == 200
+    assert (
+        http.put(url, content=b"abcd", headers={"x-amz-checksum-sha256": right}).status_code == 200
+    )
 
 
 def test_resending_a_part_replaces_it(http: TestClient) -> None:
@@ -252,8 +261,10 @@ def test_expired_session_answers_410_and_fails_its_traceset(
     response = complete(http, answer["uploadId"], {"r.et": [{"partNumber": 1, "etag": etag}]})
     assert response.status_code == 410
     assert response.json()["error"] == {
-        "code": "GONE", "message": f"Upload session '{answer['uploadId']}' has expired",
-        "requestId": response.json()["error"]["requestId"]}
+        "code": "GONE",
+        "message": f"Upload session '{answer['uploadId']}' has expired",
+        "requestId": response.json()["error"]["requestId"],
+    }
     assert http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()["status"] == "upload_failed"
     assert not list((services.settings.data_dir / "blobs" / "staging").rglob("*.*"))
     assert http.get(f"/api/v1/tracesets/upload-url/{answer['uploadId']}").status_code == 410
@@ -277,7 +288,8 @@ def test_two_concurrent_completes_do_the_work_once(http: TestClient, services: S
     if statuses == [201, 409]:
         conflict = next(body for status, body in results if status == 409)
         assert conflict["error"]["message"] == (
-            "Upload session is already being completed by another request")
+            "Upload session is already being completed by another request"
+        )
     assert record_counts(services)["tracesets"] == 1
     assert complete(http, answer["uploadId"], etags).status_code == 200
 
@@ -308,10 +320,14 @@ def test_a_completion_cut_off_half_way_is_finished_by_a_retry(
 
         with services.db.session(write=False) as session:
             principal = authenticate_api_token(
-                session, http.headers["Authorization"].split()[1], services.now())
+                session, http.headers["Authorization"].split()[1], services.now()
+            )
         request = schemas.CompleteRequest.model_validate(
-            {"uploadId": answer["uploadId"],
-             "files": [{"name": n, "parts": p} for n, p in etags.items()]})
+            {
+                "uploadId": answer["uploadId"],
+                "files": [{"name": n, "parts": p} for n, p in etags.items()],
+            }
+        )
         # Simulate a killed process: the lease is never released.
         monkeypatch.setattr(uploads, "_release_lease", lambda *a: None)
         uploads.complete_upload(services, principal, request)
@@ -327,17 +343,28 @@ def test_a_completion_cut_off_half_way_is_finished_by_a_retry(
 
 
 def test_declared_sha256_is_verified_at_completion(http: TestClient) -> None:
-    body = {"name": "x", "workloadMetadata": {"shape": {"rankCount": 1}},
-            "files": [{"name": "r.et", "size": 4, "role": "primary",
-                       "sha256": hashlib.sha256(b"wxyz").hexdigest()}]}
+    body = {
+        "name": "x",
+        "workloadMetadata": {"shape": {"rankCount": 1}},
+        "files": [
+            {
+                "name": "r.et",
+                "size": 4,
+                "role": "primary",
+                "sha256": hashlib.sha256(b"wxyz").hexdigest(),
+            }
+        ],
+    }
     answer = http.post("/api/v1/tracesets/upload-url", json=body).json()
     etag = http.put(answer["files"][0]["parts"][0]["url"], content=b"abcd").headers["etag"]
     response = complete(http, answer["uploadId"], {"r.et": [{"partNumber": 1, "etag": etag}]})
     assert response.status_code == 400
     assert "SHA-256" in response.json()["error"]["message"]
     etag = http.put(answer["files"][0]["parts"][0]["url"], content=b"wxyz").headers["etag"]
-    assert complete(http, answer["uploadId"],
-                    {"r.et": [{"partNumber": 1, "etag": etag}]}).status_code == 201
+    assert (
+        complete(http, answer["uploadId"], {"r.et": [{"partNumber": 1, "etag": etag}]}).status_code
+        == 201
+    )
 
 
 def test_delete_is_soft(http: TestClient) -> None:

@@ -44,20 +44,39 @@ def accepted(http: TestClient, text: str) -> dict[str, Any]:
     return dict(traceset.json())
 
 
-@pytest.mark.parametrize("metadata", [
-    None, "null", "{}", '{"shape":null}', '{"shape":{"rank_count":8}}',
-    '{"parallelism":{"cp":2,"fsdp":2}}', '{"parallelism":{}}', '{"parallelism":null}',
-    '{"shape":{"rankCount":null},"parallelism":{"dp":null,"tp":null}}',
-    '{"parallelism":{"DP":8}}', '{"workload_family":"llama"}',
-])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        None,
+        "null",
+        "{}",
+        '{"shape":null}',
+        '{"shape":{"rank_count":8}}',
+        '{"parallelism":{"cp":2,"fsdp":2}}',
+        '{"parallelism":{}}',
+        '{"parallelism":null}',
+        '{"shape":{"rankCount":null},"parallelism":{"dp":null,"tp":null}}',
+        '{"parallelism":{"DP":8}}',
+        '{"workload_family":"llama"}',
+    ],
+)
 def test_primary_files_without_a_declaration_are_refused_with_the_seed_message(
     http: TestClient, services: Services, metadata: str | None
 ) -> None:
     assert refused(http, services, body(metadata))["message"] == MISSING_RANK_COUNT_MESSAGE
 
 
-@pytest.mark.parametrize("member", ["shape.rankCount", "parallelism.dp", "parallelism.tp",
-                                    "parallelism.sp", "parallelism.ep", "parallelism.pp"])
+@pytest.mark.parametrize(
+    "member",
+    [
+        "shape.rankCount",
+        "parallelism.dp",
+        "parallelism.tp",
+        "parallelism.sp",
+        "parallelism.ep",
+        "parallelism.pp",
+    ],
+)
 @pytest.mark.parametrize("value", ["0", "-1", "2.0", '"4"', "true", "1e3", "[]", "{}"])
 def test_each_rank_count_member_must_be_a_whole_number_of_at_least_1(
     http: TestClient, services: Services, member: str, value: str
@@ -71,35 +90,53 @@ def test_each_rank_count_member_must_be_a_whole_number_of_at_least_1(
 def test_product_mismatch_names_both_numbers(http: TestClient, services: Services) -> None:
     text = body('{"shape":{"rankCount":255},"parallelism":{"dp":32,"tp":8,"pp":1}}')
     message = refused(http, services, text)["message"]
-    assert "shape.rankCount 255 differs from the parallelism product 256 (dp × tp × sp × ep × pp)" in message
+    assert (
+        "shape.rankCount 255 differs from the parallelism product 256 (dp × tp × sp × ep × pp)"
+        in message
+    )
 
 
-@pytest.mark.parametrize("metadata", [
-    '{"shape":{"rankCount":2147483648}}',
-    '{"parallelism":{"dp":65536,"tp":32768}}',
-    '{"parallelism":{"dp":2147483648}}',
-])
-def test_rank_count_above_2147483647_is_refused(http: TestClient, services: Services,
-                                                metadata: str) -> None:
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        '{"shape":{"rankCount":2147483648}}',
+        '{"parallelism":{"dp":65536,"tp":32768}}',
+        '{"parallelism":{"dp":2147483648}}',
+    ],
+)
+def test_rank_count_above_2147483647_is_refused(
+    http: TestClient, services: Services, metadata: str
+) -> None:
     message = refused(http, services, body(metadata))["message"]
     assert "2,147,483,647" in message
     assert "2147483648" in message
 
 
-@pytest.mark.parametrize("metadata", [
-    '{"shape":{"rankCount":2147483647}}', '{"parallelism":{"dp":65536,"tp":32767}}',
-])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        '{"shape":{"rankCount":2147483647}}',
+        '{"parallelism":{"dp":65536,"tp":32767}}',
+    ],
+)
 def test_rank_count_of_exactly_2147483647_is_accepted(http: TestClient, metadata: str) -> None:
     expected = 2147483647 if "rankCount" in metadata else 65536 * 32767
     assert accepted(http, body(metadata))["rankCountDerived"] == expected
 
 
-@pytest.mark.parametrize("metadata,member", [
-    ("[1,2]", "workloadMetadata"), ('"llama"', "workloadMetadata"), ("42", "workloadMetadata"),
-    ("true", "workloadMetadata"), ('{"shape":[256]}', "workloadMetadata.shape"),
-    ('{"shape":"256"}', "workloadMetadata.shape"), ('{"parallelism":8}', "workloadMetadata.parallelism"),
-    ('{"parallelism":false}', "workloadMetadata.parallelism"),
-])
+@pytest.mark.parametrize(
+    "metadata,member",
+    [
+        ("[1,2]", "workloadMetadata"),
+        ('"llama"', "workloadMetadata"),
+        ("42", "workloadMetadata"),
+        ("true", "workloadMetadata"),
+        ('{"shape":[256]}', "workloadMetadata.shape"),
+        ('{"shape":"256"}', "workloadMetadata.shape"),
+        ('{"parallelism":8}', "workloadMetadata.parallelism"),
+        ('{"parallelism":false}', "workloadMetadata.parallelism"),
+    ],
+)
 def test_metadata_shape_and_parallelism_must_be_objects_or_null(
     http: TestClient, services: Services, metadata: str, member: str
 ) -> None:
@@ -112,8 +149,9 @@ def _sized_metadata(size: int) -> str:
     padding = size - len(base.encode())
     # A mix of one-, two- and three-byte characters, counted as UTF-8 bytes.
     text = "é漢" * (padding // 5) + "a" * (padding % 5)
-    value = json.dumps({"shape": {"rankCount": 8}, "notes": text}, separators=(",", ":"),
-                       ensure_ascii=False)
+    value = json.dumps(
+        {"shape": {"rankCount": 8}, "notes": text}, separators=(",", ":"), ensure_ascii=False
+    )
     assert len(value.encode()) == size
     return value
 
@@ -136,7 +174,9 @@ def test_supporting_only_uploads_still_check_what_they_declare(
     http: TestClient, services: Services
 ) -> None:
     message = refused(http, services, body('{"parallelism":{"tp":"8"}}', SUPPORTING))["message"]
-    assert 'workloadMetadata.parallelism.tp must be a whole number of at least 1, got "8"' == message
+    assert (
+        'workloadMetadata.parallelism.tp must be a whole number of at least 1, got "8"' == message
+    )
 
 
 def test_null_degrees_count_as_absent(http: TestClient) -> None:
@@ -144,11 +184,14 @@ def test_null_degrees_count_as_absent(http: TestClient) -> None:
     assert accepted(http, text)["rankCountDerived"] == 8
 
 
-@pytest.mark.parametrize("metadata", [
-    '{"parallelism":{"dp":32,"tp":8,"pp":1},"shape":{"rankCount":256}}',
-    '{"parallelism":{"dp":32,"tp":8,"pp":1}}',
-    '{"shape":{"rankCount":256}}',
-])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        '{"parallelism":{"dp":32,"tp":8,"pp":1},"shape":{"rankCount":256}}',
+        '{"parallelism":{"dp":32,"tp":8,"pp":1}}',
+        '{"shape":{"rankCount":256}}',
+    ],
+)
 def test_the_seed_256_rank_example(http: TestClient, metadata: str) -> None:
     assert accepted(http, body(metadata))["rankCountDerived"] == 256
 
@@ -159,10 +202,12 @@ def test_cp_and_fsdp_are_neither_factors_nor_checked_at_upload(http: TestClient)
 
 
 def test_metadata_is_stored_and_returned_exactly_as_given(http: TestClient) -> None:
-    metadata = ('{"workload_family":"llama","shape":{"rankCount":16,"global_batch_size":1024,'
-                '"rank_count":16},"parallelism":{"tp":8,"dp":2,"cp":2.0,"DP":1},'
-                '"lr":1e-4,"big":1e400,"exact":0.1000000000000000055511151231257827,'
-                '"z":{"b":1,"a":[true,null,"é"]},"workloadFamily":"ignored"}')
+    metadata = (
+        '{"workload_family":"llama","shape":{"rankCount":16,"global_batch_size":1024,'
+        '"rank_count":16},"parallelism":{"tp":8,"dp":2,"cp":2.0,"DP":1},'
+        '"lr":1e-4,"big":1e400,"exact":0.1000000000000000055511151231257827,'
+        '"z":{"b":1,"a":[true,null,"é"]},"workloadFamily":"ignored"}'
+    )
     response = raw_post(http, UPLOAD_URL, body(metadata))
     assert response.status_code == 200, response.text
     got = http.get(f"/api/v1/tracesets/{response.json()['tracesetId']}")
@@ -173,14 +218,16 @@ def test_metadata_is_stored_and_returned_exactly_as_given(http: TestClient) -> N
     assert metadata in text, "key order and numbers as written must survive the round trip"
 
 
-def test_the_size_limit_reads_numbers_as_python_json_does(http: TestClient,
-                                                          services: Services) -> None:
+def test_the_size_limit_reads_numbers_as_python_json_does(
+    http: TestClient, services: Services
+) -> None:
     # 1e3 serialises as 1000.0 in SPEC's json.dumps expression: two bytes longer.
     base = _sized_metadata(65_534)
     assert base.endswith('"}')
     text = base[:-1] + ',"n":1e3}'
-    size_as_spec = len(json.dumps(json.loads(text), separators=(",", ":"),
-                                  ensure_ascii=False).encode())
+    size_as_spec = len(
+        json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False).encode()
+    )
     assert size_as_spec > 65_536
     assert "65536 bytes" in refused(http, services, body(text))["message"]
 

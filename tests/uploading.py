@@ -15,12 +15,14 @@ UPLOAD_URL = "/api/v1/tracesets/upload-url"
 COMPLETE_URL = "/api/v1/tracesets/upload-url/complete"
 
 
-def request_upload(http: httpx.Client, files: dict[str, tuple[bytes, str]],
-                   metadata: Any = None, **extra: Any) -> httpx.Response:
+def request_upload(
+    http: httpx.Client, files: dict[str, tuple[bytes, str]], metadata: Any = None, **extra: Any
+) -> httpx.Response:
     body: dict[str, Any] = {
         "name": extra.pop("name", "test traceset"),
-        "files": [{"name": n, "size": len(data), "role": role}
-                  for n, (data, role) in files.items()],
+        "files": [
+            {"name": n, "size": len(data), "role": role} for n, (data, role) in files.items()
+        ],
         **extra,
     }
     if metadata is not None:
@@ -28,8 +30,9 @@ def request_upload(http: httpx.Client, files: dict[str, tuple[bytes, str]],
     return http.post(UPLOAD_URL, json=body)
 
 
-def put_parts(http: httpx.Client, answer: dict[str, Any], files: dict[str, tuple[bytes, str]]
-              ) -> dict[str, list[dict[str, Any]]]:
+def put_parts(
+    http: httpx.Client, answer: dict[str, Any], files: dict[str, tuple[bytes, str]]
+) -> dict[str, list[dict[str, Any]]]:
     """PUT every part of every file (in reverse order); the ETags per file name."""
     etags: dict[str, list[dict[str, Any]]] = {}
     part_size = answer["partSize"]
@@ -37,23 +40,29 @@ def put_parts(http: httpx.Client, answer: dict[str, Any], files: dict[str, tuple
         data = files[entry["name"]][0]
         for part in reversed(entry["parts"]):
             offset = (part["partNumber"] - 1) * part_size
-            response = http.put(part["url"], content=data[offset:offset + part["size"]])
+            response = http.put(part["url"], content=data[offset : offset + part["size"]])
             assert response.status_code == 200, response.text
             etags.setdefault(entry["name"], []).append(
-                {"partNumber": part["partNumber"], "etag": response.headers["etag"]})
+                {"partNumber": part["partNumber"], "etag": response.headers["etag"]}
+            )
     return etags
 
 
-def complete(http: httpx.Client, upload_id: str, etags: dict[str, list[dict[str, Any]]]
-             ) -> httpx.Response:
-    return http.post(COMPLETE_URL, json={
-        "uploadId": upload_id,
-        "files": [{"name": name, "parts": parts} for name, parts in etags.items()],
-    })
+def complete(
+    http: httpx.Client, upload_id: str, etags: dict[str, list[dict[str, Any]]]
+) -> httpx.Response:
+    return http.post(
+        COMPLETE_URL,
+        json={
+            "uploadId": upload_id,
+            "files": [{"name": name, "parts": parts} for name, parts in etags.items()],
+        },
+    )
 
 
-def upload(http: httpx.Client, files: dict[str, tuple[bytes, str]], metadata: Any = None,
-           **extra: Any) -> dict[str, Any]:
+def upload(
+    http: httpx.Client, files: dict[str, tuple[bytes, str]], metadata: Any = None, **extra: Any
+) -> dict[str, Any]:
     """The whole flow; the completed traceset as JSON."""
     started = request_upload(http, files, metadata, **extra)
     assert started.status_code == 200, started.text
@@ -72,7 +81,9 @@ def record_counts(services: Services) -> dict[str, int]:
     counts: dict[str, int] = {}
     with services.db.session(write=False) as session:
         for table in (db.Traceset, db.TracesetFile, db.UploadSession, db.Blob):
-            counts[table.__tablename__] = session.scalar(select(func.count()).select_from(table)) or 0
+            counts[table.__tablename__] = (
+                session.scalar(select(func.count()).select_from(table)) or 0
+            )
     root = services.settings.data_dir / "blobs"
     counts["files on disk"] = sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
     return counts

@@ -30,6 +30,7 @@ from tracestore.server.blobs import (
     normalise_etag,
 )
 from tracestore.server.ids import new_id
+from tracestore.server.inspection import schedule_inspection
 from tracestore.server.services import Services
 from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
 from tracestore.server.tracesets import manifest_hash, traceset_view
@@ -342,10 +343,13 @@ def complete_upload(
             raise Conflict(COMPLETING_MESSAGE)
         traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
         _link_blobs(session, traceset, committed, services.now())
-        view = traceset_view(session, traceset)
     for file in files:
         services.store.discard_staging(staged_file(upload, file))
-    return view, True
+    primary_bytes = sum(f.size for f in files if f.role == "primary")
+    schedule_inspection(services, upload.traceset_id, primary_bytes)
+    with services.db.session(write=False) as session:
+        traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
+        return traceset_view(session, traceset), True
 
 
 def _check_request(

@@ -1,0 +1,154 @@
+"""Inspection inside the service: after completion every primary file is read, its rank
+recorded, and the traceset's rank census answered on GET."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import TESTDATA
+from tests.uploading import upload
+from tracestore.server import inspection
+from tracestore.server.services import Services
+
+KINETO = TESTDATA / "kineto-dlrm-8ranks"
+CHAKRA = TESTDATA / "chakra-allreduce-4ranks"
+
+
+def _files(folder: Path) -> dict[str, tuple[bytes, str]]:
+    assert folder.is_dir(), f"{folder} is missing: the real trace samples must be beside the repo"
+    return {p.name: (p.read_bytes(), "primary") for p in sorted(folder.iterdir())}
+
+
+def _kineto(rank: int | None, world: int = 2) -> bytes:
+    info = (
+        {}
+        if rank is None
+        else {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}}
+    )
+    return json.dumps(
+        {
+            **info,
+            "traceEvents": [
+                {
+                    "ph": "X",
+                    "name": "record_param_comms",
+                    "ts": 10,
+                    "dur": 5,
+                    "args": {"Collective name": "allreduce"},
+                }
+            ],
+        }
+    ).encode()
+
+
+def test_the_real_8_rank_kineto_set_is_complete(http: TestClient) -> None:
+    traceset = upload(http, _files(KINETO), {"shape": {"rankCount": 8}})
+    census = traceset["inspection"]["census"]
+    assert census["ranksFound"] == list(range(8))
+    assert census["ranksMissing"] == [] and census["duplicatedRanks"] == []
+    assert census["checks"]["rankCountMatches"]["passed"] is True
+    for entry in traceset["files"]:
+        rank = int(entry["name"].removeprefix("worker").split("_")[0])
+        assert entry["metadataStatus"] == "complete"
+        assert entry["rankRange"] == {"start": rank, "end": rank}
+    kinds = {f["format"] for f in traceset["inspection"]["files"]}
+    assert kinds == {"kineto_json"}
+
+
+def test_declared_4_but_8_ranks_found_is_reported_not_refused(http: TestClient) -> None:
+    traceset = upload(http, _files(KINETO), {"shape": {"rankCount": 4}})
+    assert traceset["status"] == "ready"
+    check = traceset["inspection"]["census"]["checks"]["rankCountMatches"]
+    assert check["passed"] is False
+    assert "4" in check["message"] and "8" in check["message"]
+
+
+def test_the_real_4_rank_chakra_set_takes_ranks_from_names(http: TestClient) -> None:
+    traceset = upload(http, _files(CHAKRA), {"parallelism": {"dp": 4}})
+    census = traceset["inspection"]["census"]
+    assert census["ranksFound"] == [0, 1, 2, 3]
+    assert census["checks"]["parallelismConsistent"]["passed"] is True
+    ranges = {f["name"]: f["rankRange"] for f in traceset["files"]}
+    assert ranges["all_reduce.2.et"] == {"start": 2, "end": 2}
+
+
+def test_a_missing_rank_and_an_unranked_file_are_named(http: TestClient) -> None:
+    files = {
+        "rank0.json": (_kineto(0, 4), "primary"),
+        "rank2.json": (_kineto(2, 4), "primary"),
+        "rank3.json": (_kineto(3, 4), "primary"),
+        "mystery.json": (_kineto(None), "primary"),
+        "notes.txt": (b"hello", "supporting"),
+    }
+    traceset = upload(http, files, {"shape": {"rankCount": 4}})
+    census = traceset["inspection"]["census"]
+    assert census["ranksMissing"] == [{"start": 1, "end": 1}]
+    assert census["unrankedFiles"] == ["mystery.json"]
+    assert "1" in census["checks"]["rankCountMatches"]["message"]
+    statuses = {f["name"]: (f["metadataStatus"], f["rankRange"]) for f in traceset["files"]}
+    assert statuses["mystery.json"] == ("complete", None)
+    assert statuses["notes.txt"] == ("complete", None)
+
+
+def test_a_zip_of_ranks_gets_the_range_of_its_members(http: TestClient) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for rank in range(4):
+            archive.writestr(f"traces/rank{rank}.json.gz", gzip.compress(_kineto(rank, 8)))
+    second = io.BytesIO()
+    with zipfile.ZipFile(second, "w") as archive:
+        for rank in range(4, 8):
+            archive.writestr(f"rank{rank}.json", _kineto(rank, 8))
+    files = {"a.zip": (buffer.getvalue(), "primary"), "b.zip": (second.getvalue(), "primary")}
+    traceset = upload(http, files, {"shape": {"rankCount": 8}})
+    ranges = {f["name"]: f["rankRange"] for f in traceset["files"]}
+    assert ranges == {"a.zip": {"start": 0, "end": 3}, "b.zip": {"start": 4, "end": 7}}
+    assert traceset["inspection"]["census"]["checks"]["rankCountMatches"]["passed"] is True
+
+
+def test_a_truncated_file_fails_its_own_inspection_only(http: TestClient) -> None:
+    files = {
+        "rank0.json": (_kineto(0, 2)[:-30], "primary"),
+        "rank1.json": (_kineto(1, 2), "primary"),
+    }
+    traceset = upload(http, files, {"shape": {"rankCount": 2}})
+    by_name = {f["name"]: f["metadataStatus"] for f in traceset["files"]}
+    assert by_name == {"rank0.json": "failed", "rank1.json": "complete"}
+    failed = traceset["inspection"]["census"]["failedFiles"]
+    assert failed and failed[0]["file"] == "rank0.json" and failed[0]["reason"]
+    assert traceset["status"] == "ready"
+
+
+def test_large_tracesets_are_inspected_in_the_background(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
+    traceset = upload(http, {"r0.json": (_kineto(0, 1), "primary")}, {"shape": {"rankCount": 1}})
+    services.close()  # waits for the background worker
+    after: dict[str, Any] = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
+    assert after["files"][0]["metadataStatus"] == "complete"
+    assert after["inspection"]["census"]["ranksFound"] == [0]
+
+
+def test_abandoned_inspections_are_picked_up_again(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inspection, "schedule_inspection", lambda *a: None)
+    from tracestore.server import uploads
+
+    monkeypatch.setattr(uploads, "schedule_inspection", lambda *a: None)
+    traceset = upload(http, {"r0.json": (_kineto(0, 1), "primary")}, {"shape": {"rankCount": 1}})
+    assert traceset["files"][0]["metadataStatus"] == "pending"
+    assert inspection.inspect_abandoned(services) == 0  # not stale yet
+    services.clock.advance(hours=1)  # type: ignore[attr-defined]
+    assert inspection.inspect_abandoned(services) == 1
+    after = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
+    assert after["files"][0]["metadataStatus"] == "complete"
