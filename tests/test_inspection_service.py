@@ -152,3 +152,30 @@ def test_abandoned_inspections_are_picked_up_again(
     assert inspection.inspect_abandoned(services) == 1
     after = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
     assert after["files"][0]["metadataStatus"] == "complete"
+
+
+def test_validate_reports_the_census_naming_file_and_rank(http: TestClient) -> None:
+    files = {"a.json": (_kineto(0, 2), "primary"), "b.json": (_kineto(0, 2), "primary")}
+    traceset = upload(http, files, {"parallelism": {"dp": 2}})
+    answer = http.post(f"/api/v1/tracesets/{traceset['id']}/validate").json()
+    checks = {c["name"]: c for c in answer["checks"]}
+    assert checks["file_integrity"]["passed"] is True
+    assert checks["rank_census"]["passed"] is False
+    message = checks["rank_census"]["message"]
+    assert "a.json" in message and "b.json" in message and "0" in message
+    assert answer["valid"] is False
+
+    good = upload(
+        http,
+        {"a.json": (_kineto(0, 2), "primary"), "b.json": (_kineto(1, 2), "primary")},
+        {"parallelism": {"dp": 2}},
+        name="good",
+    )
+    answer = http.post(f"/api/v1/tracesets/{good['id']}/validate").json()
+    assert answer["valid"] is True
+    assert {c["name"]: c["passed"] for c in answer["checks"]} == {
+        "file_integrity": True,
+        "metadata_complete": True,
+        "rank_census": True,
+        "parallelism_consistency": True,
+    }

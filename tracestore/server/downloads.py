@@ -19,6 +19,7 @@ from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import BlobStore, UrlSigner
+from tracestore.server.inspection import stored_census_checks
 from tracestore.server.lifecycle import record_use
 from tracestore.server.services import Services
 from tracestore.server.tracesets import find_visible
@@ -162,12 +163,22 @@ def resolve_traceset(
 def validate_traceset(
     services: Services, principal: Principal, traceset_id: str
 ) -> schemas.ValidateAnswer:
-    """Re-read every blob and check the metadata; inspection's checks join when it reports."""
+    """Re-read every blob, check the metadata, and report inspection's rank census."""
     with services.db.session(write=False) as session:
         traceset = _ready(session, principal, traceset_id, "validated")
         files = _files(session, traceset_id)
         rank_count = traceset.rank_count
-    return validate_checks(services.store, files, rank_count)
+        census = stored_census_checks(traceset)
+    if census is None:
+        return validate_checks(services.store, files, rank_count)
+    rank_check, parallelism_check = (schemas.ValidationCheck(**check) for check in census)
+    return validate_checks(
+        services.store,
+        files,
+        rank_count,
+        rank_census=rank_check,
+        parallelism_consistency=parallelism_check,
+    )
 
 
 def validate_checks(
