@@ -8,6 +8,7 @@ statuses, idempotence, what is replaced, and who may promote.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -380,3 +381,13 @@ def test_openapi_documents_the_promote_route(http: TestClient) -> None:
 
     assert {"200", "404", "409", "412", "422"} <= set(operation["responses"])
     assert set(request["properties"]) == {"target", "workloadMetadata", "description", "tags"}
+
+
+def test_concurrent_promotions_apply_once(http: TestClient) -> None:
+    ts = upload_ready(http, RANKS_256)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda _: promote(http, ts["id"]), range(4)))
+
+    assert [a.status_code for a in answers] == [200] * 4
+    assert sorted(a.json()["promotionApplied"] for a in answers) == [False, False, False, True]
