@@ -21,6 +21,7 @@ import click
 from tracestore import cli_output, jsontext
 from tracestore.client import Client
 from tracestore.errors import TracestoreError, UploadIncomplete, ValidationError
+from tracestore.schemas import UploadUrlResponse
 from tracestore.transfers import UploadInterrupted
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -69,7 +70,10 @@ def _connection(command: F) -> F:
     @click.option("--token", envvar="TRACESTORE_TOKEN", help="API token (or TRACESTORE_TOKEN).")
     @functools.wraps(command)
     def wrapper(url: str, token: str | None, **kwargs: Any) -> Any:
-        with Client(url, resolve_token(url, token)) as client:
+        # Tests hand in an httpx client on the app in-process: ``main(obj={"http": ...})``.
+        obj = click.get_current_context().obj
+        http = obj.get("http") if isinstance(obj, dict) else None
+        with Client(url, resolve_token(url, token), http=http) as client:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:
@@ -180,6 +184,14 @@ def upload(
             click.echo(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
         if problems and strict:
             raise click.UsageError("local inspection disagrees with the metadata (--strict)")
+
+    def started(session: UploadUrlResponse) -> None:
+        click.echo(
+            f"Uploading {session.traceset_id} as {session.upload_id}; if this stops: "
+            + _resume_hint(session.upload_id, paths, supporting),
+            err=True,
+        )
+
     try:
         with cli_output.progress_bars(True) as progress:
             traceset = client.upload_traceset(
@@ -195,9 +207,10 @@ def upload(
                 concurrency=concurrency,
                 progress=progress,
                 resume_upload_id=resume_id,
+                on_started=started,
             )
     except UploadInterrupted as exc:
-        click.echo(f"\nInterrupted. {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
+        click.echo(f"\nInterrupted; {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except UploadIncomplete as exc:
         for line in cli_output.error_lines(exc):
@@ -221,7 +234,7 @@ def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Pat
     words = ["tracestore", "upload", "--resume", upload_id, *map(str, paths)]
     for extra in supporting:
         words += ["--supporting", str(extra)]
-    return "Resume with: " + " ".join(_quote(w) for w in words)
+    return "resume with: " + " ".join(_quote(w) for w in words)
 
 
 def _quote(word: str) -> str:
@@ -399,7 +412,7 @@ def validate(client: Client, traceset_id: str, as_json: bool) -> None:
         cli_output.echo_json(cli_output.wire(answer))
     else:
         for check in answer.checks:
-            mark = "ok  " if check.passed else "FAIL"
+            mark = {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
             click.echo(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
         click.echo(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
     if not answer.valid:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from types import TracebackType
@@ -395,6 +395,7 @@ class Client:
         concurrency: int = 8,
         progress: ProgressCallback | None = None,
         resume_upload_id: str | None = None,
+        on_started: Callable[[schemas.UploadUrlResponse], None] | None = None,
     ) -> schemas.Traceset:
         """Upload files and directories as one traceset and return it, ``ready``.
 
@@ -404,8 +405,9 @@ class Client:
         in one read before the upload starts and sent, so the service verifies every byte
         at completion; parts then go out ``concurrency`` at a time, retried on network
         errors and 5xx. ``resume_upload_id`` finishes an earlier, interrupted upload of the
-        same files. Raises ``UploadIncomplete`` (with the upload id) if it cannot finish, and
-        ``UploadInterrupted`` on Ctrl-C.
+        same files. ``on_started`` is called with the session once it exists (its
+        ``upload_id`` is what resumes it). Raises ``UploadIncomplete`` (with the upload id) if
+        it cannot finish, and ``UploadInterrupted`` on Ctrl-C.
         """
         given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         files = collect_files(given, role) + collect_files(supporting, "supporting")
@@ -413,7 +415,7 @@ class Client:
             raise ValidationError("Nothing to upload: no files found in the paths given")
         check_names(files)
         if resume_upload_id is not None:
-            return self._resume(resume_upload_id, files, concurrency, progress)
+            return self._resume(resume_upload_id, files, concurrency, progress, on_started)
         metadata.check_upload_metadata(
             workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
         )
@@ -431,6 +433,8 @@ class Client:
             workload_metadata=workload_metadata,
         )
         session = self.start_upload(request)
+        if on_started:
+            on_started(session)
         return self._send_and_complete(session, files, {}, concurrency, progress)
 
     def _resume(
@@ -439,8 +443,11 @@ class Client:
         files: list[LocalFile],
         concurrency: int,
         progress: ProgressCallback | None,
+        on_started: Callable[[schemas.UploadUrlResponse], None] | None,
     ) -> schemas.Traceset:
         session = self.resume_upload(upload_id)
+        if on_started:
+            on_started(session)
         local = {f.name: f for f in files}
         remote = {f.name for f in session.files}
         for entry in session.files:

@@ -62,7 +62,7 @@ class RetryPolicy:
     """How often and how patiently to retry a network error or a 5xx answer."""
 
     attempts: int = 6
-    base_delay: float = 0.25
+    base_delay: float = 0.1
     max_delay: float = 15.0
 
     def delay(self, attempt: int) -> float:

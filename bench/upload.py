@@ -1,0 +1,239 @@
+"""Upload throughput: ``Client.upload_traceset`` into a real ``tracestore serve`` versus
+``cp`` + ``openssl dgst -sha256`` of the same files on the same disk, in one run.
+
+    .venv/bin/python bench/upload.py                 # 16 × 128 MiB and 256 × 8 MiB, 3 runs each
+    .venv/bin/python bench/upload.py --scale 0.125   # quick: file sizes scaled down
+
+Prints, per case, the median of the runs: our MB/s, the baseline's MB/s, their ratio
+against the target (0.7 for the large files, 0.5 for the many small ones), where our time
+went (hashing, part PUTs, completion), the CPU seconds of client and server, and the
+client's peak RSS against its budget (64 MiB + concurrency × part size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+MIB = 1024 * 1024
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    files: int
+    size: int
+    target: float
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_files(directory: Path, case: Case) -> None:
+    directory.mkdir(parents=True)
+    block = 8 * MIB
+    for index in range(case.files):
+        with open(directory / f"rank_{index:04d}.bin", "wb") as out:
+            left = case.size
+            while left:
+                chunk = os.urandom(min(block, left))
+                out.write(chunk)
+                left -= len(chunk)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    """A real ``tracestore serve`` on a free port with its own data directory."""
+
+    def __init__(self, data_dir: Path, part_size: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "TRACESTORE_PART_SIZE": str(part_size)}
+        self.log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tracestore.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(data_dir),
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            raise SystemExit(f"the server did not start; see {self.log.name}")
+        self.token = (data_dir / "admin-token").read_text().strip()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
+CHILD = """
+import json, sys, time
+from tracestore.client import Client
+url, token, source, concurrency = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+marks = {}
+def progress(event):
+    now = time.perf_counter()
+    marks.setdefault(event.phase + "_start", now)
+    marks[event.phase + "_end"] = now
+with Client(url, token) as client:
+    start = time.perf_counter()
+    ts = client.upload_traceset(source, workload_metadata={"shape": {"rankCount": 1}},
+                                concurrency=concurrency, progress=progress)
+    end = time.perf_counter()
+assert ts.status == "ready", ts.status
+print(json.dumps({"seconds": end - start, "start": start, "end": end, **marks}))
+"""
+
+
+def run_ours(server: Server, source: Path, concurrency: int) -> dict[str, float]:
+    before = cpu_seconds(server.process.pid)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, server.url, server.token, str(source), str(concurrency)],
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    output = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise SystemExit(f"the upload failed (status {status})")
+    marks = json.loads(output)
+    hashed = marks.get("hash_end", marks["start"]) - marks["start"]
+    put_end = marks.get("upload_end", marks["end"])
+    return {
+        "seconds": marks["seconds"],
+        "hash": hashed,
+        "put": put_end - marks.get("upload_start", put_end),
+        "complete": marks["end"] - put_end,
+        "client_cpu": usage.ru_utime + usage.ru_stime,
+        "server_cpu": cpu_seconds(server.process.pid) - before,
+        "rss": usage.ru_maxrss * 1024,
+    }
+
+
+def run_baseline(source: Path, target: Path) -> float:
+    files = sorted(str(p) for p in source.iterdir())
+    start = time.perf_counter()
+    target.mkdir()
+    subprocess.run(["cp", *files, str(target)], check=True)
+    copies = sorted(str(p) for p in target.iterdir())
+    subprocess.run(["openssl", "dgst", "-sha256", *copies], check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(target)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply file sizes by this")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--part-size-mib", type=int, default=64)
+    parser.add_argument("--cases", default="large,many", help="large, many or both")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    args = parser.parse_args()
+
+    cases = {
+        "large": Case("16 × 128 MiB", 16, int(128 * MIB * args.scale), 0.7),
+        "many": Case("256 × 8 MiB", 256, int(8 * MIB * args.scale), 0.5),
+    }
+    part_size = args.part_size_mib * MIB
+    root = Path(tempfile.mkdtemp(prefix="tracestore-bench-", dir=args.workdir))
+    server = Server(root / "data", part_size)
+    results: list[dict[str, Any]] = []
+    try:
+        for key in args.cases.split(","):
+            case = cases[key]
+            source = root / f"src-{key}"
+            write_files(source, case)
+            total = case.files * case.size
+            ours, base = [], []
+            for run in range(args.repeat):
+                ours.append(run_ours(server, source, args.concurrency))
+                base.append(run_baseline(source, root / f"copy-{key}-{run}"))
+            median = {k: statistics.median(r[k] for r in ours) for k in ours[0]}
+            ours_mbs = total / median["seconds"] / 1e6
+            base_mbs = total / statistics.median(base) / 1e6
+            budget = 64 * MIB + args.concurrency * part_size
+            results.append(
+                {
+                    "case": case.name if args.scale == 1 else f"{case.name} × {args.scale}",
+                    "bytes": total,
+                    "ours_MBps": round(ours_mbs, 1),
+                    "baseline_MBps": round(base_mbs, 1),
+                    "ratio": round(ours_mbs / base_mbs, 3),
+                    "target": case.target,
+                    "phases_s": {k: round(median[k], 2) for k in ("hash", "put", "complete")},
+                    "cpu_s": {
+                        "client": round(median["client_cpu"], 2),
+                        "server": round(median["server_cpu"], 2),
+                    },
+                    "client_peak_rss_MiB": round(max(r["rss"] for r in ours) / MIB, 1),
+                    "rss_budget_MiB": budget // MIB,
+                    "runs_s": [round(r["seconds"], 2) for r in ours],
+                    "baseline_runs_s": [round(b, 2) for b in base],
+                }
+            )
+            shutil.rmtree(source)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(
+        f"bench/upload.py  scale={args.scale}  repeat={args.repeat}  "
+        f"concurrency={args.concurrency}  part={args.part_size_mib} MiB"
+    )
+    for r in results:
+        verdict = "meets" if r["ratio"] >= r["target"] else "BELOW"
+        rss_ok = "within" if r["client_peak_rss_MiB"] <= r["rss_budget_MiB"] else "OVER"
+        print(
+            f"{r['case']:<22} ours {r['ours_MBps']:7.1f} MB/s   cp+openssl "
+            f"{r['baseline_MBps']:7.1f} MB/s   ratio {r['ratio']:.2f} ({verdict} target "
+            f"{r['target']})   client RSS {r['client_peak_rss_MiB']} MiB ({rss_ok} "
+            f"{r['rss_budget_MiB']} MiB)"
+        )
+        print(
+            f"{'':<22} phases {r['phases_s']}  cpu {r['cpu_s']}  runs {r['runs_s']}  "
+            f"baseline runs {r['baseline_runs_s']}"
+        )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

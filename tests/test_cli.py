@@ -1,0 +1,286 @@
+"""The client commands through Click's runner, against the real app in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from fastapi.testclient import TestClient
+
+from tracestore.cli import main
+from tracestore.cli_output import NEXT_STEPS
+from tracestore.errors import ERRORS_BY_CODE
+from tracestore.server.app import create_app
+from tracestore.server.services import Services
+from tracestore.server.settings import MIB
+
+
+@pytest.fixture
+def app_http(services: Services) -> Iterator[TestClient]:
+    with TestClient(create_app(services=services), raise_server_exceptions=False) as http:
+        yield http
+
+
+@pytest.fixture
+def run(app_http: TestClient, admin_token: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``run("ls", "--json")``: the command against the app, with the admin token."""
+    for name in ("TRACESTORE_URL", "TRACESTORE_TOKEN", "TRACESTORE_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+
+    def invoke(command: str, *args: str, token: str = admin_token) -> Result:
+        words = [command, "--url", "http://testserver", *args, "--token", token]
+        return runner.invoke(main, words, obj={"http": app_http})
+
+    yield invoke
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    directory = tmp_path / "traces"
+    (directory / "sub").mkdir(parents=True)
+    (directory / "rank_0.json").write_bytes(os.urandom(6 * MIB + 3))
+    (directory / "sub" / "rank_1.json").write_bytes(b'{"x": 1}')
+    return directory
+
+
+@pytest.fixture
+def meta_file(tmp_path: Path) -> Path:
+    path = tmp_path / "meta.json"
+    path.write_text('{"parallelism": {"dp": 2, "tp": 1}, "workload_family": "llama", "lr": 2.0}')
+    return path
+
+
+def upload(run: Any, traces: Path, meta_file: Path, *extra: str) -> dict[str, Any]:
+    result = run("upload", str(traces), "--workload-metadata", str(meta_file), "--json", *extra)
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.stdout))
+
+
+def test_upload_human_and_json(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("n")
+    result = run(
+        "upload", str(traces), "--workload-metadata", str(meta_file), "--supporting", str(notes)
+    )
+    assert result.exit_code == 0, result.output
+    traceset_id, status, *_ = result.stdout.split()
+    assert traceset_id.startswith("ts_") and status == "ready"
+    assert "resume with: tracestore upload --resume upload_" in result.stderr
+
+    data = upload(run, traces, meta_file, "--name", "named", "--tag", "x")
+    assert data["name"] == "named" and data["tags"] == ["x"]
+    assert data["rankCountDerived"] == 2
+    assert {f["name"] for f in data["files"]} == {"rank_0.json", "sub/rank_1.json"}
+    assert data["workloadMetadata"]["lr"] == 2.0
+
+
+def test_upload_json_keeps_metadata_numbers_as_written(
+    run: Any, traces: Path, meta_file: Path
+) -> None:
+    result = run("upload", str(traces), "--workload-metadata", str(meta_file), "--json")
+    assert '"workloadMetadata":{"parallelism":{"dp":2,"tp":1},"workload_family":"llama",' in (
+        result.stdout
+    )
+    assert '"lr":2.0}' in result.stdout
+    shown = run("show", json.loads(result.stdout)["id"], "--json")
+    assert '"lr":2.0}' in shown.stdout
+
+
+def test_upload_usage_errors_exit_2(run: Any, traces: Path, tmp_path: Path) -> None:
+    missing = run("upload", str(traces))
+    assert missing.exit_code == 2
+    assert "must declare a rank count" in missing.stderr
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert run("upload", str(traces), "--workload-metadata", str(bad)).exit_code == 2
+    assert run("upload", str(tmp_path / "nope")).exit_code == 2
+
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"shape": {"rankCount": 0}}')
+    refused = run("upload", str(traces), "--workload-metadata", str(wrong))
+    assert refused.exit_code == 2
+    assert "workloadMetadata.shape.rankCount must be a whole number of at least 1, got 0" in (
+        refused.stderr
+    )
+
+
+def test_supporting_only_upload(run: Any, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("n")
+    result = run("upload", str(notes), "--role", "supporting", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rankCountDerived"] is None
+
+
+def test_show(run: Any, traces: Path, meta_file: Path) -> None:
+    data = upload(run, traces, meta_file)
+    human = run("show", data["id"])
+    assert human.exit_code == 0, human.output
+    assert f"id:          {data['id']}" in human.stdout
+    assert "ranks:       2" in human.stdout
+    assert "sub/rank_1.json" in human.stdout
+    as_json = run("show", data["id"], "--json")
+    assert json.loads(as_json.stdout)["id"] == data["id"]
+
+
+def test_api_error_prints_message_next_step_and_request_id(run: Any) -> None:
+    result = run("show", "ts_missing")
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Error: Traceset 'ts_missing' not found"
+    assert lines[1].strip() == NEXT_STEPS["NOT_FOUND"]
+    assert lines[2].strip().startswith("(request id req_")
+
+
+def test_every_error_code_has_a_next_step() -> None:
+    assert set(ERRORS_BY_CODE) <= set(NEXT_STEPS)
+
+
+def test_bad_token_exits_1(run: Any) -> None:
+    result = run("show", "ts_x", token="wrong")
+    assert result.exit_code == 1
+    assert "Invalid or missing authentication token" in result.stderr
+    assert NEXT_STEPS["UNAUTHORIZED"] in result.stderr
+
+
+def test_token_found_in_the_local_data_dir(
+    run: Any, app_http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    obj = {"http": app_http}
+    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(services.settings.data_dir))
+    found = runner.invoke(main, ["ls", "--url", "http://127.0.0.1:8000"], obj=obj)
+    assert found.exit_code == 0, found.output
+    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(services.settings.data_dir / "nowhere"))
+    missing = runner.invoke(main, ["ls"], obj=obj)
+    assert missing.exit_code == 2
+    assert "No API token" in missing.stderr
+    # A remote service never gets the local admin token.
+    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(services.settings.data_dir))
+    remote = runner.invoke(main, ["ls", "--url", "http://example.invalid"], obj=obj)
+    assert remote.exit_code == 2
+
+
+def test_network_error_exits_1() -> None:
+    result = CliRunner().invoke(main, ["ls", "--url", "http://127.0.0.1:9", "--token", "t"])
+    assert result.exit_code == 1
+    assert "Cannot reach http://127.0.0.1:9" in result.stderr
+    assert NEXT_STEPS["NETWORK_ERROR"] in result.stderr
+
+
+def test_ls_human_json_filters_and_limit(
+    run: Any, traces: Path, meta_file: Path, tmp_path: Path
+) -> None:
+    first = upload(run, traces, meta_file, "--name", "alpha")
+    other_meta = tmp_path / "other.json"
+    other_meta.write_text('{"shape": {"rankCount": 2, "global_batch_size": 1024}}')
+    second = upload(run, traces, other_meta, "--name", "beta")
+
+    human = run("ls")
+    assert human.exit_code == 0, human.output
+    header, *rows = human.stdout.splitlines()
+    assert header.split()[:3] == ["ID", "NAME", "STATUS"]
+    assert [row.split()[0] for row in rows] == [second["id"], first["id"]]
+    assert "llama" in rows[1]
+
+    as_json = json.loads(run("ls", "--json").stdout)
+    assert [item["id"] for item in as_json] == [second["id"], first["id"]]
+    assert as_json[1]["workload"]["workload_family"] == "llama"
+
+    def ids(*args: str) -> list[str]:
+        result = run("ls", "--json", *args)
+        assert result.exit_code == 0, result.output
+        return [item["id"] for item in json.loads(result.stdout)]
+
+    assert ids("--workload-family", "llama") == [first["id"]]
+    assert ids("--filter", "shape.global_batch_size=1024") == [second["id"]]
+    assert ids("--search", "ALP") == [first["id"]]
+    assert ids("--sort", "name:asc") == [first["id"], second["id"]]
+    assert ids("--limit", "1") == [second["id"]]
+    assert ids("--status", "uploading") == []
+    assert run("ls", "--filter", "nonsense").exit_code == 2
+    bad_sort = run("ls", "--sort", "color:asc")
+    assert bad_sort.exit_code == 1
+    assert "Invalid sort field: 'color'" in bad_sort.stderr
+
+
+def test_promote(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> None:
+    data = upload(run, traces, meta_file)
+    human = run("promote", data["id"])
+    assert human.exit_code == 0, human.output
+    assert human.stdout.strip() == f"{data['id']} promoted to tenant"
+    again = run("promote", data["id"], "--json")
+    assert json.loads(again.stdout) == {
+        "id": data["id"],
+        "scope": "tenant",
+        "promotionApplied": False,
+    }
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"shape": {"rankCount": 8}}')
+    refused = run("promote", data["id"], "--target", "public", "--workload-metadata", str(wrong))
+    assert refused.exit_code == 1
+    assert "rank count 8" in refused.stderr
+    assert NEXT_STEPS["UNPROCESSABLE_ENTITY"] in refused.stderr
+
+
+def test_download(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> None:
+    data = upload(run, traces, meta_file)
+    out = tmp_path / "out"
+    human = run("download", data["id"], "-o", str(out))
+    assert human.exit_code == 0, human.output
+    assert sorted(human.stdout.split()) == sorted(
+        [str(out / "rank_0.json"), str(out / "sub" / "rank_1.json")]
+    )
+    for name in ("rank_0.json", "sub/rank_1.json"):
+        assert (out / name).read_bytes() == (traces / name).read_bytes()
+    one = run("download", data["id"], "--file", "sub/rank_1.json", "-o", str(tmp_path / "one"))
+    assert one.exit_code == 0
+    assert [p.name for p in (tmp_path / "one").rglob("*") if p.is_file()] == ["rank_1.json"]
+    as_json = run("download", data["id"], "-o", str(tmp_path / "j"), "--json")
+    assert len(json.loads(as_json.stdout)) == 2
+    assert run("download", data["id"], "--file", "nope", "-o", str(out)).exit_code == 1
+
+
+def test_validate(run: Any, traces: Path, meta_file: Path) -> None:
+    data = upload(run, traces, meta_file)
+    human = run("validate", data["id"])
+    assert "file_integrity" in human.stdout
+    as_json = json.loads(run("validate", data["id"], "--json").stdout)
+    checks = {c["name"]: c["passed"] for c in as_json["checks"]}
+    assert checks["file_integrity"] is True
+    assert human.exit_code == (0 if as_json["valid"] else 1)
+
+
+def test_rm(run: Any, traces: Path, meta_file: Path) -> None:
+    first = upload(run, traces, meta_file)
+    second = upload(run, traces, meta_file)
+    human = run("rm", first["id"])
+    assert (human.exit_code, human.stdout.strip()) == (0, f"deleted {first['id']}")
+    as_json = run("rm", second["id"], "--json")
+    assert json.loads(as_json.stdout) == {"id": second["id"], "status": "deleted"}
+    assert json.loads(run("show", first["id"], "--json").stdout)["status"] == "deleted"
+    assert run("rm", "ts_missing").exit_code == 1
+
+
+def test_help_lists_every_command() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    for command in (
+        "serve",
+        "token",
+        "workspace",
+        "upload",
+        "ls",
+        "show",
+        "promote",
+        "download",
+        "validate",
+        "rm",
+    ):
+        assert f"  {command}" in result.stdout
