@@ -253,7 +253,21 @@ def test_open_blob_reads_from_where_it_seeks(harness: Harness) -> None:
         assert blob.tell() == MIB + 10
     harness.store.delete_blob(sha256)
     assert not harness.store.blob_exists(sha256)
+    with pytest.raises(FileNotFoundError):  # what validation reports as a missing blob
+        harness.store.open_blob(sha256)
     harness.store.check()
+
+
+def test_staged_uploads_names_the_sessions_holding_staged_bytes(harness: Harness) -> None:
+    store = harness.store
+    assert isinstance(store, LocalBlobStore | S3BlobStore)
+    first, second = harness.stage(10), harness.stage(PART + 1)
+    harness.put_all(second[0], _bytes(PART + 1))
+    upload_ids = {first[0].upload_id, second[0].upload_id}
+    assert set(store.staged_uploads()) == upload_ids
+    for staged in first + second:
+        store.discard_staging(staged)
+    assert set(store.staged_uploads()) == set()
 
 
 # --- S3: completion cut off between its steps, then retried ---
