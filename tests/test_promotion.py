@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from tests.conftest import FakeClock
 from tests.tenancy import RANKS_256, person, start_upload, upload_ready
 from tracestore.server.services import Services
 
@@ -391,3 +392,15 @@ def test_concurrent_promotions_apply_once(http: TestClient) -> None:
 
     assert [a.status_code for a in answers] == [200] * 4
     assert sorted(a.json()["promotionApplied"] for a in answers) == [False, False, False, True]
+
+
+def test_a_traceset_past_its_expiry_is_410_as_for_download(
+    http: TestClient, clock: FakeClock
+) -> None:
+    ts = upload_ready(http, RANKS_256, ttlDays=1)
+    clock.advance(days=1)
+
+    response = promote(http, ts["id"])
+
+    assert error(response, 410) == (f"Traceset '{ts['id']}' expired at {ts['expiresAt']}")
+    assert http.get(f"/api/v1/tracesets/{ts['id']}/download").status_code == 410

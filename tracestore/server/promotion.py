@@ -2,7 +2,8 @@
 
 ``workspace`` → ``tenant`` → ``public``. Checks run in the order the SPEC fixes, each failure
 with its own status: 404 (unknown, invisible, or not writable by the caller), 400 (the body),
-403 (``public`` without a tenant admin), 409 (not ``ready``), 412 (not one step up), 412 (no
+403 (``public`` without a tenant admin), 409 (not ``ready``), 410 (past its ``expiresAt``,
+as download answers, even before the sweeper deletes it), 412 (not one step up), 412 (no
 workloadMetadata anywhere), 422 (the typed model and the rank-count guard of
 ``tracestore.metadata``). Already at the target answers 200 with ``promotionApplied: false``
 and changes nothing, whatever else the body holds.
@@ -18,6 +19,7 @@ from tracestore import jsontext, metadata, schemas
 from tracestore.errors import (
     Conflict,
     Forbidden,
+    Gone,
     PreconditionFailed,
     UnprocessableEntity,
     ValidationError,
@@ -85,6 +87,13 @@ def promote_traceset(
                 f"Traceset '{traceset.id}' is {traceset.status}; only a ready traceset can be "
                 "promoted"
             )
+        now = services.now()
+        if traceset.expires_at is not None and traceset.expires_at <= now:
+            # As download answers: past its expiry, a traceset is not revived by its next use.
+            raise Gone(
+                f"Traceset '{traceset.id}' expired at "
+                f"{schemas.format_timestamp(traceset.expires_at)}"
+            )
         if traceset.scope == target:
             return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=False)
         if NEXT_SCOPE.get(traceset.scope) != target:
@@ -117,5 +126,5 @@ def promote_traceset(
             traceset.tags = list(request.tags)
         traceset.scope = target
         traceset.expires_at = None
-        traceset.updated_at = services.now()
+        traceset.updated_at = now
         return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=True)
