@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from tests.s3server import with_s3_bytes
+from tracestore.errors import ValidationError
 from tracestore.server import db, uploads
 from tracestore.server.blobs import (
     BlobStore,
@@ -306,3 +307,17 @@ def test_s3_commit_cut_off_after_completing_the_multipart_upload(
     harness.store.discard_staging(staged)
     assert harness.keys("staging") == []
     assert len(harness.keys("blobs")) == 1
+
+
+def test_s3_blob_urls_name_the_bucket_and_prefix() -> None:
+    sha256 = "ab" + "0" * 62
+    store = S3BlobStore.from_url("s3://bucket/some/prefix/", endpoint_url="http://127.0.0.1:9")
+    assert store.blob_key(sha256) == f"some/prefix/blobs/ab/{sha256}"
+    assert store.blob_uri(sha256) == f"s3://bucket/some/prefix/blobs/ab/{sha256}"
+    assert S3BlobStore.from_url("s3://bucket").blob_key(sha256) == f"blobs/ab/{sha256}"
+    with pytest.raises(ValueError, match="s3://bucket/prefix"):
+        S3BlobStore.from_url("s3:///prefix")
+    with pytest.raises(ValidationError, match="Invalid blob id"):
+        store.blob_key("../../etc")
+    with pytest.raises(ValidationError, match="Invalid upload id"):
+        store.stage_file("../x", 0, 1, PART, None)
