@@ -61,14 +61,24 @@ class _KeySource(Protocol):
 
 
 class _FileKeys:
-    """A JWKS file, read at start and read again when a token names an unknown ``kid``."""
+    """A JWKS file, read at start and read again when a token names an unknown ``kid`` and
+    the file has changed since (a key rotation)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._version: tuple[int, int, int] | None = None
         self._keys = self._load()
 
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
     def _load(self) -> list[PyJWK]:
+        self._version = self._stat()
         try:
             data = json.loads(self.path.read_text())
             keys = PyJWKSet.from_dict(data).keys if isinstance(data, dict) else None
@@ -88,7 +98,7 @@ class _FileKeys:
     def key_for(self, kid: str | None) -> PyJWK:
         with self._lock:
             key = self._find(kid)
-            if key is None:
+            if key is None and self._stat() != self._version:
                 try:
                     self._keys = self._load()
                 except ValueError as exc:
