@@ -29,7 +29,7 @@ META = {"shape": {"rankCount": 4}}
 class FaultyTransport(httpx.BaseTransport):
     """Wraps a transport; fails a share of the requests that ``matches`` selects."""
 
-    KINDS = ("refused", "reset mid-body", "lost answer", "503")
+    KINDS: tuple[str, ...] = ("refused", "reset mid-body", "lost answer", "503")
 
     def __init__(self, inner: httpx.BaseTransport, rate: float, seed: int = 7) -> None:
         self.inner = inner

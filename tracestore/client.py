@@ -13,10 +13,9 @@ the envelope's code, each carrying ``status``, ``code``, ``message`` and ``reque
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -24,18 +23,14 @@ from urllib.parse import urlencode
 
 import httpx
 
-from tracestore import jsontext, metadata, schemas
+from tracestore import jsontext, metadata, schemas, uploader
 from tracestore.errors import (
     Conflict,
     IntegrityError,
-    TracestoreError,
-    UploadIncomplete,
     ValidationError,
 )
 from tracestore.transfers import (
     RETRY_STATUSES,
-    LocalFile,
-    PartJob,
     ProgressCallback,
     ProgressEvent,
     RetryPolicy,
@@ -47,7 +42,6 @@ from tracestore.transfers import (
     download_to,
     hash_files,
     network_error,
-    put_part,
 )
 
 __all__ = ["Client", "ProgressCallback", "ProgressEvent", "RetryPolicy", "UploadInterrupted"]
@@ -415,7 +409,11 @@ class Client:
             raise ValidationError("Nothing to upload: no files found in the paths given")
         check_names(files)
         if resume_upload_id is not None:
-            return self._resume(resume_upload_id, files, concurrency, progress, on_started)
+            session = self.resume_upload(resume_upload_id)
+            received = uploader.received_parts(session, files)
+            if on_started:
+                on_started(session)
+            return uploader.send_and_complete(self, session, files, received, concurrency, progress)
         metadata.check_upload_metadata(
             workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
         )
@@ -432,142 +430,7 @@ class Client:
             ],
             workload_metadata=workload_metadata,
         )
-        session = self.start_upload(request)
+        started = self.start_upload(request)
         if on_started:
-            on_started(session)
-        return self._send_and_complete(session, files, {}, concurrency, progress)
-
-    def _resume(
-        self,
-        upload_id: str,
-        files: list[LocalFile],
-        concurrency: int,
-        progress: ProgressCallback | None,
-        on_started: Callable[[schemas.UploadUrlResponse], None] | None,
-    ) -> schemas.Traceset:
-        session = self.resume_upload(upload_id)
-        if on_started:
-            on_started(session)
-        local = {f.name: f for f in files}
-        remote = {f.name for f in session.files}
-        for entry in session.files:
-            file = local.get(entry.name)
-            if file is None:
-                raise ValidationError(
-                    f"Upload {upload_id} holds file {entry.name!r}, which the paths given do not"
-                )
-            if file.size != entry.size:
-                raise IntegrityError(
-                    f"{file.path} is {file.size} bytes; upload {upload_id} declared "
-                    f"{entry.size} bytes for {entry.name!r}"
-                )
-        extra = sorted(set(local) - remote)
-        if extra:
-            raise ValidationError(f"{extra[0]!r} is not part of upload {upload_id}")
-        received = {
-            e.name: {p.part_number: p.etag for p in e.received_parts} for e in session.files
-        }
-        return self._send_and_complete(session, files, received, concurrency, progress)
-
-    def _send_and_complete(
-        self,
-        session: schemas.UploadUrlResponse,
-        files: list[LocalFile],
-        received: dict[str, dict[int, str]],
-        concurrency: int,
-        progress: ProgressCallback | None,
-    ) -> schemas.Traceset:
-        jobs = _part_jobs(session, {f.name: f for f in files})
-        etags: dict[str, dict[int, str]] = {f.name: dict(received.get(f.name, {})) for f in files}
-        total = sum(f.size for f in files)
-        if progress:
-            done = sum(f.size for f in files) - sum(job.size for job in jobs)
-            progress(ProgressEvent("upload", "", done, total))
-        try:
-            self._send_parts(session, jobs, etags, concurrency, progress, total)
-            return self.complete_upload(session.upload_id, etags)
-        except KeyboardInterrupt:
-            raise UploadInterrupted(session.upload_id, session.traceset_id) from None
-        except (TracestoreError, OSError) as exc:
-            cause = exc if isinstance(exc, TracestoreError) else None
-            raise UploadIncomplete(
-                f"Upload {session.upload_id} did not finish: {cause.message if cause else exc}",
-                upload_id=session.upload_id,
-                traceset_id=session.traceset_id,
-                cause=cause,
-            ) from exc
-
-    def _send_parts(
-        self,
-        session: schemas.UploadUrlResponse,
-        jobs: list[PartJob],
-        etags: dict[str, dict[int, str]],
-        concurrency: int,
-        progress: ProgressCallback | None,
-        total: int,
-    ) -> None:
-        stop = threading.Event()
-        lock = threading.Lock()
-        fresh: dict[tuple[str, int], str] = {}
-
-        def fresh_url(job: PartJob) -> str:
-            with lock:
-                if (job.file.name, job.part_number) not in fresh:
-                    for entry in self.resume_upload(session.upload_id).files:
-                        for part in entry.parts:
-                            fresh[(entry.name, part.part_number)] = part.url
-                url = fresh.get((job.file.name, job.part_number))
-            if url is None:
-                raise IntegrityError(f"Part {job.part_number} of {job.file.name} has no URL")
-            return url
-
-        def send(job: PartJob) -> None:
-            etag = put_part(
-                self.http,
-                job,
-                retry=self.retry,
-                stop=stop,
-                progress=progress,
-                total=total,
-                fresh_url=fresh_url,
-            )
-            with lock:
-                etags[job.file.name][job.part_number] = etag
-
-        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ts-put")
-        futures: list[Future[None]] = []
-        try:
-            futures = [pool.submit(send, job) for job in jobs]
-            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                error = future.exception()
-                if error is not None:
-                    raise error
-        except BaseException:
-            stop.set()
-            for future in futures:
-                future.cancel()
-            raise
-        finally:
-            # Workers see ``stop`` within one chunk; waiting for them keeps the session's
-            # state settled (no PUT still in flight) when this returns or raises.
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _part_jobs(session: schemas.UploadUrlResponse, local: Mapping[str, LocalFile]) -> list[PartJob]:
-    """The parts still to send, in file order, each with its byte range."""
-    jobs: list[PartJob] = []
-    for entry in session.files:
-        sizes = [p.size for p in entry.parts] + [p.size for p in entry.received_parts]
-        part_size = max(sizes, default=0)
-        for part in entry.parts:
-            jobs.append(
-                PartJob(
-                    local[entry.name],
-                    part.part_number,
-                    (part.part_number - 1) * part_size,
-                    part.size,
-                    part.url,
-                )
-            )
-    return jobs
+            on_started(started)
+        return uploader.send_and_complete(self, started, files, {}, concurrency, progress)
