@@ -16,15 +16,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from sqlalchemy import select
 
 from tests.conftest import FakeClock
+from tests.idp import (
+    EC_KEY,
+    OTHER_RSA_KEY,
+    RSA_KEY,
+    claims,
+    jwk,
+    token,
+    with_jwt_login,
+    write_jwks,
+)
 from tests.tenancy import RANKS_256, UPLOAD_URL, tenant_id, upload_ready, workspace_id
 from tracestore.server import db
 from tracestore.server.app import create_app
@@ -32,43 +40,7 @@ from tracestore.server.jwt_auth import JwtVerifier
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
 
-ISSUER = "https://login.example.com/"
-AUDIENCE = "tracestore"
 UNAUTHORIZED = "Invalid or missing authentication token"
-
-RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-OTHER_RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-EC_KEY = ec.generate_private_key(ec.SECP256R1())
-
-
-def jwk(key: Any, kid: str) -> dict[str, Any]:
-    algorithm = RSAAlgorithm if isinstance(key, rsa.RSAPublicKey) else ECAlgorithm
-    return {**algorithm.to_jwk(key, as_dict=True), "kid": kid, "use": "sig"}
-
-
-def write_jwks(path: Path, *keys: tuple[Any, str]) -> None:
-    path.write_text(json.dumps({"keys": [jwk(key.public_key(), kid) for key, kid in keys]}))
-
-
-def claims(**changes: Any) -> dict[str, Any]:
-    now = int(time.time())
-    base: dict[str, Any] = {
-        "iss": ISSUER,
-        "aud": AUDIENCE,
-        "sub": "alice@idp",
-        "name": "Alice",
-        "tenant": "acme",
-        "workspaces": ["ml"],
-        "iat": now,
-        "exp": now + 600,
-    }
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not None}
-
-
-def token(key: Any = RSA_KEY, alg: str = "RS256", kid: str | None = "rsa-1", **changes: Any) -> str:
-    headers = {"kid": kid} if kid else None
-    return jwt.encode(claims(**changes), key, algorithm=alg, headers=headers)
 
 
 def b64(data: bytes) -> str:
@@ -93,17 +65,13 @@ def bearer(value: str) -> dict[str, str]:
 
 @pytest.fixture
 def jwks_path(tmp_path: Path) -> Path:
-    path = tmp_path / "jwks.json"
-    write_jwks(path, (RSA_KEY, "rsa-1"), (EC_KEY, "ec-1"))
-    return path
+    return tmp_path / "jwks.json"
 
 
 @pytest.fixture
 def settings(settings: Settings, jwks_path: Path) -> Settings:
     """The shared settings (SQLite, or the PostgreSQL pass), with JWT login from a file."""
-    return settings.model_copy(
-        update={"jwks_file": jwks_path, "jwt_issuer": ISSUER, "jwt_audience": AUDIENCE}
-    )
+    return with_jwt_login(settings, jwks_path)
 
 
 @pytest.fixture

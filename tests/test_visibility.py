@@ -1,5 +1,5 @@
 """Who sees what (SPEC 2): three users, two tenants, three workspaces, every scope, every
-traceset route, each cell an exact status.
+traceset route, each cell an exact status; once with API tokens, once with JWT access tokens.
 
 - owner: tenant acme, workspace ml, tenant admin; uploads the traceset into ml
 - colleague: tenant acme, workspace infra
@@ -13,13 +13,24 @@ not write gets 404 too. Naming a workspace one is not a member of answers 403.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.tenancy import RANKS_256, UPLOAD_URL, Person, person, upload_ready
+from tests.idp import token, with_jwt_login
+from tests.tenancy import (
+    RANKS_256,
+    UPLOAD_URL,
+    Person,
+    person,
+    tenant_id,
+    upload_ready,
+    workspace_id,
+)
 from tracestore.server.services import Services
+from tracestore.server.settings import Settings
 
 SCOPES = ("workspace", "tenant", "public")
 PEOPLE = ("owner", "colleague", "stranger")
@@ -94,11 +105,30 @@ CALLS: dict[str, Call] = {
 
 
 @pytest.fixture
-def people(services: Services) -> dict[str, Person]:
+def settings(settings: Settings, tmp_path: Path) -> Settings:
+    return with_jwt_login(settings, tmp_path / "jwks.json")
+
+
+def jwt_person(
+    services: Services, name: str, tenant: str, workspaces: list[str], *, admin: bool = False
+) -> Person:
+    """A user of the identity provider, created by the service on first use of its token."""
+    tid = tenant_id(services, tenant)
+    wids = tuple(workspace_id(services, tid, w) for w in workspaces)
+    signed = token(
+        sub=f"{name}@idp", name=name, tenant=tenant, workspaces=workspaces, tenant_admin=admin
+    )
+    return Person("(just in time)", tid, wids, signed)
+
+
+@pytest.fixture(params=["api token", "jwt"])
+def people(services: Services, request: pytest.FixtureRequest) -> dict[str, Person]:
+    """The three users, holding API tokens or JWT access tokens."""
+    make = person if request.param == "api token" else jwt_person
     return {
-        "owner": person(services, "owner", "acme", ["ml"], admin=True),
-        "colleague": person(services, "colleague", "acme", ["infra"]),
-        "stranger": person(services, "stranger", "globex", ["research"]),
+        "owner": make(services, "owner", "acme", ["ml"], admin=True),
+        "colleague": make(services, "colleague", "acme", ["infra"]),
+        "stranger": make(services, "stranger", "globex", ["research"]),
     }
 
 
