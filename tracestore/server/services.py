@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlparse
 
 from sqlalchemy import text
@@ -28,7 +27,7 @@ class Services:
     db: Database
     store: BlobStore
     clock: Clock = field(default=utcnow)
-    jwt_verifier: Any = None  # a jwt_auth.JwtVerifier when JWT settings are given
+    jwt_verifier: JwtVerifier | None = None  # set when a JWKS is configured
 
     def now(self) -> datetime:
         return self.clock()
