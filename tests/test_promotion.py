@@ -404,3 +404,17 @@ def test_a_traceset_past_its_expiry_is_410_as_for_download(
 
     assert error(response, 410) == (f"Traceset '{ts['id']}' expired at {ts['expiresAt']}")
     assert http.get(f"/api/v1/tracesets/{ts['id']}/download").status_code == 410
+
+
+def test_numbers_beyond_the_float_range_are_kept_as_written(http: TestClient) -> None:
+    ts = upload_ready(http, '{"x": 1e400, "shape": {"rankCount": 256}}')
+
+    answer = promote(
+        http, ts["id"], '{"workloadMetadata": {"y": -1e999, "shape": {"rankCount": 256}}}'
+    )
+
+    assert answer.status_code == 200, answer.text
+    assert (
+        '"workloadMetadata":{"y":-1e999,"shape":{"rankCount":256}}'
+        in http.get(f"/api/v1/tracesets/{ts['id']}").text
+    )

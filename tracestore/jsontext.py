@@ -84,10 +84,19 @@ def _write(value: Any, out: list[str]) -> None:
 
 
 def plain(value: Any) -> Any:
-    """``value`` as plain JSON values (``RawNumber`` becomes a float), for a queryable column."""
+    """``value`` as plain JSON values (``RawNumber`` becomes a float), for a queryable column.
+
+    A number beyond the float range (``1e400``) becomes null there: databases refuse
+    ``Infinity`` in JSON. The text as given keeps it.
+    """
     if value is None:
         return None
-    return json.loads(dumps(value), parse_constant=lambda _: None)
+    return json.loads(dumps(value), parse_float=_finite_or_none, parse_constant=lambda _: None)
+
+
+def _finite_or_none(text: str) -> float | None:
+    number = float(text)
+    return number if math.isfinite(number) else None
 
 
 def value_text(value: Any) -> str:
