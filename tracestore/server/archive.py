@@ -10,11 +10,15 @@ and every size is known up front, the archive's exact length is known before the
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO
+
+try:  # ISA-L's CRC-32 gives the same values as zlib's, about three times faster.
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - depends on the installed extras
+    from zlib import crc32
 
 CHUNK = 1024 * 1024
 _MAX32 = 0xFFFFFFFF
@@ -186,7 +190,7 @@ def _pieces(entries: Sequence[ArchiveEntry], chunk_size: int) -> Iterator[bytes]
                     raise ArchiveSourceError(
                         f"{entry.name}: {entry.size - remaining} bytes read, {entry.size} expected"
                     )
-                crc = zlib.crc32(chunk, crc)
+                crc = crc32(chunk, crc)
                 remaining -= len(chunk)
                 yield chunk
             if source.read(1):

@@ -1,0 +1,260 @@
+"""Download throughput: a traceset out of a real ``tracestore serve``, as single files and as
+the streamed ZIP archive, versus ``openssl dgst -sha256`` over the same blobs, in one run.
+
+    .venv/bin/python -P bench/download.py                # 16 × 128 MiB (2 GiB), 3 runs each
+    .venv/bin/python -P bench/download.py --scale 0.125  # quick: file sizes scaled down
+
+(``-P``: do not put bench/ first on the import path, where bench/inspect.py would shadow the
+standard library's ``inspect``.)
+
+Three ways out, each writing every byte to disk: single files with curl (presigned URLs,
+one after another: what the service can serve), single files with the project's own
+``Client.download_traceset`` (SHA-256 verified while receiving), and the whole traceset as
+one streamed ZIP with curl. The baseline hashes the very blob files the server serves (page
+cache warm for all). Prints per mode the median MB/s, the baseline's, their ratio against the
+0.7 target and the server's CPU seconds; for the archive also the server's peak RSS (VmHWM,
+reset just before each archive) against the 200 MiB budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import httpx
+
+from tracestore.client import Client
+
+MIB = 1024 * 1024
+TARGET = 0.7
+RSS_BUDGET = 200 * MIB
+SINGLE_CURL = "single files, curl"
+SINGLE_CLIENT = "single files, Client.download_traceset (SHA-256 verified)"
+ARCHIVE = "archive (zip64, stored), curl"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_bytes(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset VmHWM (Linux: write 5 to clear_refs); False when not permitted."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class Server:
+    """A real ``tracestore serve`` on a free port with its own data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
+        command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            [*command, "--data-dir", str(data_dir)], stdout=self.log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            raise SystemExit(f"the server did not start; see {self.log.name}")
+        self.token = (data_dir / "admin-token").read_text().strip()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
+def write_files(directory: Path, count: int, size: int) -> None:
+    directory.mkdir(parents=True)
+    for index in range(count):
+        with open(directory / f"rank_{index:04d}.bin", "wb") as out:
+            left = size
+            while left:
+                chunk = os.urandom(min(8 * MIB, left))
+                out.write(chunk)
+                left -= len(chunk)
+
+
+def timed(action: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def baseline(blobs: list[str]) -> float:
+    return timed(
+        lambda: subprocess.run(
+            ["openssl", "dgst", "-sha256", *blobs], check=True, stdout=subprocess.DEVNULL
+        )
+    )
+
+
+def curl(pairs: list[tuple[str, Path]]) -> None:
+    """One curl process fetching each URL to its path, one after another."""
+    args = [a for url, path in pairs for a in ("-o", str(path), url)]
+    subprocess.run(["curl", "-s", "--fail", *args], check=True)
+
+
+class RssSampler:
+    """Samples the server's resident set every 20 ms while a download runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, status_bytes(self.pid, "VmRSS"))
+            time.sleep(0.02)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply file sizes by this")
+    parser.add_argument("--files", type=int, default=16)
+    parser.add_argument("--size-mib", type=float, default=128)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=4, help="single-file downloads")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("--no-verify", action="store_true", help="skip unpacking the archive")
+    args = parser.parse_args()
+
+    size = int(args.size_mib * MIB * args.scale)
+    total = args.files * size
+    root = Path(tempfile.mkdtemp(prefix="tracestore-dlbench-", dir=args.workdir))
+    server = Server(root / "data")
+    pid = server.process.pid
+    try:
+        source = root / "src"
+        write_files(source, args.files, size)
+        with Client(server.url, server.token) as client:
+            ts = client.upload_traceset(source, workload_metadata={"shape": {"rankCount": 1}})
+            resolved = client.resolve_traceset(ts.id)
+            blobs = [unquote(urlparse(f.uri).path) for f in resolved.files]
+            shutil.rmtree(source)
+            subprocess.run(["cat", *blobs], check=True, stdout=subprocess.DEVNULL)  # warm
+            files = [f.name for f in ts.files]
+
+            def single_curl(out: Path) -> None:
+                out.mkdir()
+                urls = [client.download_url(ts.id, name).url for name in files]
+                curl([(url, out / f"{i}.bin") for i, url in enumerate(urls)])
+
+            def single_client(out: Path) -> None:
+                client.download_traceset(ts.id, out, concurrency=args.concurrency)
+
+            def archive_curl(out: Path) -> None:
+                out.mkdir()
+                curl([(client.download_url(ts.id).url, out / "all.zip")])
+
+            modes: dict[str, Callable[[Path], None]] = {
+                SINGLE_CURL: single_curl,
+                SINGLE_CLIENT: single_client,
+                ARCHIVE: archive_curl,
+            }
+            runs: dict[str, list[float]] = {mode: [] for mode in modes}
+            cpu: dict[str, float] = dict.fromkeys(modes, 0.0)
+            base_runs: list[float] = []
+            peaks: list[int] = []
+            hwm_reset = True
+            for run in range(args.repeat):
+                base_runs.append(baseline(blobs))
+                for mode, action in modes.items():
+                    out = root / f"out-{run}"
+                    if mode == ARCHIVE:
+                        hwm_reset = reset_peak_rss(pid) and hwm_reset
+                    before = cpu_seconds(pid)
+                    with RssSampler(pid) as sampler:
+                        runs[mode].append(timed(partial(action, out)))
+                    cpu[mode] += cpu_seconds(pid) - before
+                    if mode == ARCHIVE:
+                        hwm = status_bytes(pid, "VmHWM") if hwm_reset else 0
+                        peaks.append(max(sampler.peak, hwm))
+                        if run == 0 and not args.no_verify:
+                            with zipfile.ZipFile(out / "all.zip") as archive:
+                                assert archive.testzip() is None
+                                assert [i.file_size for i in archive.infolist()] == [size] * len(
+                                    files
+                                )
+                    shutil.rmtree(out)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    base_mbs = total / statistics.median(base_runs) / 1e6
+    results = []
+    for mode, times in runs.items():
+        mbs = total / statistics.median(times) / 1e6
+        result: dict[str, Any] = {
+            "mode": mode,
+            "case": f"{args.files} × {size // MIB} MiB",
+            "bytes": total,
+            "ours_MBps": round(mbs, 1),
+            "baseline_MBps": round(base_mbs, 1),
+            "ratio": round(mbs / base_mbs, 3),
+            "target": TARGET,
+            "runs_s": [round(t, 2) for t in times],
+            "baseline_runs_s": [round(b, 2) for b in base_runs],
+            "server_cpu_s_per_run": round(cpu[mode] / args.repeat, 2),
+        }
+        if mode == ARCHIVE:
+            result["server_peak_rss_MiB"] = round(max(peaks) / MIB, 1)
+            result["rss_budget_MiB"] = RSS_BUDGET // MIB
+            result["peak_rss_source"] = (
+                "VmHWM reset before each archive" if hwm_reset else "VmRSS sampled every 20 ms"
+            )
+        results.append(result)
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
