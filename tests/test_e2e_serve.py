@@ -19,6 +19,8 @@ import pytest
 
 from tracestore.client import Client
 
+pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
+
 MIB = 1024 * 1024
 PART = 5 * MIB
 
@@ -130,7 +132,6 @@ def test_upload_show_download_round_trip(served: Served, tmp_path: Path) -> None
     assert_downloaded(served, traceset_id, tmp_path / "out", files)
 
 
-@pytest.mark.slow
 def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> None:
     files = make_traces(tmp_path / "traces", [24 * MIB + 5, 24 * MIB, 20 * MIB + 1, 7])
     meta = write_meta(tmp_path / "meta.json", 4)
@@ -185,4 +186,45 @@ def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> 
     assert view["status"] == "ready"
     assert view["id"] == session.traceset_id
     assert_downloaded(served, view["id"], tmp_path / "out", files)
+    client.close()
+
+
+def test_ctrl_c_prints_the_resume_command(served: Served, tmp_path: Path) -> None:
+    files = make_traces(tmp_path / "traces", [30 * MIB, 30 * MIB + 3])
+    meta = write_meta(tmp_path / "meta.json", 2)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tracestore.cli",
+            "upload",
+            str(tmp_path / "traces"),
+            "--workload-metadata",
+            str(meta),
+            "--concurrency",
+            "1",
+        ],
+        env=served.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    while line.startswith("Warning:"):
+        line = process.stderr.readline()
+    upload_id = line.split("--resume ")[1].split()[0]
+    client = Client(served.url, served.token)
+    while not any(f.received_parts for f in client.resume_upload(upload_id).files):
+        assert process.poll() is None, "the upload ended before it could be interrupted"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert f"Interrupted; resume with: tracestore upload --resume {upload_id} " in stderr
+    assert client.resume_upload(upload_id).state == "open"
+
+    resumed = tracestore(served, "upload", "--resume", upload_id, str(tmp_path / "traces"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert_downloaded(served, resumed.stdout.split()[0], tmp_path / "out", files)
     client.close()
