@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -346,3 +347,18 @@ def test_an_unreachable_jwks_url_answers_503(settings: Settings, clock: FakeCloc
         assert response.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
     finally:
         services.close()
+
+
+def test_concurrent_first_logins_create_one_user(
+    http: TestClient, services: Services, org: dict[str, str]
+) -> None:
+    auth = bearer(token(sub="bob@idp", workspaces=["ml", "infra"]))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        statuses = list(pool.map(lambda _: start(http, auth), range(4)))
+
+    assert statuses == [200] * 4
+    with services.db.session(write=False) as session:
+        users = session.scalars(select(db.User).where(db.User.external_subject == "bob@idp")).all()
+    assert len(users) == 1
+    assert user_row(services, "bob@idp")[1] == {org["ml"], org["infra"]}
