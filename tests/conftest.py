@@ -1,7 +1,9 @@
 """Shared fixtures: a real app over a real database and blob directory in tmp_path.
 
-The database is SQLite unless ``TRACESTORE_TEST_DATABASE_URL`` names a PostgreSQL server
-(the test command's second pass starts one); each test then gets its own database on it.
+The database is SQLite unless ``TRACESTORE_TEST_DATABASE_URL`` names a PostgreSQL server;
+with ``TRACESTORE_TEST_POSTGRES=1`` the session starts a throwaway PostgreSQL 15 cluster itself
+(tests/pgserver.py) and fails loudly when it cannot. Each test then gets its own database on
+it, copied from a template database migrated once per session.
 """
 
 from __future__ import annotations
@@ -46,10 +48,56 @@ def _database_url(tmp_path: Path) -> str | None:
 
     name = "t_" + secrets.token_hex(6)
     admin_url = server.replace("postgresql+psycopg://", "postgresql://")
+    template = os.environ.get("TRACESTORE_TEST_DATABASE_TEMPLATE")
     with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
+        if template:
+            connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        else:
+            connection.execute(f'CREATE DATABASE "{name}"')
     base, _, _ = server.rpartition("/")
     return f"{base}/{name}"
+
+
+def _drop_database(url: str | None) -> None:
+    if not url or not url.startswith("postgresql"):
+        return
+    import psycopg
+
+    base, _, name = url.rpartition("/")
+    admin_url = f"{base}/postgres".replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session", autouse=True)
+def postgres_server() -> Iterator[str | None]:
+    """With ``TRACESTORE_TEST_POSTGRES=1``: a throwaway PostgreSQL cluster for the session,
+    named to the tests by ``TRACESTORE_TEST_DATABASE_URL``. Never skips: if it cannot start,
+    every test errors with the reason."""
+    if os.environ.get("TRACESTORE_TEST_POSTGRES") != "1" or os.environ.get(
+        "TRACESTORE_TEST_DATABASE_URL"
+    ):
+        yield os.environ.get("TRACESTORE_TEST_DATABASE_URL")
+        return
+    import psycopg
+
+    from tests.pgserver import PostgresServer
+    from tracestore.server.db import Database
+
+    server = PostgresServer().start()
+    try:
+        with psycopg.connect(server.dsn(), autocommit=True) as connection:
+            connection.execute('CREATE DATABASE "t_template"')
+        template = Database(server.url.rpartition("/")[0] + "/t_template")
+        template.migrate()
+        template.dispose()
+        os.environ["TRACESTORE_TEST_DATABASE_URL"] = server.url
+        os.environ["TRACESTORE_TEST_DATABASE_TEMPLATE"] = "t_template"
+        yield server.url
+    finally:
+        os.environ.pop("TRACESTORE_TEST_DATABASE_URL", None)
+        os.environ.pop("TRACESTORE_TEST_DATABASE_TEMPLATE", None)
+        server.stop()
 
 
 @pytest.fixture
@@ -58,13 +106,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(
+def settings(tmp_path: Path) -> Iterator[Settings]:
+    database_url = _database_url(tmp_path)
+    yield Settings(
         data_dir=tmp_path / "data",
-        database_url=_database_url(tmp_path),
+        database_url=database_url,
         part_size=5 * MIB,
         public_url="http://testserver",
     )
+    _drop_database(database_url)
 
 
 @pytest.fixture

@@ -1,0 +1,219 @@
+"""The query of ``GET /api/v1/tracesets`` (SPEC 5.6), parsed and checked.
+
+Every bad parameter is a ValidationError naming it. A parameter that is not one of the known
+ones and is a dotted snake_case path (``workload_family``, ``shape.global_batch_size``) is a
+workload filter: JSON-typed equality on that member of the stored workloadMetadata. Its value
+is read as JSON when it is a number, ``true``, ``false``, ``null`` or a quoted string
+(``"1024"`` with the quotes matches the string), and as a plain string otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from tracestore.errors import ValidationError
+
+STATUSES = ("uploading", "ready", "upload_failed", "deleted")
+SCOPES = ("workspace", "tenant", "public")
+SORT_FIELDS = ("created", "name", "status", "size", "rankCount")
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+MAX_WORKLOAD_FILTERS = 16
+MAX_PATH_DEPTH = 8
+MAX_SEGMENT = 64
+KNOWN_PARAMETERS = (
+    "workspaceId",
+    "status",
+    "scope",
+    "search",
+    "sort",
+    "limit",
+    "next",
+    "createdAfter",
+    "createdBefore",
+    "minRankCount",
+    "maxRankCount",
+)
+_PATH = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*")
+
+
+@dataclass(frozen=True)
+class SortKey:
+    field: str
+    descending: bool
+
+    def text(self) -> str:
+        return f"{self.field}:{'desc' if self.descending else 'asc'}"
+
+
+@dataclass(frozen=True)
+class WorkloadFilter:
+    """Equality of the member at ``path`` of the stored workloadMetadata with ``value``."""
+
+    path: tuple[str, ...]
+    value: Any
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    workspace_id: str | None = None
+    status: str | None = None
+    scope: str | None = None
+    search: str | None = None
+    sort: tuple[SortKey, ...] = (SortKey("created", True),)
+    limit: int = DEFAULT_LIMIT
+    cursor: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    min_rank_count: int | None = None
+    max_rank_count: int | None = None
+    workload: tuple[WorkloadFilter, ...] = field(default_factory=tuple)
+
+    def binding(self) -> dict[str, Any]:
+        """What a cursor is bound to: the sort and every filter (not the limit)."""
+        return {
+            "workspaceId": self.workspace_id,
+            "status": self.status,
+            "scope": self.scope,
+            "search": self.search,
+            "sort": [key.text() for key in self.sort],
+            "createdAfter": None if self.created_after is None else self.created_after.isoformat(),
+            "createdBefore": (
+                None if self.created_before is None else self.created_before.isoformat()
+            ),
+            "minRankCount": self.min_rank_count,
+            "maxRankCount": self.max_rank_count,
+            "workload": sorted(
+                [".".join(f.path), json.dumps(f.value, sort_keys=True)] for f in self.workload
+            ),
+        }
+
+
+def parse_sort(text: str) -> tuple[SortKey, ...]:
+    """``created:desc,name:asc`` → sort keys; the direction defaults to ``asc``."""
+    keys: list[SortKey] = []
+    for part in text.split(","):
+        name, _, direction = part.strip().partition(":")
+        if name not in SORT_FIELDS:
+            raise ValidationError(
+                f"Invalid sort field: {name!r}. Valid fields: {', '.join(SORT_FIELDS)}"
+            )
+        direction = direction.strip().lower() or "asc"
+        if direction not in ("asc", "desc"):
+            raise ValidationError(
+                f"Invalid sort direction {direction!r} for {name!r} in sort: use asc or desc"
+            )
+        if any(key.field == name for key in keys):
+            raise ValidationError(f"Sort field {name!r} is given more than once in sort")
+        keys.append(SortKey(name, direction == "desc"))
+    return tuple(keys)
+
+
+def parse_timestamp(name: str, text: str) -> datetime:
+    """An RFC 3339 timestamp with a zone (``2026-11-30T09:00:00Z``) or a date (midnight UTC)."""
+    problem = (
+        f"{name} must be an RFC 3339 timestamp with a time zone such as "
+        f"2026-11-30T09:00:00Z, or a date such as 2026-11-30; got {text!r}"
+    )
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        try:
+            day = date.fromisoformat(text)
+        except ValueError:
+            raise ValidationError(problem) from None
+        return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    if not re.fullmatch(
+        r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", text
+    ):
+        raise ValidationError(problem)
+    try:
+        return datetime.fromisoformat(text.upper().replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        raise ValidationError(problem) from None
+
+
+def parse_integer(name: str, text: str, low: int, high: int) -> int:
+    if not re.fullmatch(r"[+-]?\d{1,19}", text.strip()) or not low <= int(text) <= high:
+        raise ValidationError(f"{name} must be an integer from {low} to {high}; got {text!r}")
+    return int(text)
+
+
+def filter_value(text: str) -> Any:
+    """The JSON-typed value of a workload filter."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, float) and not math.isfinite(value):
+        return text
+    if isinstance(value, dict | list):
+        return text
+    return value
+
+
+def _workload_filter(name: str, text: str) -> WorkloadFilter:
+    if not _PATH.fullmatch(name):
+        raise ValidationError(
+            f"Unknown query parameter {name!r}. Known parameters: {', '.join(KNOWN_PARAMETERS)}; "
+            "workload filters name a member of workloadMetadata as a dotted snake_case path "
+            "such as workload_family or shape.global_batch_size"
+        )
+    path = tuple(name.split("."))
+    if len(path) > MAX_PATH_DEPTH or any(len(seg) > MAX_SEGMENT for seg in path):
+        raise ValidationError(
+            f"Workload filter {name!r} is too long: at most {MAX_PATH_DEPTH} segments of "
+            f"at most {MAX_SEGMENT} characters"
+        )
+    return WorkloadFilter(path, filter_value(text))
+
+
+def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
+    """The query of ``GET /api/v1/tracesets``; ValidationError names any bad parameter."""
+    seen: dict[str, str] = {}
+    for name, value in params:
+        if name in seen:
+            raise ValidationError(f"Query parameter {name!r} is given more than once")
+        seen[name] = value
+    values: dict[str, Any] = {}
+    workload: list[WorkloadFilter] = []
+    for name, text in seen.items():
+        if name not in KNOWN_PARAMETERS:
+            workload.append(_workload_filter(name, text))
+        elif name == "status":
+            if text not in STATUSES:
+                raise ValidationError(
+                    f"Invalid status: {text!r}. Valid statuses: {', '.join(STATUSES)}"
+                )
+            values["status"] = text
+        elif name == "scope":
+            if text not in SCOPES:
+                raise ValidationError(f"Invalid scope: {text!r}. Valid scopes: {', '.join(SCOPES)}")
+            values["scope"] = text
+        elif name == "sort":
+            values["sort"] = parse_sort(text)
+        elif name == "limit":
+            values["limit"] = parse_integer("limit", text, 1, MAX_LIMIT)
+        elif name in ("createdAfter", "createdBefore"):
+            key = "created_after" if name == "createdAfter" else "created_before"
+            values[key] = parse_timestamp(name, text)
+        elif name in ("minRankCount", "maxRankCount"):
+            key = "min_rank_count" if name == "minRankCount" else "max_rank_count"
+            values[key] = parse_integer(name, text, 0, 2**63 - 1)
+        elif name == "workspaceId":
+            if not text:
+                raise ValidationError("workspaceId must not be empty")
+            values["workspace_id"] = text
+        elif name == "next":
+            if not text:
+                raise ValidationError("next must be a cursor from pagination.nextCursor")
+            values["cursor"] = text
+        else:  # search; an empty one matches every name
+            values["search"] = text or None
+    if len(workload) > MAX_WORKLOAD_FILTERS:
+        raise ValidationError(f"At most {MAX_WORKLOAD_FILTERS} workload filters may be given")
+    return ListQuery(**values, workload=tuple(workload))
