@@ -185,15 +185,15 @@ def upload(
         if problems and strict:
             raise click.UsageError("local inspection disagrees with the metadata (--strict)")
 
-    def started(session: UploadUrlResponse) -> None:
-        click.echo(
-            f"Uploading {session.traceset_id} as {session.upload_id}; if this stops: "
-            + _resume_hint(session.upload_id, paths, supporting),
-            err=True,
-        )
-
     try:
-        with cli_output.progress_bars(True) as progress:
+        with cli_output.progress_bars() as report:
+
+            def started(session: UploadUrlResponse) -> None:
+                report.note(
+                    f"Uploading {session.traceset_id} as {session.upload_id}; if this stops: "
+                    + _resume_hint(session.upload_id, paths, supporting)
+                )
+
             traceset = client.upload_traceset(
                 list(paths),
                 name=name,
@@ -205,7 +205,7 @@ def upload(
                 ttl_days=ttl_days,
                 description=description,
                 concurrency=concurrency,
-                progress=progress,
+                progress=report.progress,
                 resume_upload_id=resume_id,
                 on_started=started,
             )
@@ -386,13 +386,13 @@ def download(
     as_json: bool,
 ) -> None:
     """Download a traceset's files (resumes partial files, verifies every SHA-256)."""
-    with cli_output.progress_bars(True) as progress:
+    with cli_output.progress_bars() as report:
         written = client.download_traceset(
             traceset_id,
             output,
             files=list(names) or None,
             concurrency=concurrency,
-            progress=progress,
+            progress=report.progress,
         )
     if as_json:
         cli_output.echo_json([str(path) for path in written])

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -152,11 +153,20 @@ def traceset_text(ts: schemas.Traceset) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class Reporter:
+    """Where a transfer reports: ``progress`` for the bars (None when there are none) and
+    ``note`` for a line of text that must not break the bars."""
+
+    progress: ProgressCallback | None = None
+    note: Callable[[str], None] = field(default=lambda text: click.echo(text, err=True))
+
+
 @contextmanager
-def progress_bars(enabled: bool) -> Iterator[ProgressCallback | None]:
+def progress_bars() -> Iterator[Reporter]:
     """Rich progress bars on stderr (one per phase) when it is a terminal, else nothing."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
+    if not sys.stderr.isatty():
+        yield Reporter()
         return
     from rich.console import Console
     from rich.progress import (
@@ -186,8 +196,15 @@ def progress_bars(enabled: bool) -> Iterator[ProgressCallback | None]:
             with lock:  # events come from the transfer threads
                 task = tasks.get(event.phase)
                 if task is None:
-                    task = bars.add_task(labels[event.phase], total=event.total)
+                    # A resumed upload starts with what the service holds: not speed.
+                    done = event.advance if not event.file else 0
+                    task = bars.add_task(labels[event.phase], total=event.total, completed=done)
                     tasks[event.phase] = task
+                    if done:
+                        return
             bars.update(task, advance=event.advance)
 
-        yield update
+        def note(text: str) -> None:
+            bars.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+        yield Reporter(update, note)
