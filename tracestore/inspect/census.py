@@ -1,0 +1,388 @@
+"""The rank census of a traceset: do its files hold the ranks its metadata declares?
+
+Ranks come only from what inspection established (Kineto ``distributedInfo``, Chakra file
+names); a file without one is *unranked*, never rank 0. Archive members count as files of
+their own, named ``archive:member``; members that are not traces (README, configs) are left
+out. Two checks come out, each with a message naming files and ranks:
+``rank_count_matches`` (the validate check ``rank_census``) and ``parallelism_consistent``
+(``parallelism_consistency``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
+from tracestore.inspect.chakra import rank_from_name
+from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, FileInspection
+
+DEGREES = ("dp", "tp", "sp", "ep", "pp")
+MAX_DUPLICATES_SHOWN = 5
+ExpectedFrom = Literal["declared", "worldSize", "ranks"]
+
+
+@dataclass(frozen=True)
+class RankRange:
+    """An inclusive range of ranks."""
+
+    start: int
+    end: int
+
+    def to_json(self) -> dict[str, int]:
+        """``{"start", "end"}``."""
+        return {"start": self.start, "end": self.end}
+
+
+@dataclass(frozen=True)
+class CensusCheck:
+    """The outcome of one census check and a message a person can act on."""
+
+    passed: bool
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"passed", "message"}``."""
+        return {"passed": self.passed, "message": self.message}
+
+
+@dataclass(frozen=True)
+class RankCensus:
+    """Ranks found, missing and duplicated across a traceset's primary files."""
+
+    declared_rank_count: int | None
+    parallelism_product: int | None
+    expected_rank_count: int | None
+    expected_from: ExpectedFrom | None
+    ranks_found: tuple[int, ...]
+    ranks_missing: tuple[RankRange, ...]
+    ranks_unexpected: tuple[int, ...]
+    duplicated: Mapping[int, tuple[str, ...]]
+    unranked_files: tuple[str, ...]
+    failed_files: Mapping[str, str]
+    world_sizes: Mapping[int, tuple[str, ...]]
+    chakra_prefixes: Mapping[str, tuple[int, ...]]
+    rank_ranges: Mapping[str, RankRange | None]
+    rank_count_matches: CensusCheck
+    parallelism_consistent: CensusCheck
+
+    @property
+    def missing_count(self) -> int:
+        """How many ranks are missing."""
+        return sum(r.end - r.start + 1 for r in self.ranks_missing)
+
+    def validation_checks(self) -> list[dict[str, Any]]:
+        """The two checks as ``validate`` reports them: ``[{name, passed, message}]``."""
+        return [
+            {"name": "rank_census", **self.rank_count_matches.to_json()},
+            {"name": "parallelism_consistency", **self.parallelism_consistent.to_json()},
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        """The camelCase, JSON-safe form (the ``inspection`` member of a traceset)."""
+        return {
+            "declaredRankCount": self.declared_rank_count,
+            "parallelismProduct": self.parallelism_product,
+            "expectedRankCount": self.expected_rank_count,
+            "expectedFrom": self.expected_from,
+            "ranksFound": list(self.ranks_found),
+            "ranksMissing": [r.to_json() for r in self.ranks_missing],
+            "missingCount": self.missing_count,
+            "ranksUnexpected": list(self.ranks_unexpected),
+            "duplicatedRanks": [
+                {"rank": rank, "files": list(files)} for rank, files in self.duplicated.items()
+            ],
+            "unrankedFiles": list(self.unranked_files),
+            "failedFiles": [{"file": f, "reason": r} for f, r in self.failed_files.items()],
+            "worldSizes": [
+                {"worldSize": size, "files": list(files)}
+                for size, files in self.world_sizes.items()
+            ],
+            "chakraPrefixes": [
+                {"prefix": prefix, "ranks": list(ranks)}
+                for prefix, ranks in self.chakra_prefixes.items()
+            ],
+            "rankRanges": {
+                name: r.to_json() if r else None for name, r in self.rank_ranges.items()
+            },
+            "checks": {
+                "rankCountMatches": self.rank_count_matches.to_json(),
+                "parallelismConsistent": self.parallelism_consistent.to_json(),
+            },
+        }
+
+
+def parallelism_degrees(workload_metadata: object) -> dict[str, int]:
+    """The degrees dp, tp, sp, ep, pp given in ``workloadMetadata.parallelism`` (ints ≥ 1)."""
+    if not isinstance(workload_metadata, Mapping):
+        return {}
+    parallelism = workload_metadata.get("parallelism")
+    if not isinstance(parallelism, Mapping):
+        return {}
+    return {
+        key: value
+        for key in DEGREES
+        if isinstance(value := parallelism.get(key), int)
+        and not isinstance(value, bool)
+        and value >= 1
+    }
+
+
+@dataclass
+class _Found:
+    """What the files say, keyed for the checks; file labels name archive members too."""
+
+    by_rank: dict[int, list[str]] = field(default_factory=dict)
+    world_sizes: dict[int, list[str]] = field(default_factory=dict)
+    prefixes: dict[str, set[int]] = field(default_factory=dict)
+    unranked: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def add(self, label: str, inspection: FileInspection, nested: bool) -> None:
+        """Count one file; archives count through their members (``archive:member``)."""
+        if inspection.format in ARCHIVE_FORMATS:
+            if inspection.status == "failed":
+                self.failed[label] = inspection.reason or "failed"
+            ranked_before = sum(map(len, self.by_rank.values()))
+            for member in inspection.members:
+                self.add(f"{label}:{member.name}", member, True)
+            if not nested and sum(map(len, self.by_rank.values())) == ranked_before:
+                self.unranked.append(label)  # a primary archive holding no ranked trace
+            return
+        # Members that are not traces (README, configs) are not expected to hold a rank.
+        if nested and inspection.format not in TRACE_FORMATS and inspection.status != "failed":
+            return
+        if inspection.status == "failed":
+            self.failed[label] = inspection.reason or "failed"
+        if inspection.rank is None:
+            self.unranked.append(label)
+        else:
+            self.by_rank.setdefault(inspection.rank, []).append(label)
+        if inspection.world_size is not None:
+            self.world_sizes.setdefault(inspection.world_size, []).append(label)
+        named = rank_from_name(inspection.name) if inspection.format == "chakra_et" else None
+        if named is not None and inspection.rank_source == "filename":
+            self.prefixes.setdefault(named[0], set()).add(named[1])
+
+
+def rank_census(
+    files: Sequence[tuple[str, FileInspection]],
+    *,
+    declared_rank_count: int | None,
+    workload_metadata: object,
+) -> RankCensus:
+    """The census of the primary files ``[(name in the traceset, inspection), ...]``.
+
+    ``declared_rank_count`` is the traceset's ``rankCountDerived``; ``workload_metadata`` its
+    stored ``workloadMetadata`` (any JSON value; only ``parallelism`` degrees are read).
+    """
+    seen = _Found()
+    for name, inspection in files:
+        seen.add(name, inspection, False)
+    found = sorted(seen.by_rank)
+    declared = declared_rank_count
+    degrees = parallelism_degrees(workload_metadata)
+    product = _product(degrees.values()) if degrees else None
+    expected, expected_from = _expected(declared, seen.world_sizes, found)
+    missing = _missing(found, expected)
+    unexpected = [r for r in found if expected is not None and r >= expected]
+    duplicated = {r: tuple(names) for r, names in sorted(seen.by_rank.items()) if len(names) > 1}
+    # Section 5.5: a traceset's only primary file covers every declared rank, so an opaque
+    # one (nothing inside names a rank) leaves no rank missing.
+    single_opaque = len(files) == 1 and declared is not None and not found
+    where = _source_text(expected_from, declared)
+
+    problems: list[str] = []
+    for rank, dupes in list(duplicated.items())[:MAX_DUPLICATES_SHOWN]:
+        problems.append(f"rank {rank} is recorded by {len(dupes)} files: {describe_files(dupes)}")
+    if len(duplicated) > MAX_DUPLICATES_SHOWN:
+        problems.append(f"{len(duplicated) - MAX_DUPLICATES_SHOWN} more ranks are duplicated")
+    if missing and expected and not single_opaque:
+        problems.append(
+            f"{sum(b - a + 1 for a, b in missing)} of {expected} ranks missing: "
+            f"{describe_ranks(missing)} (expected 0..{expected - 1}, {where})"
+        )
+    if unexpected:
+        outside = f"outside 0..{(expected or 0) - 1} for {where}"
+        holders = [name for rank in unexpected for name in seen.by_rank[rank]]
+        if len(unexpected) == 1:
+            problems.append(f"rank {unexpected[0]} ({describe_files(holders)}) is {outside}")
+        else:
+            problems.append(
+                f"ranks {describe_ranks(intervals(unexpected))} are {outside}, "
+                f"in {describe_files(holders)}"
+            )
+    for size, names in sorted(seen.world_sizes.items()):
+        if expected is not None and size != expected:
+            problems.append(
+                f"world_size {size} recorded by {describe_files(names)} differs from {where}"
+            )
+    if expected is None and len(seen.world_sizes) > 1:
+        problems.append(
+            "the files disagree on world_size: "
+            + "; ".join(
+                f"{size} in {describe_files(names)}"
+                for size, names in sorted(seen.world_sizes.items())
+            )
+        )
+    if len(seen.prefixes) > 1:
+        problems.append(
+            f"{len(seen.prefixes)} unrelated Chakra prefixes: "
+            + "; ".join(
+                f"{p} (ranks {describe_ranks(intervals(sorted(r)))})"
+                for p, r in sorted(seen.prefixes.items())
+            )
+        )
+    notes: list[str] = []
+    if seen.unranked:
+        notes.append(f"{len(seen.unranked)} without a rank: {describe_files(seen.unranked)}")
+    if seen.failed:
+        notes.append(f"{len(seen.failed)} not fully readable: {describe_files(list(seen.failed))}")
+
+    return RankCensus(
+        declared_rank_count=declared,
+        parallelism_product=product,
+        expected_rank_count=expected,
+        expected_from=expected_from,
+        ranks_found=tuple(found),
+        ranks_missing=tuple(RankRange(a, b) for a, b in missing),
+        ranks_unexpected=tuple(unexpected),
+        duplicated=duplicated,
+        unranked_files=tuple(seen.unranked),
+        failed_files=seen.failed,
+        world_sizes={size: tuple(names) for size, names in sorted(seen.world_sizes.items())},
+        chakra_prefixes={p: tuple(sorted(r)) for p, r in sorted(seen.prefixes.items())},
+        rank_ranges=_rank_ranges(files, declared),
+        rank_count_matches=_rank_check(
+            problems, notes, found, expected, expected_from, files, declared
+        ),
+        parallelism_consistent=_parallelism_check(
+            degrees, product, declared, seen.world_sizes, found, seen.by_rank
+        ),
+    )
+
+
+def _product(values: Iterable[int]) -> int:
+    result = 1
+    for value in values:
+        result *= value
+    return result
+
+
+def _expected(
+    declared: int | None, world_sizes: Mapping[int, list[str]], found: list[int]
+) -> tuple[int | None, ExpectedFrom | None]:
+    if declared is not None:
+        return declared, "declared"
+    if len(world_sizes) == 1:
+        return next(iter(world_sizes)), "worldSize"
+    if found and not world_sizes:
+        return found[-1] + 1, "ranks"
+    return None, None
+
+
+def _missing(found: list[int], expected: int | None) -> list[tuple[int, int]]:
+    """The ranges of ranks absent from 0..expected-1 (``found`` is sorted)."""
+    if not expected:
+        return []
+    gaps: list[tuple[int, int]] = []
+    previous = -1
+    for rank in [*(r for r in found if r < expected), expected]:
+        if rank > previous + 1:
+            gaps.append((previous + 1, rank - 1))
+        previous = rank
+    return gaps
+
+
+def _source_text(expected_from: ExpectedFrom | None, declared: int | None) -> str:
+    if expected_from == "declared":
+        return f"the declared rank count {declared}"
+    if expected_from == "worldSize":
+        return "the world_size the files record"
+    return "the highest rank found"
+
+
+def _rank_check(
+    problems: list[str],
+    notes: list[str],
+    found: list[int],
+    expected: int | None,
+    expected_from: ExpectedFrom | None,
+    files: Sequence[tuple[str, FileInspection]],
+    declared: int | None,
+) -> CensusCheck:
+    tail = f"; {'; '.join(notes)}" if notes else ""
+    if problems:
+        return CensusCheck(False, "; ".join(problems) + tail)
+    if not files:
+        return CensusCheck(True, "no primary trace files")
+    if not found and declared is not None and len(files) == 1:
+        return CensusCheck(
+            True,
+            f"{files[0][0]} is the only primary file and records no rank; it is taken to hold "
+            f"all {declared} declared ranks (0..{declared - 1}){tail}",
+        )
+    if expected is None:
+        return CensusCheck(True, f"no rank count declared and no rank recorded{tail}")
+    declared_text = (
+        f"declared rank count {declared}"
+        if expected_from == "declared"
+        else f"{expected} ranks ({_source_text(expected_from, declared)}; none declared)"
+    )
+    return CensusCheck(
+        True,
+        f"ranks 0..{expected - 1} each recorded by one file, matching the {declared_text}{tail}",
+    )
+
+
+def _parallelism_check(
+    degrees: Mapping[str, int],
+    product: int | None,
+    declared: int | None,
+    world_sizes: Mapping[int, list[str]],
+    found: list[int],
+    by_rank: Mapping[int, list[str]],
+) -> CensusCheck:
+    if product is None:
+        return CensusCheck(True, "no parallelism degrees (dp, tp, sp, ep, pp) declared")
+    formula = " × ".join(f"{k} {v}" for k, v in degrees.items())
+    what = f"parallelism product {product} ({formula})"
+    problems: list[str] = []
+    if declared is not None and declared != product:
+        problems.append(f"{what} differs from the declared rank count {declared}")
+    for size, names in sorted(world_sizes.items()):
+        if size != product:
+            problems.append(f"{what} differs from world_size {size} in {describe_files(names)}")
+    if not world_sizes and found and found[-1] + 1 != product:
+        top = found[-1]
+        problems.append(
+            f"{what} differs from the {top + 1} ranks the files evidence "
+            f"(highest rank {top} in {describe_files(by_rank[top])})"
+        )
+    if problems:
+        return CensusCheck(False, "; ".join(problems))
+    evidence = "the files' world_size" if world_sizes else "the ranks found"
+    return CensusCheck(True, f"{what} matches the declared rank count and {evidence}")
+
+
+def _rank_ranges(
+    files: Sequence[tuple[str, FileInspection]], declared: int | None
+) -> dict[str, RankRange | None]:
+    if len(files) == 1 and declared is not None:
+        # Section 5.5: a traceset's only primary file covers every declared rank.
+        return {files[0][0]: RankRange(0, declared - 1)}
+    return {name: _file_range(inspection) for name, inspection in files}
+
+
+def _file_range(inspection: FileInspection) -> RankRange | None:
+    if inspection.format not in ARCHIVE_FORMATS:
+        return None if inspection.rank is None else RankRange(inspection.rank, inspection.rank)
+    ranks: set[int] = set()
+    for member in inspection.members:
+        member_range = _file_range(member)
+        if member_range is not None:
+            ranks.update(range(member_range.start, member_range.end + 1))
+    if not ranks or max(ranks) - min(ranks) + 1 != len(ranks):
+        return None  # an archive with holes has no honest single range
+    return RankRange(min(ranks), max(ranks))

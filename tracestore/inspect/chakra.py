@@ -1,0 +1,285 @@
+"""MLCommons Chakra execution traces (``.et``): one rank's graph of operations.
+
+The file is a sequence of varint-length-delimited protobuf messages: a ``GlobalMetadata``
+(``version = 1``, ``attr = 2``), then ``Node`` messages (``id = 1``, ``name = 2``,
+``type = 3``, ..., ``attr = 10``; see Chakra's ``et_def.proto``). Nothing inside names a rank:
+the rank comes from the ``<prefix>.<rank>.et`` file name only.
+
+Counting node types has to touch every node, so the loop below reads the ``type`` field
+without decoding the whole message (serializers write fields in field-number order, so
+``id`` and ``name`` come first); only communication nodes have their attributes decoded.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracestore.inspect.collectives import canonical
+from tracestore.inspect.model import Draft, InspectionError
+from tracestore.inspect.protowire import (
+    LENGTH_DELIMITED,
+    VARINT,
+    WireError,
+    iter_fields,
+    read_varint,
+    signed64,
+    zigzag,
+)
+from tracestore.inspect.streams import BinaryReader, read_chunk
+
+CHUNK_SIZE = 4 * 1024 * 1024
+MAX_MESSAGE = 64 * 1024 * 1024
+
+NODE_TYPES: dict[int, str] = {
+    0: "INVALID_NODE",
+    1: "METADATA_NODE",
+    2: "MEM_LOAD_NODE",
+    3: "MEM_STORE_NODE",
+    4: "COMP_NODE",
+    5: "COMM_SEND_NODE",
+    6: "COMM_RECV_NODE",
+    7: "COMM_COLL_NODE",
+    8: "STORAGE_NODE",
+    9: "BATCH_NODE",
+    10: "CHECKPOINT_NODE",
+}
+COMM_COLL_NODE = 7
+COLLECTIVE_TYPES: dict[int, str] = {
+    0: "ALL_REDUCE",
+    1: "REDUCE",
+    2: "ALL_GATHER",
+    3: "GATHER",
+    4: "SCATTER",
+    5: "BROADCAST",
+    6: "ALL_TO_ALL",
+    7: "REDUCE_SCATTER",
+    8: "REDUCE_SCATTER_BLOCK",
+    9: "BARRIER",
+}
+# Node field number -> wire types allowed (repeated scalars may be packed).
+_NODE_FIELDS: dict[int, tuple[int, ...]] = {
+    1: (VARINT,),
+    2: (LENGTH_DELIMITED,),
+    3: (VARINT,),
+    4: (VARINT, LENGTH_DELIMITED),
+    5: (VARINT, LENGTH_DELIMITED),
+    6: (VARINT,),
+    7: (VARINT,),
+    8: (LENGTH_DELIMITED,),
+    9: (LENGTH_DELIMITED,),
+    10: (LENGTH_DELIMITED,),
+    11: (LENGTH_DELIMITED,),
+}
+_UNSIGNED_VALUES = frozenset({7, 9, 11, 13, 27})  # int32/int64/uint32/uint64/bool _val
+_ZIGZAG_VALUES = frozenset({15, 17})  # sint32/sint64 _val
+_RANK_NAME_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.(?:gz|gzip|zst|zstd))?$")
+
+
+def rank_from_name(name: str) -> tuple[str, int] | None:
+    """``(prefix, rank)`` of a ``<prefix>.<rank>.et`` name (path and .gz/.zst ignored)."""
+    match = _RANK_NAME_RE.match(name.rsplit("/", 1)[-1])
+    if match is None:
+        return None
+    return match["prefix"], int(match["rank"])
+
+
+def sniff(head: bytes, name: str) -> bool:
+    """Whether ``head`` starts like a Chakra trace.
+
+    A ``GlobalMetadata`` with a printable ``version`` string is enough; a trace that starts
+    directly with a ``Node`` (older writers) is recognised only under a ``.et`` name.
+    """
+    try:
+        size, start = read_varint(head, 0)
+        end = start + size
+        if size == 0 or end > len(head):
+            return False
+        fields = list(iter_fields(head, start, end))
+    except (IndexError, WireError):
+        return False
+    first = fields[0]
+    if first[0] == 1 and first[1] == LENGTH_DELIMITED:
+        version = head[first[2] : first[3]]
+        return (
+            0 < len(version) <= 64
+            and version.isascii()
+            and version.decode().isprintable()
+            and all(f[0] in (1, 2) and f[1] == LENGTH_DELIMITED for f in fields)
+        )
+    named_et = re.search(r"\.et(\.(gz|gzip|zst|zstd))?$", name) is not None
+    return named_et and all(f[1] in _NODE_FIELDS.get(f[0], ()) for f in fields)
+
+
+def scan(stream: BinaryReader, draft: Draft) -> None:
+    """Count nodes by type and collectives by type over the whole stream."""
+    found = rank_from_name(draft.name)
+    if found is not None:
+        draft.rank = found[1]
+        draft.rank_source = "filename"
+    tally = _Tally()
+    buf, failure = read_chunk(stream, CHUNK_SIZE)
+    draft.bytes_scanned += len(buf)
+    offset = pos = 0
+    try:
+        pos = _metadata(buf, draft)
+        while True:
+            pos = tally.messages(buf, pos)
+            if failure is not None:
+                raise failure
+            data, failure = read_chunk(stream, CHUNK_SIZE)
+            draft.bytes_scanned += len(data)
+            if not data:
+                break
+            offset += pos
+            buf, pos = buf[pos:] + data, 0
+        if pos < len(buf):
+            raise InspectionError(
+                f"truncated: the message at byte {offset + pos} is cut off by the end of the "
+                f"file ({len(buf) - pos} of its bytes present)"
+            )
+    except _Malformed as exc:
+        raise InspectionError(
+            f"malformed protobuf message at byte {offset + exc.pos}{exc.detail}"
+        ) from None
+    except (WireError, IndexError) as exc:  # in the leading GlobalMetadata
+        raise InspectionError(f"malformed GlobalMetadata message: {exc}") from None
+    finally:
+        tally.store(draft)
+
+
+def _metadata(buf: bytes, draft: Draft) -> int:
+    """Read a leading GlobalMetadata (if there is one); the position after it."""
+    try:
+        size, start = read_varint(buf, 0)
+    except IndexError:
+        return 0
+    if buf[start : start + 1] != b"\x0a" or start + size > len(buf):
+        return 0  # the trace starts with a Node
+    for number, wire, a, b in iter_fields(buf, start, start + size):
+        if number == 1 and wire == LENGTH_DELIMITED:
+            draft.schema_version = buf[a:b].decode("utf-8", "replace")
+    return start + size
+
+
+class _Malformed(Exception):
+    def __init__(self, pos: int, detail: str) -> None:
+        super().__init__(detail)
+        self.pos = pos
+        self.detail = detail
+
+
+class _Tally:
+    """Node and collective counts."""
+
+    def __init__(self) -> None:
+        self.position = 0  # start of the message being read, for error messages
+        self.types = [0] * 16
+        self.other_types: dict[int, int] = {}
+        self.collectives: dict[int, int] = {}
+        self.collective_bytes: dict[int, int] = {}
+
+    def messages(self, buf: bytes, pos: int) -> int:
+        """Count the complete messages of ``buf[pos:]``; where the first incomplete one starts."""
+        try:
+            return self._messages(buf, pos)
+        except (WireError, IndexError) as exc:
+            raise _Malformed(
+                self.position, f": {exc}" if isinstance(exc, WireError) else ""
+            ) from None
+
+    def _messages(self, buf: bytes, pos: int) -> int:
+        n = len(buf)
+        types = self.types
+        while pos < n:
+            self.position = pos
+            size = buf[pos]
+            start = pos + 1
+            if size >= 0x80:
+                try:
+                    size, start = read_varint(buf, pos)
+                except IndexError:
+                    return pos  # the length prefix itself is cut off
+                if size > MAX_MESSAGE:
+                    raise WireError(f"a message declares {size} bytes")
+            end = start + size
+            if end > n:
+                return pos
+            # Fast path to Node.type: skip id (tag 0x08) and name (0x12), read 0x18.
+            p = start
+            if p < end and buf[p] == 0x08:
+                p += 1
+                while buf[p] >= 0x80:
+                    p += 1
+                p += 1
+            if p < end and buf[p] == 0x12:
+                size = buf[p + 1]
+                if size < 0x80:
+                    p += 2 + size
+                else:
+                    size, p = read_varint(buf, p + 1)
+                    p += size
+            if p < end and buf[p] == 0x18:
+                node_type = buf[p + 1]
+                if node_type >= 0x80:
+                    node_type = read_varint(buf, p + 1)[0]
+            else:
+                node_type = _node_type(buf, start, end)
+            if node_type < 16:
+                types[node_type] += 1
+            else:
+                self.other_types[node_type] = self.other_types.get(node_type, 0) + 1
+            if node_type == COMM_COLL_NODE:
+                comm_type, comm_size = _comm_attrs(buf, start, end)
+                self.collectives[comm_type] = self.collectives.get(comm_type, 0) + 1
+                total = self.collective_bytes.get(comm_type, 0) + comm_size
+                self.collective_bytes[comm_type] = total
+            pos = end
+        return pos
+
+    def store(self, draft: Draft) -> None:
+        """Write the counts into the draft, with their Chakra and canonical names."""
+        counts = {t: c for t, c in enumerate(self.types) if c} | self.other_types
+        draft.node_counts = {NODE_TYPES.get(t, f"NODE_TYPE_{t}"): c for t, c in counts.items()}
+        names = {t: canonical(COLLECTIVE_TYPES.get(t, f"TYPE_{t}")) for t in self.collectives}
+        draft.collectives = {names[t]: c for t, c in self.collectives.items()}
+        draft.collective_bytes = {names[t]: c for t, c in self.collective_bytes.items()}
+
+
+def _node_type(buf: bytes, start: int, end: int) -> int:
+    """Node.type, for a node whose fields are not in the usual order."""
+    for number, wire, value, _ in iter_fields(buf, start, end):
+        if number == 3 and wire == VARINT:
+            return value
+    return 0  # proto3 leaves out the default, INVALID_NODE
+
+
+def _comm_attrs(buf: bytes, start: int, end: int) -> tuple[int, int]:
+    """``(comm_type, comm_size)`` from a node's attributes (0 when absent)."""
+    return _attr(buf, start, end, b"\x0a\x09comm_type"), _attr(
+        buf, start, end, b"\x0a\x09comm_size"
+    )
+
+
+def _attr(buf: bytes, start: int, end: int, key: bytes) -> int:
+    """The integer value of the attribute whose encoded name is ``key``, else 0.
+
+    Found with ``bytes.find`` rather than by decoding every field, which costs more than
+    the rest of the scan; a hit counts only where an ``attr`` field (tag 0x52, one-byte
+    length) starts right before it, so a string that happens to hold the name does not.
+    """
+    hit = buf.find(key, start, end)
+    while hit >= 0:
+        if hit - 2 >= start and buf[hit - 2] == 0x52 and hit + buf[hit - 1] <= end:
+            return _attr_int(buf, hit + len(key), hit + buf[hit - 1])
+        hit = buf.find(key, hit + 1, end)
+    return 0
+
+
+def _attr_int(buf: bytes, start: int, end: int) -> int:
+    """The integer value of an attribute whose name ends at ``start``."""
+    for number, wire, value, _ in iter_fields(buf, start, end):
+        if wire == VARINT and number in _UNSIGNED_VALUES:
+            return signed64(value)
+        if wire == VARINT and number in _ZIGZAG_VALUES:
+            return zigzag(value)
+    return 0

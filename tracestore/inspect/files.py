@@ -1,0 +1,152 @@
+"""Inspecting one file: unwrap gzip/zstd, recognise the format, hand over to its reader.
+
+The format is recognised from the first bytes, never from the name alone (the name only
+breaks a tie for Chakra traces without a metadata message). Whatever happens while reading,
+the answer is a ``FileInspection``: an unknown format is ``unknown``, a truncated or
+malformed file is ``failed`` with a reason, and nothing is raised.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+import zstandard
+
+from tracestore.inspect import archives, chakra, kineto, pytorch_et
+from tracestore.inspect.model import Draft, FileInspection, Format, InspectionError
+from tracestore.inspect.streams import (
+    HEAD_SIZE,
+    BinaryReader,
+    Failing,
+    PrefixedReader,
+    decompressed,
+    detect_compression,
+    read_chunk,
+    read_up_to,
+    rewound,
+    tell,
+)
+
+Opener = Callable[[], BinaryReader]
+MAX_ARCHIVE_DEPTH = 3
+
+_KINETO_KEYS = re.compile(
+    rb'"(?:traceEvents|schemaVersion|deviceProperties|distributedInfo|displayTimeUnit)"\s*:'
+)
+_ET_SCHEMA = re.compile(rb'"schema"\s*:\s*"')
+_ET_KEYS = re.compile(rb'"(?:nodes|start_ts|finish_ts)"\s*:')
+_CHROME_EVENT = re.compile(rb'"ph"\s*:')
+
+
+def inspect_file(opener: Opener, name: str, *, quick: bool = False) -> FileInspection:
+    """Inspect the file ``opener()`` returns (a binary file object, closed afterwards).
+
+    ``name`` is the file's name in the traceset (or its path); Chakra ranks come from it.
+    ``quick=True`` stops a Kineto trace as soon as its ``distributedInfo`` is read (rank and
+    world size), leaving time span and collectives empty; other formats ignore it.
+    """
+    return _inspect(opener, name, quick=quick, depth=0)
+
+
+def inspect_path(
+    path: str | os.PathLike[str], name: str | None = None, *, quick: bool = False
+) -> FileInspection:
+    """Inspect a local file; ``name`` defaults to the path as given."""
+    location = Path(path)
+    return inspect_file(lambda: location.open("rb"), name or str(path), quick=quick)
+
+
+def sniff_format(head: bytes, name: str) -> Format:
+    """The format of a (decompressed) stream from its first bytes."""
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08"):
+        return "zip"
+    if head[257:262] == b"ustar":
+        return "tar"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"{" and text[1:].lstrip()[:1] in (b'"', b"}", b""):
+        if _ET_SCHEMA.search(head) and _ET_KEYS.search(head):
+            return "pytorch_et_json"
+        if _KINETO_KEYS.search(head):
+            return "kineto_json"
+        return "unknown"
+    if text[:1] == b"[" and _CHROME_EVENT.search(head):
+        return "kineto_json"
+    if chakra.sniff(head, name):
+        return "chakra_et"
+    return "unknown"
+
+
+def _inspect(opener: Opener, name: str, *, quick: bool, depth: int) -> FileInspection:
+    draft = Draft(name=name)
+    try:
+        raw = opener()
+    except Exception as exc:
+        return draft.freeze(f"cannot open: {exc}")
+    try:
+        with closing(raw):
+            _scan(raw, draft, quick=quick, depth=depth)
+    except InspectionError as exc:
+        return draft.freeze(str(exc))
+    except EOFError:
+        stream = f"{draft.compression} stream" if draft.compression else "data"
+        return draft.freeze(f"truncated: the {stream} ends before its end marker")
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        return draft.freeze(f"malformed gzip stream: {exc}")
+    except zstandard.ZstdError as exc:
+        return draft.freeze(f"malformed zstd stream: {exc}")
+    except zipfile.BadZipFile as exc:
+        return draft.freeze(f"malformed or truncated ZIP archive: {exc}")
+    except tarfile.TarError as exc:
+        return draft.freeze(f"truncated or malformed tar archive: {exc}")
+    except OSError as exc:
+        return draft.freeze(f"read error: {exc}")
+    except Exception as exc:  # the contract is a result, never an exception
+        return draft.freeze(f"unexpected {type(exc).__name__}: {exc}")
+    return draft.freeze()
+
+
+def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
+    origin = tell(raw)
+    head = read_up_to(raw, HEAD_SIZE)
+    failure: Exception | None = None
+    stream: BinaryReader = raw
+    seekable = origin is not None
+    compression = detect_compression(head)
+    if compression is not None:
+        draft.compression = compression
+        stream = decompressed(rewound(raw, head, origin), compression)
+        head, failure = read_chunk(stream, HEAD_SIZE)
+        if failure is not None:
+            stream = Failing(failure)  # scan the intact head first, then report the break
+        seekable = False
+    draft.format = sniff_format(head, draft.name)
+    if draft.format == "unknown":
+        draft.bytes_scanned = len(head)
+        if failure is not None:
+            raise failure
+        return
+    stream = rewound(raw, head, origin) if seekable else PrefixedReader(head, stream)
+
+    def inspect_member(member_opener: Opener, member_name: str) -> FileInspection:
+        return _inspect(member_opener, member_name, quick=quick, depth=depth + 1)
+
+    if draft.format in ("zip", "tar") and depth >= MAX_ARCHIVE_DEPTH:
+        raise InspectionError(f"archive nested more than {MAX_ARCHIVE_DEPTH} levels deep")
+    if draft.format == "kineto_json":
+        kineto.scan(stream, draft, quick=quick, seekable=seekable)
+    elif draft.format == "pytorch_et_json":
+        pytorch_et.scan(stream, draft)
+    elif draft.format == "chakra_et":
+        chakra.scan(stream, draft)
+    elif draft.format == "zip":
+        archives.scan_zip(stream, draft, inspect_member, seekable=seekable)
+    else:
+        archives.scan_tar(stream, draft, inspect_member)

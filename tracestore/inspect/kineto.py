@@ -1,0 +1,155 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON: one rank's timeline.
+
+The rank lives in the top-level ``distributedInfo`` object (``rank``, ``world_size``,
+``backend``, ``pg_config``), which PyTorch writes before ``traceEvents`` but other writers put
+after it; the one-pass scan finds it in either place. ``quick`` mode stops as soon as
+``distributedInfo`` is read, and on a seekable file looks at the tail before reading the
+whole event list in search of it.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any, cast
+
+from tracestore.inspect.jsonscan import (
+    ChunkedScan,
+    CollectiveScan,
+    TimeSpanScan,
+    Window,
+    decode_value_at,
+    find_key,
+    key_pattern,
+    number_pattern,
+)
+from tracestore.inspect.model import Draft, ProcessGroup
+from tracestore.inspect.streams import BinaryReader
+
+QUICK_CHUNK_SIZE = 1024 * 1024
+TAIL_SIZE = 8 * 1024 * 1024
+
+_INFO_RE = key_pattern("distributedInfo")
+_SCHEMA_RE = number_pattern("schemaVersion")
+_BASE_TIME_RE = number_pattern("baseTimeNanoseconds")
+
+
+def scan(
+    stream: BinaryReader, draft: Draft, *, quick: bool = False, seekable: bool = False
+) -> None:
+    """Fill ``draft`` from a Kineto trace; ``seekable`` allows the quick tail look-up."""
+    if quick:
+        draft.scan = "quick"
+        _quick_scan(stream, draft, seekable)
+        return
+    chunks = ChunkedScan(stream, draft)
+    times = TimeSpanScan()
+    comms = CollectiveScan()
+    info_found = False
+    base_ns: int | None = None
+    try:
+        for window in chunks:
+            end = window.end
+            if not info_found:
+                info_found, held = _read_info(window, chunks, draft)
+                end = window.end if held is None else held
+            if draft.schema_version is None and window.offset == 0:
+                match = _SCHEMA_RE.search(window.buf, 0, end)
+                if match:
+                    draft.schema_version = match[1].decode()
+            if base_ns is None and (match := find_key(_BASE_TIME_RE, window.buf, end)):
+                text = match[1]
+                base_ns = int(text) if text.isdigit() else int(float(text))
+            times.feed(window.buf, end)
+            comms.feed(window.buf, end)
+        chunks.check_closed("Kineto")
+    finally:
+        base_us = 0 if not base_ns else base_ns / 1000 if base_ns % 1000 else base_ns // 1000
+        draft.time_span = times.result(base_us)
+        comms.store(draft)
+
+
+def _read_info(window: Window, chunks: ChunkedScan, draft: Draft) -> tuple[bool, int | None]:
+    """Look for distributedInfo in the window: ``(read, held)``.
+
+    ``held`` is the position where it starts when it runs past the window: the scan holds
+    ``buf[held:]`` for the next window and must search only ``buf[:held]`` now.
+    """
+    match = find_key(_INFO_RE, window.buf, window.end)
+    if match is None:
+        return False, None
+    decoded = decode_value_at(window, match.end())
+    if decoded is None:
+        chunks.hold(match.start())
+        return False, match.start()
+    apply_distributed_info(draft, decoded[0])
+    return True, None
+
+
+def apply_distributed_info(draft: Draft, info: Any) -> None:
+    """Take rank, world size, backend and process groups from a ``distributedInfo`` value."""
+    if not isinstance(info, dict):
+        return
+    rank = info.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+        draft.rank = rank
+        draft.rank_source = "distributedInfo"
+    world = info.get("world_size")
+    if isinstance(world, int) and not isinstance(world, bool) and world >= 1:
+        draft.world_size = world
+    if isinstance(info.get("backend"), str):
+        draft.backend = info["backend"]
+    draft.process_groups = process_groups(info.get("pg_config"))
+
+
+def process_groups(config: Any) -> list[ProcessGroup]:
+    """Process groups from a ``pg_config`` value (a list of objects, or an object of them)."""
+    if isinstance(config, dict):
+        items = list(config.values())
+    elif isinstance(config, list):
+        items = config
+    else:
+        return []
+    groups = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        size = item.get("pg_size", item.get("group_size"))
+        groups.append(
+            ProcessGroup(
+                name=_text(item.get("pg_name")),
+                description=_text(item.get("pg_desc")),
+                backend=_text(item.get("backend_config")),
+                size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+            )
+        )
+    return groups
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _quick_scan(stream: BinaryReader, draft: Draft, seekable: bool) -> None:
+    chunks = ChunkedScan(stream, draft, QUICK_CHUNK_SIZE)
+    tail_tried = False
+    for window in chunks:
+        if _read_info(window, chunks, draft)[0]:
+            return
+        if seekable and not tail_tried and b'"traceEvents"' in window.buf:
+            tail_tried = True
+            if _tail_has_info(cast(IO[bytes], stream), draft):
+                return
+
+
+def _tail_has_info(stream: IO[bytes], draft: Draft) -> bool:
+    """Read distributedInfo from the last ``TAIL_SIZE`` bytes, then seek back."""
+    here = stream.tell()
+    size = stream.seek(0, 2)
+    if size - here <= 0:
+        stream.seek(here)
+        return False
+    stream.seek(max(here, size - TAIL_SIZE))
+    try:
+        tail = ChunkedScan(stream, draft, QUICK_CHUNK_SIZE)
+        return any(_read_info(window, tail, draft)[0] for window in tail)
+    finally:
+        stream.seek(here)

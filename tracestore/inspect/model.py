@@ -1,0 +1,223 @@
+"""What inspecting one trace file finds: ``FileInspection`` and its parts.
+
+``FileInspection`` is immutable and JSON-safe through ``to_json`` (camelCase members, the
+shape of the HTTP API) and ``from_json`` (so the server can store a result and read it back).
+Scanners fill a mutable ``Draft`` and freeze it once they are done, or once they fail: a file
+that breaks off half-way still reports what was found before the break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+Format = Literal["kineto_json", "pytorch_et_json", "chakra_et", "zip", "tar", "unknown"]
+Compression = Literal["gzip", "zstd"]
+Status = Literal["complete", "failed"]
+RankSource = Literal["distributedInfo", "filename"]
+Scan = Literal["full", "quick"]
+
+FORMATS: tuple[Format, ...] = (
+    "kineto_json",
+    "pytorch_et_json",
+    "chakra_et",
+    "zip",
+    "tar",
+    "unknown",
+)
+TRACE_FORMATS: frozenset[str] = frozenset({"kineto_json", "pytorch_et_json", "chakra_et"})
+ARCHIVE_FORMATS: frozenset[str] = frozenset({"zip", "tar"})
+
+Number = int | float
+
+
+@dataclass(frozen=True)
+class TimeSpan:
+    """First and last instant a trace covers, in microseconds (as the trace records them)."""
+
+    start_us: Number
+    end_us: Number
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"startUs", "endUs", "durationUs"}``."""
+        return {
+            "startUs": self.start_us,
+            "endUs": self.end_us,
+            "durationUs": self.end_us - self.start_us,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TimeSpan:
+        """Inverse of ``to_json``."""
+        return cls(start_us=data["startUs"], end_us=data["endUs"])
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    """One process group a trace records (Kineto ``pg_config``, execution-trace PG init)."""
+
+    name: str | None
+    description: str | None = None
+    backend: str | None = None
+    size: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"name", "description", "backend", "size"}``."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "backend": self.backend,
+            "size": self.size,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProcessGroup:
+        """Inverse of ``to_json``."""
+        return cls(
+            name=data.get("name"),
+            description=data.get("description"),
+            backend=data.get("backend"),
+            size=data.get("size"),
+        )
+
+
+@dataclass(frozen=True)
+class FileInspection:
+    """What inspection derived from one file (or one member of an archive).
+
+    ``rank`` is ``None`` whenever the file does not establish it; it is never assumed to be 0.
+    ``collectives`` maps a canonical collective name (``all_reduce``, ``all_to_all`` ...) to the
+    number of calls; ``collective_events`` maps the raw event names it was derived from
+    (``record_param_comms``, ``nccl:all_reduce``, NCCL kernel names without their signature) to
+    their counts. ``collective_bytes`` (Chakra) sums ``comm_size`` per collective.
+    ``status`` is ``failed`` when the file could not be read to its end; ``reason`` then says
+    why, and the other members keep whatever was found before the failure.
+    """
+
+    name: str
+    format: Format = "unknown"
+    status: Status = "complete"
+    reason: str | None = None
+    compression: Compression | None = None
+    scan: Scan = "full"
+    rank: int | None = None
+    world_size: int | None = None
+    rank_source: RankSource | None = None
+    backend: str | None = None
+    time_span: TimeSpan | None = None
+    collectives: Mapping[str, int] = field(default_factory=dict)
+    collective_events: Mapping[str, int] = field(default_factory=dict)
+    collective_bytes: Mapping[str, int] = field(default_factory=dict)
+    node_counts: Mapping[str, int] = field(default_factory=dict)
+    schema_version: str | None = None
+    pid: int | None = None
+    process_groups: tuple[ProcessGroup, ...] = ()
+    members: tuple[FileInspection, ...] = ()
+    bytes_scanned: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The camelCase, JSON-safe form used by the HTTP API and the CLI's ``--json``."""
+        return {
+            "name": self.name,
+            "format": self.format,
+            "compression": self.compression,
+            "status": self.status,
+            "reason": self.reason,
+            "scan": self.scan,
+            "rank": self.rank,
+            "worldSize": self.world_size,
+            "rankSource": self.rank_source,
+            "backend": self.backend,
+            "timeSpan": self.time_span.to_json() if self.time_span else None,
+            "collectives": dict(self.collectives),
+            "collectiveEvents": dict(self.collective_events),
+            "collectiveBytes": dict(self.collective_bytes),
+            "nodeCounts": dict(self.node_counts),
+            "schemaVersion": self.schema_version,
+            "pid": self.pid,
+            "processGroups": [pg.to_json() for pg in self.process_groups],
+            "members": [m.to_json() for m in self.members],
+            "bytesScanned": self.bytes_scanned,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FileInspection:
+        """Rebuild an inspection from ``to_json`` output (e.g. as stored by the server)."""
+        span = data.get("timeSpan")
+        fmt = data.get("format", "unknown")
+        return cls(
+            name=data["name"],
+            format=cast(Format, fmt if fmt in FORMATS else "unknown"),
+            status=cast(Status, data.get("status", "complete")),
+            reason=data.get("reason"),
+            compression=data.get("compression"),
+            scan=cast(Scan, data.get("scan", "full")),
+            rank=data.get("rank"),
+            world_size=data.get("worldSize"),
+            rank_source=data.get("rankSource"),
+            backend=data.get("backend"),
+            time_span=TimeSpan.from_json(span) if span else None,
+            collectives=dict(data.get("collectives") or {}),
+            collective_events=dict(data.get("collectiveEvents") or {}),
+            collective_bytes=dict(data.get("collectiveBytes") or {}),
+            node_counts=dict(data.get("nodeCounts") or {}),
+            schema_version=data.get("schemaVersion"),
+            pid=data.get("pid"),
+            process_groups=tuple(ProcessGroup.from_json(p) for p in data.get("processGroups", [])),
+            members=tuple(cls.from_json(m) for m in data.get("members", [])),
+            bytes_scanned=data.get("bytesScanned", 0),
+        )
+
+
+@dataclass
+class Draft:
+    """The mutable state a scanner fills in; ``freeze`` turns it into a ``FileInspection``."""
+
+    name: str
+    format: Format = "unknown"
+    compression: Compression | None = None
+    scan: Scan = "full"
+    rank: int | None = None
+    world_size: int | None = None
+    rank_source: RankSource | None = None
+    backend: str | None = None
+    time_span: TimeSpan | None = None
+    collectives: dict[str, int] = field(default_factory=dict)
+    collective_events: dict[str, int] = field(default_factory=dict)
+    collective_bytes: dict[str, int] = field(default_factory=dict)
+    node_counts: dict[str, int] = field(default_factory=dict)
+    schema_version: str | None = None
+    pid: int | None = None
+    process_groups: list[ProcessGroup] = field(default_factory=list)
+    members: list[FileInspection] = field(default_factory=list)
+    bytes_scanned: int = 0
+
+    def freeze(self, reason: str | None = None) -> FileInspection:
+        """The finished inspection; a ``reason`` marks it ``failed``."""
+        return FileInspection(
+            name=self.name,
+            format=self.format,
+            status="failed" if reason else "complete",
+            reason=reason,
+            compression=self.compression,
+            scan=self.scan,
+            rank=self.rank,
+            world_size=self.world_size,
+            rank_source=self.rank_source,
+            backend=self.backend,
+            time_span=self.time_span,
+            collectives=dict(sorted(self.collectives.items())),
+            collective_events=dict(sorted(self.collective_events.items())),
+            collective_bytes=dict(sorted(self.collective_bytes.items())),
+            node_counts=dict(sorted(self.node_counts.items())),
+            schema_version=self.schema_version,
+            pid=self.pid,
+            process_groups=tuple(self.process_groups),
+            members=tuple(self.members),
+            bytes_scanned=self.bytes_scanned,
+        )
+
+
+class InspectionError(Exception):
+    """A file cannot be read to its end (truncated, malformed); the message is the reason."""
