@@ -12,6 +12,13 @@ client's peak RSS against its budget (64 MiB + concurrency × part size).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# bench/inspect.py (the inspection benchmark) would shadow the standard library's inspect.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
+
 import argparse
 import json
 import os
@@ -19,11 +26,9 @@ import shutil
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -66,7 +71,7 @@ def cpu_seconds(pid: int) -> float:
 class Server:
     """A real ``tracestore serve`` on a free port with its own data directory."""
 
-    def __init__(self, data_dir: Path, part_size: int) -> None:
+    def __init__(self, data_dir: Path, part_size: int, workers: int = 1) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "TRACESTORE_PART_SIZE": str(part_size)}
@@ -81,6 +86,8 @@ class Server:
                 str(self.port),
                 "--data-dir",
                 str(data_dir),
+                "--workers",
+                str(workers),
             ],
             env=env,
             stdout=self.log,
@@ -167,6 +174,7 @@ def main() -> None:
     parser.add_argument("--part-size-mib", type=int, default=64)
     parser.add_argument("--cases", default="large,many", help="large, many or both")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes")
     args = parser.parse_args()
 
     cases = {
@@ -175,7 +183,7 @@ def main() -> None:
     }
     part_size = args.part_size_mib * MIB
     root = Path(tempfile.mkdtemp(prefix="tracestore-bench-", dir=args.workdir))
-    server = Server(root / "data", part_size)
+    server = Server(root / "data", part_size, args.workers)
     results: list[dict[str, Any]] = []
     try:
         for key in args.cases.split(","):

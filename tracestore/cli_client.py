@@ -7,119 +7,26 @@ files, metadata that breaks the upload rules before anything is sent).
 
 from __future__ import annotations
 
-import functools
-import ipaddress
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any
 
 import click
 
-from tracestore import cli_output, jsontext
+from tracestore import cli_output
+from tracestore.cli_common import (
+    EXIT_API_ERROR,
+    EXIT_INTERRUPTED,
+    census_problems,
+    connection,
+    json_option,
+    read_metadata,
+)
 from tracestore.client import Client
-from tracestore.errors import TracestoreError, UploadIncomplete, ValidationError
+from tracestore.errors import UploadIncomplete, ValidationError
 from tracestore.schemas import UploadUrlResponse
 from tracestore.transfers import UploadInterrupted
-
-DEFAULT_URL = "http://127.0.0.1:8000"
-EXIT_API_ERROR = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _is_local(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def resolve_token(url: str, token: str | None) -> str:
-    """The token given, else (for a service on this machine only) the local admin token."""
-    if token:
-        return token
-    if _is_local(url):
-        data_dir = Path(os.environ.get("TRACESTORE_DATA_DIR") or "./tracestore-data")
-        path = data_dir / "admin-token"
-        if path.is_file():
-            return path.read_text().strip()
-    raise click.UsageError(
-        "No API token: pass --token or set TRACESTORE_TOKEN (for a local `tracestore serve`, "
-        "run this where its tracestore-data directory is, or set TRACESTORE_DATA_DIR)."
-    )
-
-
-def _connection(command: F) -> F:
-    """Adds --url and --token and turns them into a ``Client`` passed as ``client``."""
-
-    @click.option(
-        "--url",
-        envvar="TRACESTORE_URL",
-        default=DEFAULT_URL,
-        show_default=True,
-        help="Service URL (or TRACESTORE_URL).",
-    )
-    @click.option("--token", envvar="TRACESTORE_TOKEN", help="API token (or TRACESTORE_TOKEN).")
-    @functools.wraps(command)
-    def wrapper(url: str, token: str | None, **kwargs: Any) -> Any:
-        # Tests hand in an httpx client on the app in-process: ``main(obj={"http": ...})``.
-        obj = click.get_current_context().obj
-        http = obj.get("http") if isinstance(obj, dict) else None
-        with Client(url, resolve_token(url, token), http=http) as client:
-            try:
-                return command(client=client, **kwargs)
-            except TracestoreError as exc:
-                for line in cli_output.error_lines(exc):
-                    click.echo(line, err=True)
-                sys.exit(EXIT_API_ERROR)
-
-    return wrapper  # type: ignore[return-value]
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-
-
-def _read_metadata(path: Path | None) -> Any:
-    if path is None:
-        return None
-    try:
-        return jsontext.loads(path.read_bytes())
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot read {path}: {exc}", param_hint="--workload-metadata"
-        ) from None
-    except ValueError as exc:
-        raise click.BadParameter(
-            f"{path} is not JSON: {exc}", param_hint="--workload-metadata"
-        ) from None
-
-
-def _census_problems(
-    paths: Sequence[Path], role: str, metadata: Any, declared: int | None
-) -> list[str]:
-    """What a quick local inspection finds wrong with the primary files (empty if none)."""
-    try:
-        from tracestore.inspect.census import rank_census
-        from tracestore.inspect.files import inspect_path
-        from tracestore.transfers import collect_files
-    except ImportError:  # pragma: no cover - inspection not installed
-        return []
-    if role != "primary":
-        return []
-    files = [
-        (f.name, inspect_path(f.path, f.name, quick=True)) for f in collect_files(paths, "primary")
-    ]
-    census = rank_census(files, declared_rank_count=declared, workload_metadata=metadata)
-    checks = (census.rank_count_matches, census.parallelism_consistent)
-    return [check.message for check in checks if not check.passed]
 
 
 @click.command()
@@ -151,7 +58,7 @@ def _census_problems(
     "of the files disagrees with the declared rank count.",
 )
 @json_option
-@_connection
+@connection
 def upload(
     client: Client,
     paths: tuple[Path, ...],
@@ -171,7 +78,7 @@ def upload(
     """Upload files and directories as one traceset (parallel, resumable, verified)."""
     from tracestore import metadata as rules
 
-    workload_metadata = _read_metadata(metadata_file)
+    workload_metadata = read_metadata(metadata_file)
     if resume_id is None:
         try:
             declared = rules.check_upload_metadata(
@@ -179,7 +86,7 @@ def upload(
             )
         except ValidationError as exc:
             raise click.UsageError(f"{metadata_file or 'no --workload-metadata'}: {exc}") from None
-        problems = _census_problems(paths, role, workload_metadata, declared)
+        problems = census_problems(paths, role, workload_metadata, declared)
         for problem in problems:
             click.echo(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
         if problems and strict:
@@ -270,7 +177,7 @@ def _parse_filters(pairs: Sequence[str]) -> dict[str, Any]:
     help="Workload filter on a snake_case path, e.g. shape.global_batch_size=1024; repeatable.",
 )
 @json_option
-@_connection
+@connection
 def ls(
     client: Client,
     workspace_id: str | None,
@@ -313,7 +220,7 @@ def ls(
 @click.command()
 @click.argument("traceset_id")
 @json_option
-@_connection
+@connection
 def show(client: Client, traceset_id: str, as_json: bool) -> None:
     """Show a traceset: status, rank count, workload metadata and files."""
     traceset = client.get_traceset(traceset_id)
@@ -337,7 +244,7 @@ def show(client: Client, traceset_id: str, as_json: bool) -> None:
 @click.option("--description", help="Replace the description.")
 @click.option("--tag", "tags", multiple=True, help="Replace the tags; repeatable.")
 @json_option
-@_connection
+@connection
 def promote(
     client: Client,
     traceset_id: str,
@@ -351,7 +258,7 @@ def promote(
     answer = client.promote_traceset(
         traceset_id,
         target=target,
-        workload_metadata=_read_metadata(metadata_file),
+        workload_metadata=read_metadata(metadata_file),
         description=description,
         tags=list(tags) if tags else None,
     )
@@ -376,7 +283,7 @@ def promote(
 )
 @click.option("--concurrency", type=click.IntRange(1, 32), default=4, show_default=True)
 @json_option
-@_connection
+@connection
 def download(
     client: Client,
     traceset_id: str,
@@ -404,7 +311,7 @@ def download(
 @click.command()
 @click.argument("traceset_id")
 @json_option
-@_connection
+@connection
 def validate(client: Client, traceset_id: str, as_json: bool) -> None:
     """Re-verify a traceset on the service; exit 1 when a check fails."""
     answer = client.validate_traceset(traceset_id)
@@ -422,7 +329,7 @@ def validate(client: Client, traceset_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("traceset_id")
 @json_option
-@_connection
+@connection
 def rm(client: Client, traceset_id: str, as_json: bool) -> None:
     """Delete a traceset (soft: its bytes are purged after a grace period)."""
     client.delete_traceset(traceset_id)
