@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
+from tests.conftest import FakeClock
 from tracestore.cli import main
 from tracestore.cli_output import NEXT_STEPS
 from tracestore.errors import ERRORS_BY_CODE
@@ -176,9 +177,10 @@ def test_network_error_exits_1() -> None:
 
 
 def test_ls_human_json_filters_and_limit(
-    run: Any, traces: Path, meta_file: Path, tmp_path: Path
+    run: Any, traces: Path, meta_file: Path, tmp_path: Path, clock: FakeClock
 ) -> None:
     first = upload(run, traces, meta_file, "--name", "alpha")
+    clock.advance(seconds=1)  # newest first needs distinct creation times
     other_meta = tmp_path / "other.json"
     other_meta.write_text('{"shape": {"rankCount": 2, "global_batch_size": 1024}}')
     second = upload(run, traces, other_meta, "--name", "beta")
