@@ -11,21 +11,27 @@ import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.uploading import upload
+from tests.conftest import FakeClock
+from tests.s3server import MotoServer, with_s3_bytes
+from tests.uploading import complete, put_parts, request_upload, upload
 from tracestore.server import db
+from tracestore.server.app import create_app
 from tracestore.server.archive import (
     ArchiveEntry,
     ArchiveSourceError,
     archive_size,
     stream_zip,
 )
+from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.blobs import LocalBlobStore
 from tracestore.server.downloads import archive_url, open_archive
-from tracestore.server.services import Services
+from tracestore.server.services import Services, build_services
+from tracestore.server.settings import Settings
 
 MOMENT = datetime(2026, 3, 4, 5, 6, 8, tzinfo=UTC)
 GIB = 1024**3
@@ -86,6 +92,42 @@ def test_a_member_shorter_or_longer_than_declared_cuts_the_archive_short() -> No
     long = ArchiveEntry("long.bin", 3, lambda: io.BytesIO(b"12345"), MOMENT)
     with pytest.raises(ArchiveSourceError, match=r"long.bin: longer than 3 bytes"):
         b"".join(stream_zip([long]))
+
+
+def test_archive_streams_through_the_service_when_the_bytes_are_in_s3(
+    settings: Settings,
+    clock: FakeClock,
+    s3_server: MotoServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3 cannot zip: the archive URL is the service's own, reading each object in chunks."""
+    s3 = build_services(with_s3_bytes(settings, s3_server, monkeypatch), clock=clock)
+    try:
+        bootstrap(s3.db, s3.settings.data_dir, clock())
+        token = (s3.settings.data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+        files = {
+            "empty.log": (b"", "supporting"),
+            "a/b/nested.bin": (os.urandom(5 * MIB + 99), "supporting"),  # two parts
+        }
+        with TestClient(create_app(services=s3), raise_server_exceptions=False) as http:
+            http.headers["Authorization"] = f"Bearer {token}"
+            started = request_upload(http, files).json()
+            with httpx.Client(trust_env=False, timeout=60) as direct:  # parts go to S3 itself
+                etags = put_parts(direct, started, files)
+            done = complete(http, started["uploadId"], etags)
+            assert done.status_code == 201, done.text
+            ts = done.json()
+            url = http.get(f"/api/v1/tracesets/{ts['id']}/download").json()["url"]
+            assert url.startswith(f"http://testserver/blobs/archive/{ts['id']}?")
+            response = http.get(url, headers={"Authorization": ""})
+        assert response.status_code == 200, response.text
+        archive = zipfile.ZipFile(io.BytesIO(response.content))
+        assert archive.testzip() is None
+        assert {n: archive.read(n) for n in archive.namelist()} == {
+            n: d for n, (d, _) in files.items()
+        }
+    finally:
+        s3.close()
 
 
 def _sparse_file(path: Path, size: int, islands: dict[int, bytes]) -> str:
