@@ -157,6 +157,9 @@ def test_api_errors_carry_status_code_message_and_request_id(
     assert error.message == "Traceset 'ts_doesnotexist' not found"
     assert error.request_id and error.request_id.startswith("req_")
 
+    with pytest.raises(errors.NotFound):  # an id is one path segment: never another route
+        client.get_traceset("../upload-url/x")
+
     stranger = Client("http://testserver", "not-a-token", http=app_http)
     with pytest.raises(errors.Unauthorized) as denied:
         stranger.get_traceset("ts_x")

@@ -169,3 +169,22 @@ def test_a_client_error_is_not_retried(app_http: TestClient, admin_token: str) -
     with pytest.raises(errors.NotFound):
         client.get_traceset("ts_nope")
     assert calls["/api/v1/tracesets/ts_nope"] == 1
+
+
+def test_an_answer_that_is_not_tracestore_json_is_a_clear_error() -> None:
+    def portal(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, html="<html>Welcome to the proxy</html>")
+
+    http = httpx.Client(transport=httpx.MockTransport(portal))
+    client = Client("http://proxy.example", "t", http=http, retry=FAST)
+    with pytest.raises(errors.InternalError, match=r"is proxy\.example a tracestore service"):
+        client.get_traceset("ts_x")
+
+    def bad_gateway(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(502, text="Bad Gateway")
+
+    client.http = httpx.Client(transport=httpx.MockTransport(bad_gateway))
+    with pytest.raises(errors.TracestoreError) as caught:
+        client.get_traceset("ts_x")
+    assert caught.value.status == 502
+    assert "HTTP 502 from proxy.example: Bad Gateway" in caught.value.message

@@ -18,15 +18,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-from urllib.parse import urlencode
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
 
 import httpx
+from pydantic import BaseModel
 
 from tracestore import jsontext, metadata, schemas, uploader
 from tracestore.errors import (
     Conflict,
     IntegrityError,
+    InternalError,
     ValidationError,
 )
 from tracestore.transfers import (
@@ -60,6 +62,27 @@ _LIST_PARAMS = {
     "min_rank_count": "minRankCount",
     "max_rank_count": "maxRankCount",
 }
+
+
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+def _answer(response: httpx.Response, model: type[Answer]) -> Answer:
+    """The answer as ``model``; jsontext keeps workloadMetadata numbers as written."""
+    try:
+        return model.model_validate(jsontext.loads(response.content))
+    except ValueError as exc:  # not JSON, or not the shape this client knows
+        raise InternalError(
+            f"Unexpected answer from {response.request.method} {response.request.url.path} "
+            f"(is {response.request.url.host} a tracestore service?): {exc}",
+            request_id=response.headers.get("x-request-id"),
+            status=response.status_code,
+        ) from None
+
+
+def _segment(value: str) -> str:
+    """An id as one URL path segment (a stray ``/`` or ``..`` never changes the route)."""
+    return quote(value, safe="")
 
 
 def _query_value(value: object) -> str:
@@ -158,21 +181,16 @@ class Client:
             time.sleep(self.retry.delay(attempt))
         raise AssertionError("unreachable")
 
-    @staticmethod
-    def _json(response: httpx.Response) -> Any:
-        # jsontext keeps workloadMetadata numbers as written (2.0 stays 2.0).
-        return jsontext.loads(response.content)
-
     # --- tracesets ---
 
     def get_traceset(self, traceset_id: str) -> schemas.Traceset:
         """The traceset with its files and its workloadMetadata exactly as given."""
-        response = self._call("GET", f"{API}/{traceset_id}")
-        return schemas.Traceset.model_validate(self._json(response))
+        response = self._call("GET", f"{API}/{_segment(traceset_id)}")
+        return _answer(response, schemas.Traceset)
 
     def delete_traceset(self, traceset_id: str) -> None:
         """Soft-delete a traceset (its status becomes ``deleted``)."""
-        self._call("DELETE", f"{API}/{traceset_id}")
+        self._call("DELETE", f"{API}/{_segment(traceset_id)}")
 
     def list_page(self, *, cursor: str | None = None, **filters: Any) -> schemas.TracesetPage:
         """One page of ``GET /api/v1/tracesets``; see ``list_tracesets`` for the filters."""
@@ -180,7 +198,7 @@ class Client:
         if cursor:
             params.append(("next", cursor))
         response = self._call("GET", API, params=params)
-        return schemas.TracesetPage.model_validate(self._json(response))
+        return _answer(response, schemas.TracesetPage)
 
     def list_tracesets(
         self, *, max_items: int | None = None, **filters: Any
@@ -237,24 +255,26 @@ class Client:
             body["description"] = description
         if tags is not None:
             body["tags"] = list(tags)
-        response = self._call("POST", f"{API}/{traceset_id}/promote", body=body)
-        return schemas.PromoteAnswer.model_validate(self._json(response))
+        response = self._call("POST", f"{API}/{_segment(traceset_id)}/promote", body=body)
+        return _answer(response, schemas.PromoteAnswer)
 
     def validate_traceset(self, traceset_id: str) -> schemas.ValidateAnswer:
         """Re-verify a traceset's bytes and metadata on the service."""
-        response = self._call("POST", f"{API}/{traceset_id}/validate", timeout=COMPLETE_TIMEOUT)
-        return schemas.ValidateAnswer.model_validate(self._json(response))
+        response = self._call(
+            "POST", f"{API}/{_segment(traceset_id)}/validate", timeout=COMPLETE_TIMEOUT
+        )
+        return _answer(response, schemas.ValidateAnswer)
 
     def resolve_traceset(self, traceset_id: str) -> schemas.ResolveAnswer:
         """Where a traceset's bytes are (``s3://`` or ``file://``), for a simulator host."""
-        response = self._call("GET", f"{API}/{traceset_id}/resolve")
-        return schemas.ResolveAnswer.model_validate(self._json(response))
+        response = self._call("GET", f"{API}/{_segment(traceset_id)}/resolve")
+        return _answer(response, schemas.ResolveAnswer)
 
     def download_url(self, traceset_id: str, file: str | None = None) -> schemas.DownloadAnswer:
         """A presigned URL for one file, or for a ZIP of every file when ``file`` is None."""
         params = [("file", file)] if file is not None else None
-        response = self._call("GET", f"{API}/{traceset_id}/download", params=params)
-        return schemas.DownloadAnswer.model_validate(self._json(response))
+        response = self._call("GET", f"{API}/{_segment(traceset_id)}/download", params=params)
+        return _answer(response, schemas.DownloadAnswer)
 
     # --- downloads ---
 
@@ -336,12 +356,12 @@ class Client:
         if request.workload_metadata is not None:
             body["workloadMetadata"] = request.workload_metadata
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
-        return schemas.UploadUrlResponse.model_validate(self._json(response))
+        return _answer(response, schemas.UploadUrlResponse)
 
     def resume_upload(self, upload_id: str) -> schemas.UploadSessionResponse:
         """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the rest."""
-        response = self._call("GET", f"{API}/upload-url/{upload_id}")
-        return schemas.UploadSessionResponse.model_validate(self._json(response))
+        response = self._call("GET", f"{API}/upload-url/{_segment(upload_id)}")
+        return _answer(response, schemas.UploadSessionResponse)
 
     def complete_upload(
         self, upload_id: str, etags: Mapping[str, Mapping[int, str]]
@@ -370,7 +390,7 @@ class Client:
                     raise
                 time.sleep(1.0)
                 continue
-            return schemas.Traceset.model_validate(self._json(response))
+            return _answer(response, schemas.Traceset)
 
     # --- uploads ---
 
