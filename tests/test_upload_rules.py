@@ -175,7 +175,7 @@ def test_supporting_only_uploads_still_check_what_they_declare(
 ) -> None:
     message = refused(http, services, body('{"parallelism":{"tp":"8"}}', SUPPORTING))["message"]
     assert (
-        'workloadMetadata.parallelism.tp must be a whole number of at least 1, got "8"' == message
+        message == 'workloadMetadata.parallelism.tp must be a whole number of at least 1, got "8"'
     )
 
 
