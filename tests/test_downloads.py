@@ -182,13 +182,11 @@ def test_download_and_resolve_reset_the_ttl_and_expired_ones_answer_410(
 def test_promoted_traceset_never_expires_and_use_keeps_it_so(
     http: TestClient, services: Services, clock: FakeClock
 ) -> None:
-    ts = upload(http, {"a.log": (b"abc", "supporting")})
-    with services.db.session() as session:
-        session.execute(
-            update(db.Traceset)
-            .where(db.Traceset.id == ts["id"])
-            .values(scope="tenant", expires_at=None)
-        )
+    ts = upload(http, {"a.log": (b"abc", "supporting")}, {"workload_family": "llm"})
+    clock.advance(days=6)
+    promoted = http.post(_api(ts["id"], "promote"), json={"target": "tenant"})
+    assert promoted.status_code == 200, promoted.text
+    assert http.get(f"/api/v1/tracesets/{ts['id']}").json()["expiresAt"] is None
     clock.advance(days=400)
     assert http.get(_api(ts["id"], "download")).status_code == 200
     assert http.get(_api(ts["id"], "resolve")).status_code == 200

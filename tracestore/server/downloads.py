@@ -210,30 +210,23 @@ def validate_checks(
 def file_integrity(store: BlobStore, files: Sequence[db.TracesetFile]) -> schemas.ValidationCheck:
     """Every file's blob is present, and its size and SHA-256 are what was recorded."""
     problems: list[str] = []
-    verified: dict[str, int] = {}
+    read: dict[str, int | str] = {}  # per blob: the bytes read, or what is wrong with it
     for file in files:
         if file.sha256 is None:
             problems.append(f"'{file.name}' has no stored bytes")
             continue
-        if file.sha256 not in verified:
-            try:
-                verified[file.sha256] = _verify_blob(store, file.sha256)
-            except FileNotFoundError:
-                verified[file.sha256] = -1
-            except _Mismatch as exc:
-                problems.append(f"'{file.name}': {exc}")
-                verified[file.sha256] = -2
-                continue
-        size = verified[file.sha256]
-        if size == -1:
-            problems.append(f"'{file.name}': its blob sha256:{file.sha256} is missing")
-        elif size >= 0 and size != file.size:
-            problems.append(f"'{file.name}' is {size} bytes; {file.size} were recorded")
+        if file.sha256 not in read:
+            read[file.sha256] = _reread_blob(store, file.sha256)
+        outcome = read[file.sha256]
+        if isinstance(outcome, str):
+            problems.append(f"'{file.name}': {outcome}")
+        elif outcome != file.size:
+            problems.append(f"'{file.name}' is {outcome} bytes; {file.size} were recorded")
     if problems:
-        shown = "; ".join(problems[:5]) + (
-            f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+        return schemas.ValidationCheck(
+            name="file_integrity", passed=False, message="; ".join(problems[:5]) + more
         )
-        return schemas.ValidationCheck(name="file_integrity", passed=False, message=shown)
     total = sum(f.size for f in files)
     return schemas.ValidationCheck(
         name="file_integrity",
@@ -242,21 +235,19 @@ def file_integrity(store: BlobStore, files: Sequence[db.TracesetFile]) -> schema
     )
 
 
-class _Mismatch(Exception):
-    pass
-
-
-def _verify_blob(store: BlobStore, sha256: str) -> int:
+def _reread_blob(store: BlobStore, sha256: str) -> int | str:
+    """The blob's size after hashing it whole, or why it is not the recorded blob."""
     digest = hashlib.sha256()
     size = 0
-    with store.open_blob(sha256) as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
+    try:
+        with store.open_blob(sha256) as source:
+            while chunk := source.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+    except FileNotFoundError:
+        return f"its blob sha256:{sha256} is missing"
     if digest.hexdigest() != sha256:
-        raise _Mismatch(
-            f"its bytes hash to sha256:{digest.hexdigest()}, not the recorded sha256:{sha256}"
-        )
+        return f"its bytes hash to sha256:{digest.hexdigest()}, not the recorded sha256:{sha256}"
     return size
 
 
