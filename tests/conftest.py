@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -100,14 +101,42 @@ def postgres_server() -> Iterator[str | None]:
         server.stop()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL pass runs the tests that use the service's database; the others
+    (pure rules, inspectors, archives, servers with their own data directory) ran on the
+    SQLite pass already and would only repeat themselves."""
+    if os.environ.get("TRACESTORE_TEST_POSTGRES") != "1":
+        return
+    keep = [item for item in items if "services" in getattr(item, "fixturenames", ())]
+    deselected = [item for item in items if item not in keep]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = keep
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated once per session; each test starts from a copy."""
+    from tracestore.server.db import Database
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "tracestore.db"
+    database = Database(f"sqlite:///{path}")
+    database.migrate()
+    database.dispose()
+    return path
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Iterator[Settings]:
+def settings(tmp_path: Path, sqlite_template: Path) -> Iterator[Settings]:
     database_url = _database_url(tmp_path)
+    if database_url is None:
+        (tmp_path / "data").mkdir()
+        shutil.copyfile(sqlite_template, tmp_path / "data" / "tracestore.db")
     yield Settings(
         data_dir=tmp_path / "data",
         database_url=database_url,
