@@ -134,6 +134,22 @@ class Traceset(Base):
         Index("ix_tracesets_workspace_created", "workspace_id", "created_at", "id"),
         Index("ix_tracesets_tenant_scope", "tenant_id", "scope"),
         Index("ix_tracesets_status_expires", "status", "expires_at"),
+        # Listing (migration 0002): one ordered index per visibility branch ...
+        Index("ix_tracesets_scope_created", "scope", "created_at", "id"),
+        Index("ix_tracesets_scope_tenant_created", "scope", "tenant_id", "created_at", "id"),
+        # ... and, on PostgreSQL, the workload filters' @> and the name search.
+        Index(
+            "ix_tracesets_metadata_gin",
+            "workload_metadata",
+            postgresql_using="gin",
+            postgresql_ops={"workload_metadata": "jsonb_path_ops"},
+        ).ddl_if(dialect="postgresql"),
+        Index(
+            "ix_tracesets_name_trgm",
+            "name",
+            postgresql_using="gin",
+            postgresql_ops={"name": "gin_trgm_ops"},
+        ).ddl_if(dialect="postgresql"),
     )
 
 

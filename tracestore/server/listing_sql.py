@@ -1,0 +1,320 @@
+"""The SELECT behind the traceset list, built once per query shape and reused.
+
+The query is a UNION ALL of one ordered, limited arm per way a traceset can be visible
+(``workspace`` scope in each of the caller's workspaces, ``tenant`` scope in the caller's
+tenant, ``public``), so each arm walks an index in sort order and stops after one page: the
+cost of a page depends on the page size and the filters' selectivity, not on the table size.
+
+Every value is a named bind parameter, so a statement depends only on the query's *shape*
+(which filters, which sort, how many arms); statements are cached per shape, which also lets
+SQLAlchemy reuse their compiled form.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Integer,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    false,
+    func,
+    literal_column,
+    or_,
+    select,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.elements import BindParameter
+
+from tracestore.server import db
+from tracestore.server.auth import Principal
+from tracestore.server.listing_query import ListQuery, SortKey, WorkloadFilter
+
+# Beyond this many workspaces one IN arm replaces an arm per workspace.
+MAX_WORKSPACE_ARMS = 16
+
+T = db.Traceset
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Everything a statement depends on; values travel separately as bind parameters."""
+
+    dialect: str
+    sort: tuple[SortKey, ...]
+    workspace_arms: int  # -1: one arm with an IN list
+    tenant_arm: bool
+    public_arm: bool
+    status: bool
+    search: bool
+    created_after: bool
+    created_before: bool
+    min_rank_count: bool
+    max_rank_count: bool
+    workload: tuple[tuple[tuple[str, ...], str], ...]  # (path, kind of value)
+    contradictory: bool  # two workload filters on a member and on a member inside it
+    after: bool
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "text" if isinstance(value, str) else "number"
+
+
+def _containment_document(filters: tuple[WorkloadFilter, ...]) -> dict[str, Any] | None:
+    """The filters as one nested document, or None when two of them contradict."""
+    document: dict[str, Any] = {}
+    for item in filters:
+        node = document
+        for segment in item.path[:-1]:
+            child = node.setdefault(segment, {})
+            if not isinstance(child, dict):
+                return None
+            node = child
+        if item.path[-1] in node:
+            return None
+        node[item.path[-1]] = item.value
+    return document
+
+
+def _workspaces(principal: Principal, query: ListQuery) -> list[str]:
+    if query.scope not in (None, "workspace"):
+        return []
+    return [query.workspace_id] if query.workspace_id else sorted(principal.workspace_ids)
+
+
+def plan(
+    principal: Principal, query: ListQuery, dialect: str, after: list[Any] | None
+) -> tuple[Shape, dict[str, Any]]:
+    """The query's shape and the values of its bind parameters."""
+    values: dict[str, Any] = {"fetch": query.limit + 1, "tenant": principal.tenant_id}
+    workspaces = _workspaces(principal, query)
+    if len(workspaces) > MAX_WORKSPACE_ARMS:
+        values["ws_in"] = workspaces
+    else:
+        values.update((f"ws{i}", ws) for i, ws in enumerate(workspaces))
+    if query.status:
+        values["status"] = query.status
+    if query.search:
+        escaped = query.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        values["search"] = f"%{escaped}%"
+    optional = {
+        "created_after": query.created_after,
+        "created_before": query.created_before,
+        "min_rank_count": query.min_rank_count,
+        "max_rank_count": query.max_rank_count,
+    }
+    values.update((k, v) for k, v in optional.items() if v is not None)
+    for i, item in enumerate(query.workload):
+        if dialect != "postgresql" and _kind(item.value) in ("text", "number"):
+            values[f"w{i}"] = item.value
+    document = _containment_document(query.workload)
+    if dialect == "postgresql" and query.workload and document is not None:
+        values["wdoc"] = json.dumps(document, ensure_ascii=False)
+    if after is not None:
+        values.update((f"a{i}", v) for i, v in enumerate(_atom_values(query.sort, after)))
+    shape = Shape(
+        dialect=dialect,
+        sort=query.sort,
+        workspace_arms=-1 if len(workspaces) > MAX_WORKSPACE_ARMS else len(workspaces),
+        tenant_arm=query.scope in (None, "tenant"),
+        public_arm=query.scope in (None, "public"),
+        status=query.status is not None,
+        search=bool(query.search),
+        **{k: v is not None for k, v in optional.items()},
+        workload=tuple((item.path, _kind(item.value)) for item in query.workload),
+        contradictory=document is None,
+        after=after is not None,
+    )
+    return shape, values
+
+
+# --- the sort order as "atoms": (expression, direction, label) ---
+
+
+@dataclass(frozen=True)
+class _Atom:
+    label: str
+    expr: ColumnElement[Any] | InstrumentedAttribute[Any]
+    descending: bool
+
+
+def _atoms(sort: tuple[SortKey, ...], dialect: str) -> list[_Atom]:
+    atoms: list[_Atom] = []
+    for index, key in enumerate(sort):
+        label = f"k{index}"
+        if key.field == "created":
+            atoms.append(_Atom(label, T.created_at, key.descending))
+        elif key.field == "name":
+            # Byte order on both engines, whatever the PostgreSQL database's locale.
+            name = T.name.collate("C") if dialect == "postgresql" else T.name
+            atoms.append(_Atom(label, name, key.descending))
+        elif key.field == "status":
+            atoms.append(_Atom(label, T.status, key.descending))
+        elif key.field == "size":
+            atoms.append(_Atom(label, T.total_size, key.descending))
+        else:  # rankCount: tracesets without a rank count come last in both directions
+            missing = case((T.rank_count.is_(None), 1), else_=0)
+            atoms.append(_Atom(label + "n", missing, False))
+            atoms.append(_Atom(label, func.coalesce(T.rank_count, 0), key.descending))
+    atoms.append(_Atom("kid", T.id, sort[-1].descending))
+    return atoms
+
+
+def _atom_values(sort: tuple[SortKey, ...], values: list[Any]) -> list[Any]:
+    """A cursor's values (one per sort key, then the id) as atom values."""
+    out: list[Any] = []
+    for key, value in zip(sort, values, strict=False):
+        if key.field == "rankCount":
+            out.extend([1 if value is None else 0, 0 if value is None else value])
+        else:
+            out.append(value)
+    out.append(values[-1])
+    return out
+
+
+def _after(atoms: list[_Atom]) -> ColumnElement[bool]:
+    """Rows strictly after the cursor ``a0, a1, ...`` in the atoms' order."""
+    marks: list[BindParameter[Any]] = [bindparam(f"a{i}") for i in range(len(atoms))]
+    alternatives = []
+    for i, atom in enumerate(atoms):
+        equal = [atoms[j].expr == marks[j] for j in range(i)]
+        beyond = atom.expr < marks[i] if atom.descending else atom.expr > marks[i]
+        alternatives.append(and_(*equal, beyond))
+    first = atoms[0]
+    # The redundant bound on the leading column lets an index range scan start at the cursor.
+    lead = first.expr <= marks[0] if first.descending else first.expr >= marks[0]
+    return and_(lead, or_(*alternatives))
+
+
+# --- conditions ---
+
+
+def _pg_member(path: tuple[str, ...]) -> ColumnElement[Any]:
+    # Segments are [a-z][a-z0-9_]* (checked at parse), so inlining them is safe, and inlined
+    # keys can match expression indexes.
+    return literal_column("tracesets.workload_metadata" + "".join(f" -> '{s}'" for s in path))
+
+
+def _sqlite_workload_condition(index: int, path: tuple[str, ...], kind: str) -> ColumnElement[bool]:
+    value: BindParameter[Any] = bindparam(f"w{index}")
+    # SQLite's json_extract answers 1 for true: json_type keeps the equality JSON-typed.
+    where: ColumnElement[Any] = literal_column("'$." + ".".join(path) + "'")
+    member_kind = func.json_type(T.workload_metadata, where)
+    if kind in ("null", "true", "false"):
+        return member_kind == kind
+    extracted = func.json_extract(T.workload_metadata, where) == value
+    if kind == "text":
+        return and_(member_kind == "text", extracted)
+    return and_(member_kind.in_(("integer", "real")), extracted)
+
+
+def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
+    postgres = shape.dialect == "postgresql"
+    conditions: list[ColumnElement[bool]] = [
+        T.status == bindparam("status") if shape.status else T.status != "deleted"
+    ]
+    if shape.search:
+        like = T.name.ilike if postgres else T.name.like  # SQLite's LIKE ignores ASCII case
+        conditions.append(like(bindparam("search"), escape="\\"))
+    if shape.created_after:
+        conditions.append(T.created_at >= bindparam("created_after"))
+    if shape.created_before:
+        conditions.append(T.created_at < bindparam("created_before"))
+    if shape.min_rank_count:
+        conditions.append(T.rank_count >= bindparam("min_rank_count"))
+    if shape.max_rank_count:
+        conditions.append(T.rank_count <= bindparam("max_rank_count"))
+    if shape.contradictory:
+        conditions.append(false())
+    if not postgres:
+        conditions.extend(
+            _sqlite_workload_condition(i, path, kind)
+            for i, (path, kind) in enumerate(shape.workload)
+        )
+    elif shape.workload and not shape.contradictory:
+        # All filters as one @> document: with object nesting and scalar leaves, containment
+        # is exactly JSON-typed equality of each member (1024 = 1024.0, "1024" <> 1024, an
+        # array holding the value does not match), and the GIN index (jsonb_path_ops) and
+        # the planner's statistics both understand it.
+        conditions.append(T.workload_metadata.op("@>")(cast(cast(bindparam("wdoc"), Text), JSONB)))
+    return conditions
+
+
+def _arms(shape: Shape) -> list[ColumnElement[bool]]:
+    """Disjoint visibility conditions (by scope), one per ordered arm of the union."""
+    arms: list[ColumnElement[bool]] = []
+    in_workspace = T.scope == "workspace"
+    if shape.workspace_arms == -1:
+        arms.append(and_(T.workspace_id.in_(bindparam("ws_in", expanding=True)), in_workspace))
+    for i in range(max(shape.workspace_arms, 0)):
+        arms.append(and_(T.workspace_id == bindparam(f"ws{i}"), in_workspace))
+    if shape.tenant_arm:
+        arms.append(and_(T.scope == "tenant", T.tenant_id == bindparam("tenant")))
+    if shape.public_arm:
+        arms.append(T.scope == "public")
+    return arms
+
+
+def _summary_columns(dialect: str) -> list[ColumnElement[Any]]:
+    members = ("workload_family", "workload_name")
+    if dialect == "postgresql":
+        return [_pg_member((m,)).label(m) for m in members]
+    # SQLite's -> answers the member as JSON text, which the JSON type decodes.
+    return [
+        T.workload_metadata.op("->", return_type=JSON)(literal_column(f"'$.{m}'")).label(m)
+        for m in members
+    ]
+
+
+@functools.lru_cache(maxsize=512)
+def statement(shape: Shape) -> Select[Any]:
+    """The SELECT for one shape of query (cached: building one costs milliseconds)."""
+    atoms = _atoms(shape.sort, shape.dialect)
+    conditions = _conditions(shape)
+    if shape.after:
+        conditions.append(_after(atoms))
+    columns = [
+        T.id,
+        T.name,
+        T.status,
+        T.scope,
+        T.workspace_id,
+        T.file_count,
+        T.total_size,
+        T.rank_count,
+        T.created_at,
+        *_summary_columns(shape.dialect),
+        *(atom.expr.label(atom.label) for atom in atoms),
+    ]
+    order = [atom.expr.desc() if atom.descending else atom.expr.asc() for atom in atoms]
+    fetch = bindparam("fetch", type_=Integer)
+    arms = [
+        select(*columns).where(arm, *conditions).order_by(*order).limit(fetch)
+        for arm in _arms(shape)
+    ]
+    if not arms:
+        return select(*columns).where(false()).limit(fetch)
+    if len(arms) == 1:
+        return arms[0]
+    first, *rest = (select(arm.subquery()) for arm in arms)
+    union = first.union_all(*rest).subquery("page")
+    outer = [
+        union.c[atom.label].desc() if atom.descending else union.c[atom.label].asc()
+        for atom in atoms
+    ]
+    return select(union).order_by(*outer).limit(fetch)

@@ -1,0 +1,68 @@
+"""indexes for listing and searching tracesets
+
+The list answers each visibility branch (workspace scope per workspace, tenant scope per
+tenant, public) from an index in (created_at, id) order. On PostgreSQL the workload filters'
+containment test uses a GIN index over the metadata (jsonb_path_ops), and the name search a
+trigram index when the pg_trgm extension is available.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-30 09:30:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def _trigram_available(bind: sa.engine.Connection) -> bool:
+    query = sa.text("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'")
+    if bind.execute(query).scalar() is None:
+        return False
+    try:
+        # A savepoint: without the privilege to create it, the search works unindexed.
+        with bind.begin_nested():
+            bind.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
+    except sa.exc.DBAPIError:
+        return False
+    return True
+
+
+def upgrade() -> None:
+    op.create_index("ix_tracesets_scope_created", "tracesets", ["scope", "created_at", "id"])
+    op.create_index(
+        "ix_tracesets_scope_tenant_created", "tracesets", ["scope", "tenant_id", "created_at", "id"]
+    )
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        return
+    op.create_index(
+        "ix_tracesets_metadata_gin",
+        "tracesets",
+        ["workload_metadata"],
+        postgresql_using="gin",
+        postgresql_ops={"workload_metadata": "jsonb_path_ops"},
+    )
+    if _trigram_available(bind):
+        op.create_index(
+            "ix_tracesets_name_trgm",
+            "tracesets",
+            ["name"],
+            postgresql_using="gin",
+            postgresql_ops={"name": "gin_trgm_ops"},
+        )
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name == "postgresql":
+        op.execute("DROP INDEX IF EXISTS ix_tracesets_name_trgm")
+        op.drop_index("ix_tracesets_metadata_gin", table_name="tracesets")
+    op.drop_index("ix_tracesets_scope_tenant_created", table_name="tracesets")
+    op.drop_index("ix_tracesets_scope_created", table_name="tracesets")
