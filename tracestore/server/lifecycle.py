@@ -81,18 +81,19 @@ class SweepReport:
 
 def sweep(services: Services, *, should_stop: Callable[[], bool] = lambda: False) -> SweepReport:
     """One pass: expire tracesets, fail expired upload sessions, purge unreferenced blobs."""
-    report = SweepReport()
     now = services.now()
-    report.expired_tracesets = expire_tracesets(services, now, should_stop)
-    report.failed_sessions = expire_sessions(services, now, should_stop)
-    report.cleaned_staging = clean_finished_staging(services)
-    purged, purged_bytes, deferred = purge_blobs(services, now, should_stop)
-    report.purged_blobs, report.purged_bytes, report.purge_deferred = (
-        purged,
-        purged_bytes,
-        deferred,
+    expired = expire_tracesets(services, now, should_stop)
+    failed = expire_sessions(services, now, should_stop)
+    cleaned = clean_finished_staging(services)
+    purged, freed, deferred = purge_blobs(services, now, should_stop)
+    return SweepReport(
+        expired_tracesets=expired,
+        failed_sessions=failed,
+        purged_blobs=purged,
+        purged_bytes=freed,
+        cleaned_staging=cleaned,
+        purge_deferred=deferred,
     )
-    return report
 
 
 def expire_tracesets(
