@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +266,47 @@ def test_two_sweepers_at_once_do_each_thing_exactly_once(
     assert sum(r.purged_blobs for r in totals) == len(expiring)
     assert _status(http, keeper["id"]) == "ready"
     assert _download(http, keeper["id"], "keep.bin") == b"kept"
+
+
+@pytest.mark.slow
+def test_two_gc_processes_at_once_share_the_work(
+    http: TestClient, services: Services, settings: Settings
+) -> None:
+    """Real processes on one database and blob directory, each on the real clock."""
+    expiring = [
+        upload(http, {f"e{i}.bin": (f"expiring {i}".encode(), "supporting")}) for i in range(6)
+    ]
+    doomed = [upload(http, {f"d{i}.bin": (f"doomed {i}".encode(), "supporting")}) for i in range(4)]
+    for ts in doomed:
+        http.delete(f"/api/v1/tracesets/{ts['id']}")
+    past = datetime.now(UTC) - timedelta(days=2)
+    with services.db.session() as session:
+        session.execute(
+            update(db.Traceset)
+            .where(db.Traceset.id.in_([ts["id"] for ts in expiring]))
+            .values(expires_at=past)
+        )
+        session.execute(
+            update(db.Blob)
+            .where(db.Blob.unreferenced_since.is_not(None))
+            .values(unreferenced_since=past)
+        )
+    env = {**os.environ, "TRACESTORE_DATABASE_URL": settings.resolved_database_url}
+    command = [sys.executable, "-m", "tracestore.cli", "gc", "--json"]
+    command += ["--data-dir", str(settings.data_dir)]
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    reports = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err.decode()
+        reports.append(json.loads(out))
+    assert sum(r["expiredTracesets"] for r in reports) == len(expiring)
+    assert sum(r["purgedBlobs"] for r in reports) == len(doomed)
+    for ts in expiring:
+        assert _status(http, ts["id"]) == "deleted"
 
 
 def test_the_server_sweeps_on_a_timer_and_stops_cleanly(
