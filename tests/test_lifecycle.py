@@ -15,18 +15,22 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from tests.conftest import FakeClock
+from tests.s3server import MotoServer, with_s3_bytes
 from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
 from tracestore.cli import main
 from tracestore.server import db
 from tracestore.server.app import create_app
+from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.blobs import LocalBlobStore
 from tracestore.server.lifecycle import SweepReport, sweep
+from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
 
@@ -207,6 +211,51 @@ def test_finished_sessions_leftover_staging_is_cleaned(
     (leftover / "00001.abc").write_bytes(b"stale")
     assert sweep(services).cleaned_staging == 1
     assert not leftover.exists()
+
+
+def test_sweeper_with_the_bytes_in_s3_aborts_staging_and_deletes_objects(
+    settings: Settings,
+    clock: FakeClock,
+    s3_server: MotoServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s3 = build_services(with_s3_bytes(settings, s3_server, monkeypatch), clock=clock)
+    store = s3.store
+    assert isinstance(store, S3BlobStore)
+    try:
+        bootstrap(s3.db, s3.settings.data_dir, clock())
+        token = (s3.settings.data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+        kept = {"k.bin": (b"kept" * 100, "supporting")}
+        gone = {"g.bin": (b"gone" * 100, "supporting")}
+        with (
+            TestClient(create_app(services=s3), raise_server_exceptions=False) as http,
+            httpx.Client(trust_env=False, timeout=60) as direct,
+        ):
+            http.headers["Authorization"] = f"Bearer {token}"
+            ids = {}
+            for name, files in (("kept", kept), ("gone", gone)):
+                started = request_upload(http, files).json()
+                done = complete(http, started["uploadId"], put_parts(direct, started, files))
+                assert done.status_code == 201, done.text
+                ids[name] = started["tracesetId"]
+            stale = request_upload(http, {"s.bin": (b"stale", "supporting")}).json()
+            put_parts(direct, stale, {"s.bin": (b"stale", "supporting")})
+            assert stale["uploadId"] in set(store.staged_uploads())
+            http.delete(f"/api/v1/tracesets/{ids['gone']}")
+            clock.advance(days=2)
+            report = sweep(s3)
+            assert (report.failed_sessions, report.purged_blobs) == (1, 1)
+            assert stale["uploadId"] not in set(store.staged_uploads())
+            assert not store.blob_exists(_sha(gone["g.bin"][0]))
+            assert store.blob_exists(_sha(kept["k.bin"][0]))
+            assert _download_via(http, direct, ids["kept"], "k.bin") == kept["k.bin"][0]
+    finally:
+        s3.close()
+
+
+def _download_via(http: TestClient, direct: httpx.Client, traceset_id: str, name: str) -> bytes:
+    answer = http.get(f"/api/v1/tracesets/{traceset_id}/download", params={"file": name})
+    return bytes(direct.get(str(answer.json()["url"])).content)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from tracestore import schemas
 from tracestore.errors import Gone
 from tracestore.server import db
-from tracestore.server.blobs import LocalBlobStore, StagedFile
+from tracestore.server.blobs import StagedFile
 from tracestore.server.services import Services
 from tracestore.server.tracesets import mark_unreferenced_blobs
 from tracestore.server.uploads import staged_file
@@ -184,12 +184,13 @@ def expire_sessions(
 
 def clean_finished_staging(services: Services) -> int:
     """Staged parts left behind by a finished session (a process stopped before it removed
-    them). Only the embedded store can list its staging area."""
+    them), in stores that can list their staging area (both built-in stores can)."""
     store = services.store
-    if not isinstance(store, LocalBlobStore):
+    listed: Callable[[], Iterator[str]] | None = getattr(store, "staged_uploads", None)
+    if listed is None:
         return 0
     cleaned = 0
-    for upload_id in list(store.staged_uploads()):
+    for upload_id in list(listed()):
         with services.db.session(write=False) as session:
             upload = session.get(db.UploadSession, upload_id)
             if upload is None or upload.state not in FINISHED:
