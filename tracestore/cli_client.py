@@ -293,14 +293,18 @@ def download(
     as_json: bool,
 ) -> None:
     """Download a traceset's files (resumes partial files, verifies every SHA-256)."""
-    with cli_output.progress_bars() as report:
-        written = client.download_traceset(
-            traceset_id,
-            output,
-            files=list(names) or None,
-            concurrency=concurrency,
-            progress=report.progress,
-        )
+    try:
+        with cli_output.progress_bars() as report:
+            written = client.download_traceset(
+                traceset_id,
+                output,
+                files=list(names) or None,
+                concurrency=concurrency,
+                progress=report.progress,
+            )
+    except KeyboardInterrupt:
+        click.echo("\nInterrupted; run the same command again to resume.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     if as_json:
         cli_output.echo_json([str(path) for path in written])
     else:

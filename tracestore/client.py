@@ -13,6 +13,7 @@ the envelope's code, each carrying ``status``, ``code``, ``message`` and ``reque
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -302,6 +303,7 @@ class Client:
         destination: Path,
         progress: ProgressCallback | None,
         total: int,
+        stop: threading.Event | None = None,
     ) -> Path:
         sha256 = entry.hash.removeprefix("sha256:") if entry.hash else None
         return download_to(
@@ -314,6 +316,7 @@ class Client:
             progress=progress,
             label=entry.name,
             total=total,
+            stop=stop,
         )
 
     def download_traceset(
@@ -340,12 +343,19 @@ class Client:
             if schemas.file_name_problem(entry.name):
                 raise IntegrityError(f"The service answered an unsafe file name {entry.name!r}")
         total = sum(f.size for f in wanted)
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ts-get")
+        try:
             futures = [
-                pool.submit(self._fetch, traceset_id, e, root / e.name, progress, total)
+                pool.submit(self._fetch, traceset_id, e, root / e.name, progress, total, stop)
                 for e in wanted
             ]
             return [f.result() for f in futures]
+        except BaseException:
+            stop.set()  # Ctrl-C or a failed file: the others stop too, their partials stay
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     # --- uploads, low level ---
 

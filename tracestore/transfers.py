@@ -288,9 +288,11 @@ def download_to(
     progress: ProgressCallback | None = None,
     label: str = "",
     total: int = 0,
+    stop: threading.Event | None = None,
 ) -> Path:
     """Fetch into ``destination`` through a ``.partial`` file that a later call resumes with
-    a Range request; verify size and SHA-256 before the file takes its final name."""
+    a Range request; verify size and SHA-256 before the file takes its final name. Setting
+    ``stop`` ends the transfer after the current block (the partial file stays)."""
     partial = destination.with_name(destination.name + ".partial")
     destination.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
@@ -320,10 +322,14 @@ def download_to(
                     raise api_error(response)
                 if have and response.status_code == 200:
                     # The server ignored the range: start over.
+                    if progress:
+                        progress(ProgressEvent("download", label, -have, total))
                     digest, have = hashlib.sha256(), 0
                 mode = "ab" if have else "wb"
                 with open(partial, mode) as out:
                     for block in response.iter_bytes(CHUNK):
+                        if stop is not None and stop.is_set():
+                            raise Stopped
                         if have + len(block) > size:
                             raise IntegrityError(
                                 f"{label or destination.name} is larger than the {size} bytes "
