@@ -1,4 +1,4 @@
-"""Synthetic traces for the inspector tests and ``bench/inspect.py``.
+"""Synthetic traces for the inspector tests and ``bench/inspection.py``.
 
 Kineto traces are written the way PyTorch writes them (pretty-printed events, ``distributedInfo``
 before ``traceEvents``, optionally after it); Chakra traces with a small protobuf encoder, the

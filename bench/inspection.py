@@ -6,8 +6,8 @@ like the PyTorch converter's and one of small nodes), then times each measuremen
 process of its own, so that each peak RSS (``ru_maxrss`` of that child) is that measurement's
 alone, and prints a table with ratios to the ``json.load`` baseline::
 
-    .venv/bin/python bench/inspect.py --size-mib 64      # quick
-    .venv/bin/python bench/inspect.py                    # 1 GiB, as reported
+    .venv/bin/python bench/inspection.py --size-mib 64      # quick
+    .venv/bin/python bench/inspection.py                    # 1 GiB, as reported
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 if __name__ == "__main__":
-    # Run as a script, bench/ heads sys.path and this file would shadow the standard
-    # library's `inspect` (which dataclasses imports): take bench/ out, put the repo in.
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    # Run as a script, bench/ heads sys.path; the repository root is what this imports from.
     sys.path.insert(0, str(REPO))
 
 MIB = 1024 * 1024
