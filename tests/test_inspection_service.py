@@ -149,7 +149,9 @@ def test_abandoned_inspections_are_picked_up_again(
     assert traceset["files"][0]["metadataStatus"] == "pending"
     assert inspection.inspect_abandoned(services) == 0  # not stale yet
     services.clock.advance(hours=1)  # type: ignore[attr-defined]
-    assert inspection.inspect_abandoned(services) == 1
+    from tracestore.server.lifecycle import sweep
+
+    assert sweep(services).reinspected_tracesets == 1
     after = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
     assert after["files"][0]["metadataStatus"] == "complete"
 

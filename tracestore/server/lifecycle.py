@@ -23,6 +23,7 @@ from tracestore import schemas
 from tracestore.errors import Gone
 from tracestore.server import db
 from tracestore.server.blobs import StagedFile
+from tracestore.server.inspection import inspect_abandoned
 from tracestore.server.services import Services
 from tracestore.server.tracesets import mark_unreferenced_blobs
 from tracestore.server.uploads import staged_file
@@ -74,18 +75,21 @@ class SweepReport:
     purged_bytes: int = 0
     cleaned_staging: int = 0
     purge_deferred: bool = False
+    reinspected_tracesets: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {to_camel(key): value for key, value in asdict(self).items()}
 
 
 def sweep(services: Services, *, should_stop: Callable[[], bool] = lambda: False) -> SweepReport:
-    """One pass: expire tracesets, fail expired upload sessions, purge unreferenced blobs."""
+    """One pass: expire tracesets, fail expired upload sessions, purge unreferenced blobs,
+    and inspect tracesets whose inspection a dead process left unfinished."""
     now = services.now()
     expired = expire_tracesets(services, now, should_stop)
     failed = expire_sessions(services, now, should_stop)
     cleaned = clean_finished_staging(services)
     purged, freed, deferred = purge_blobs(services, now, should_stop)
+    reinspected = 0 if should_stop() else inspect_abandoned(services)
     return SweepReport(
         expired_tracesets=expired,
         failed_sessions=failed,
@@ -93,6 +97,7 @@ def sweep(services: Services, *, should_stop: Callable[[], bool] = lambda: False
         purged_bytes=freed,
         cleaned_staging=cleaned,
         purge_deferred=deferred,
+        reinspected_tracesets=reinspected,
     )
 
 
