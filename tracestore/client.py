@@ -13,10 +13,8 @@ the envelope's code, each carrying ``status``, ``code``, ``message`` and ``reque
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -25,10 +23,9 @@ from urllib.parse import quote, urlencode
 import httpx
 from pydantic import BaseModel
 
-from tracestore import jsontext, metadata, schemas, uploader
+from tracestore import downloader, jsontext, metadata, schemas, uploader
 from tracestore.errors import (
     Conflict,
-    IntegrityError,
     InternalError,
     ValidationError,
 )
@@ -42,7 +39,6 @@ from tracestore.transfers import (
     body_text,
     check_names,
     collect_files,
-    download_to,
     hash_files,
     network_error,
 )
@@ -294,30 +290,7 @@ class Client:
         entry = next((f for f in traceset.files if f.name == name), None)
         if entry is None:
             raise ValidationError(f"Traceset {traceset_id} has no file named {name!r}")
-        return self._fetch(traceset_id, entry, Path(destination), progress, entry.size)
-
-    def _fetch(
-        self,
-        traceset_id: str,
-        entry: schemas.TracesetFile,
-        destination: Path,
-        progress: ProgressCallback | None,
-        total: int,
-        stop: threading.Event | None = None,
-    ) -> Path:
-        sha256 = entry.hash.removeprefix("sha256:") if entry.hash else None
-        return download_to(
-            self.http,
-            lambda: self.download_url(traceset_id, entry.name).url,
-            destination,
-            size=entry.size,
-            sha256=sha256,
-            retry=self.retry,
-            progress=progress,
-            label=entry.name,
-            total=total,
-            stop=stop,
-        )
+        return downloader.fetch(self, traceset_id, entry, Path(destination), progress, entry.size)
 
     def download_traceset(
         self,
@@ -337,25 +310,9 @@ class Client:
             raise ValidationError(
                 f"Traceset {traceset_id} has no file named {sorted(missing)[0]!r}"
             )
-        root = Path(directory)
-        for entry in wanted:
-            # Never write outside ``directory``, whatever name a service answers.
-            if schemas.file_name_problem(entry.name):
-                raise IntegrityError(f"The service answered an unsafe file name {entry.name!r}")
-        total = sum(f.size for f in wanted)
-        stop = threading.Event()
-        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ts-get")
-        try:
-            futures = [
-                pool.submit(self._fetch, traceset_id, e, root / e.name, progress, total, stop)
-                for e in wanted
-            ]
-            return [f.result() for f in futures]
-        except BaseException:
-            stop.set()  # Ctrl-C or a failed file: the others stop too, their partials stay
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        return downloader.fetch_all(
+            self, traceset_id, wanted, Path(directory), concurrency, progress
+        )
 
     # --- uploads, low level ---
 
