@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
+from tests.conftest import TESTDATA, FakeClock
 from tracestore.cli import main
 from tracestore.cli_output import NEXT_STEPS
 from tracestore.errors import ERRORS_BY_CODE
@@ -286,3 +286,25 @@ def test_help_lists_every_command() -> None:
         "rm",
     ):
         assert f"  {command}" in result.stdout
+
+
+def test_upload_warns_or_with_strict_refuses_when_local_ranks_disagree(
+    run: Any, tmp_path: Path
+) -> None:
+    chakra = TESTDATA / "chakra-allreduce-4ranks"
+    four = tmp_path / "four.json"
+    four.write_text('{"shape": {"rankCount": 4}}')
+    matching = run("upload", str(chakra), "--workload-metadata", str(four))
+    assert matching.exit_code == 0, matching.output
+    assert "Warning" not in matching.stderr
+
+    eight = tmp_path / "eight.json"
+    eight.write_text('{"shape": {"rankCount": 8}}')
+    warned = run("upload", str(chakra), "--workload-metadata", str(eight))
+    assert warned.exit_code == 0, warned.output
+    assert warned.stderr.startswith("Warning: ")
+
+    refused = run("upload", str(chakra), "--workload-metadata", str(eight), "--strict")
+    assert refused.exit_code == 2
+    assert "local inspection disagrees with the metadata (--strict)" in refused.stderr
+    assert "Uploading" not in refused.stderr
