@@ -248,28 +248,38 @@ def _page_100_cursor(services: Services) -> str:
     return cursor
 
 
-def measure(services: Services, repeats: int) -> dict[str, Measured]:
-    results: dict[str, Measured] = {}
-    cursor = _page_100_cursor(services)
+def _runner(services: Services, items: list[tuple[str, str]]) -> Callable[[], int]:
+    def run() -> int:
+        query = parse_list_query(items)
+        return len(listing.list_tracesets(services, PRINCIPAL, query).items)
+
+    return run
+
+
+def measure(sized: dict[int, Services], repeats: int) -> dict[int, dict[str, Measured]]:
+    """Time every query at every size, the sizes interleaved run by run so that the load of
+    a shared machine weighs on both sides of each ratio alike."""
+    cursors = {count: _page_100_cursor(services) for count, services in sized.items()}
+    results: dict[int, dict[str, Measured]] = {count: {} for count in sized}
     for label, params in QUERIES.items():
-        items = list(params.items()) + ([("next", cursor)] if label.startswith("page 100") else [])
-
-        def run(items: list[tuple[str, str]] = items) -> int:
-            query = parse_list_query(items)
-            return len(listing.list_tracesets(services, PRINCIPAL, query).items)
-
-        assert run() > 0, label
-        timings = []
+        runs = {}
+        for count, services in sized.items():
+            extra = [("next", cursors[count])] if label.startswith("page 100") else []
+            runs[count] = _runner(services, list(params.items()) + extra)
+            assert runs[count]() > 0, (label, count)
+        timings: dict[int, list[float]] = {count: [] for count in sized}
         for _ in range(repeats):
-            started = time.perf_counter()
-            run()
-            timings.append((time.perf_counter() - started) * 1000)
-        timings.sort()
-        results[label] = Measured(
-            p50=statistics.median(timings),
-            p99=timings[min(len(timings) - 1, int(len(timings) * 0.99))],
-            explain=explain(services.db, run),
-        )
+            for count, run in runs.items():
+                started = time.perf_counter()
+                run()
+                timings[count].append((time.perf_counter() - started) * 1000)
+        for count, values in timings.items():
+            values.sort()
+            results[count][label] = Measured(
+                p50=statistics.median(values),
+                p99=values[min(len(values) - 1, int(len(values) * 0.99))],
+                explain=explain(sized[count].db, runs[count]),
+            )
     return results
 
 
@@ -301,8 +311,10 @@ def explain(database: Database, run: Callable[[], int]) -> str:
     return "\n".join(f"{'  ' * 0}{r[-1]}" for r in result)
 
 
-def bench_engine(engine: str, counts: list[int], repeats: int, workdir: Path) -> dict[int, Any]:
-    out: dict[int, dict[str, Measured]] = {}
+def bench_engine(
+    engine: str, counts: list[int], repeats: int, workdir: Path
+) -> dict[int, dict[str, Measured]]:
+    sized: dict[int, Services] = {}
     server = PostgresServer().start() if engine == "postgresql" else None
     try:
         for count in counts:
@@ -320,13 +332,13 @@ def bench_engine(engine: str, counts: list[int], repeats: int, workdir: Path) ->
             seconds = load(database, count, seed=count)
             print(f"[{engine}] loaded {count:,} tracesets in {seconds:.1f} s", flush=True)
             settings = Settings(data_dir=workdir / "data", database_url=url, signing_key="bench")
-            services = Services(settings=settings, db=database, store=None)  # type: ignore[arg-type]
-            out[count] = measure(services, repeats)
-            database.dispose()
+            sized[count] = Services(settings=settings, db=database, store=None)  # type: ignore[arg-type]
+        return measure(sized, repeats)
     finally:
+        for services in sized.values():
+            services.db.dispose()
         if server is not None:
             server.stop()
-    return out
 
 
 def main() -> None:
