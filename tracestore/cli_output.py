@@ -179,7 +179,12 @@ def progress_bars() -> Iterator[Reporter]:
         TransferSpeedColumn,
     )
 
-    labels = {"hash": "hashing", "upload": "uploading", "download": "downloading"}
+    labels = {
+        "hash": "hashing",
+        "upload": "uploading",
+        "complete": "verifying",  # the service hashes and stores what it received
+        "download": "downloading",
+    }
     tasks: dict[str, TaskID] = {}
     with Progress(
         TextColumn("{task.description:<12}"),
@@ -195,6 +200,12 @@ def progress_bars() -> Iterator[Reporter]:
         def update(event: ProgressEvent) -> None:
             with lock:  # events come from the transfer threads
                 task = tasks.get(event.phase)
+                if event.phase == "complete":
+                    if task is None:  # no byte count while the service works: a pulse
+                        tasks[event.phase] = bars.add_task(labels[event.phase], total=None)
+                    else:
+                        bars.update(task, total=event.total, completed=event.total)
+                    return
                 if task is None:
                     # A resumed upload starts with what the service holds: not speed.
                     done = event.advance if not event.file else 0

@@ -33,11 +33,13 @@ CHUNK = 1024 * 1024
 HASH_CHUNK = 4 * 1024 * 1024
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
-Phase = Literal["hash", "upload", "download"]
+Phase = Literal["hash", "upload", "complete", "download"]
 
 
 class ProgressEvent(NamedTuple):
-    """One step of a transfer: ``advance`` bytes of ``file`` (negative when a retry rewinds)."""
+    """One step of a transfer: ``advance`` bytes of ``file`` (negative when a retry rewinds).
+    The ``complete`` phase has two events: 0 when the service starts verifying the upload,
+    ``total`` when it is done."""
 
     phase: Phase
     file: str

@@ -70,7 +70,12 @@ def send_and_complete(
         progress(ProgressEvent("upload", "", done, total))
     try:
         _send_parts(client, session, jobs, etags, concurrency, progress, total)
-        return client.complete_upload(session.upload_id, etags)
+        if progress:
+            progress(ProgressEvent("complete", "", 0, total))
+        traceset = client.complete_upload(session.upload_id, etags)
+        if progress:
+            progress(ProgressEvent("complete", "", total, total))
+        return traceset
     except KeyboardInterrupt:
         raise UploadInterrupted(session.upload_id, session.traceset_id) from None
     except (TracestoreError, OSError) as exc:
