@@ -22,7 +22,7 @@ from tracestore.server.blobs import BlobStore, UrlSigner
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.lifecycle import record_use
 from tracestore.server.services import Services
-from tracestore.server.tracesets import find_visible
+from tracestore.server.tracesets import files_of, find_visible
 
 CHUNK = 4 * 1024 * 1024
 ARCHIVE_PATH = "/blobs/archive"
@@ -36,16 +36,6 @@ def _ready(session: Session, principal: Principal, traceset_id: str, doing: str)
             f"Traceset '{traceset_id}' is {traceset.status}; only a ready traceset can be {doing}"
         )
     return traceset
-
-
-def _files(session: Session, traceset_id: str) -> list[db.TracesetFile]:
-    return list(
-        session.scalars(
-            select(db.TracesetFile)
-            .where(db.TracesetFile.traceset_id == traceset_id)
-            .order_by(db.TracesetFile.position)
-        )
-    )
 
 
 def _signer(services: Services) -> UrlSigner:
@@ -111,7 +101,7 @@ def open_archive(
                 f"Traceset '{traceset_id}' is {traceset.status}; only a ready traceset can be "
                 "downloaded"
             )
-        files = _files(session, traceset_id)
+        files = files_of(session, traceset_id)
         modified = traceset.created_at
         filename = _archive_name(traceset.name, traceset_id)
     entries = [
@@ -138,7 +128,7 @@ def resolve_traceset(
     store = services.store
     with services.db.session() as session:
         traceset = _ready(session, principal, traceset_id, "resolved")
-        files = [f for f in _files(session, traceset_id) if f.sha256 is not None]
+        files = [f for f in files_of(session, traceset_id) if f.sha256 is not None]
         record_use(session, traceset, services.now())
         return schemas.ResolveAnswer(
             traceset_id=traceset.id,
@@ -166,7 +156,7 @@ def validate_traceset(
     """Re-read every blob, check the metadata, and report inspection's rank census."""
     with services.db.session(write=False) as session:
         traceset = _ready(session, principal, traceset_id, "validated")
-        files = _files(session, traceset_id)
+        files = files_of(session, traceset_id)
         rank_count = traceset.rank_count
         census = stored_census_checks(traceset)
     if census is None:

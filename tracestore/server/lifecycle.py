@@ -25,7 +25,7 @@ from tracestore.server import db
 from tracestore.server.blobs import StagedFile
 from tracestore.server.inspection import inspect_abandoned
 from tracestore.server.services import Services
-from tracestore.server.tracesets import mark_unreferenced_blobs
+from tracestore.server.tracesets import files_of, mark_unreferenced_blobs
 from tracestore.server.uploads import staged_file
 
 log = logging.getLogger("tracestore.sweeper")
@@ -179,7 +179,7 @@ def expire_sessions(
                     .where(db.Traceset.id == upload.traceset_id, db.Traceset.status == "uploading")
                     .values(status="upload_failed", updated_at=now)
                 )
-                stages = [staged_file(upload, f) for f in _files(session, upload.traceset_id)]
+                stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
                 done += 1
             # Bytes go after the commit: no store call runs while the write lock is held.
             for stage in stages:
@@ -200,7 +200,7 @@ def clean_finished_staging(services: Services) -> int:
             upload = session.get(db.UploadSession, upload_id)
             if upload is None or upload.state not in FINISHED:
                 continue
-            stages = [staged_file(upload, f) for f in _files(session, upload.traceset_id)]
+            stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
         for stage in stages:
             store.discard_staging(stage)
         cleaned += 1
@@ -295,16 +295,6 @@ def _declared_by_upload(session: Session, sha256: str) -> bool:
                 .where(db.UploadSession.traceset_id == db.TracesetFile.traceset_id)
                 .where(db.UploadSession.state.in_(IN_FLIGHT))
             )
-        )
-    )
-
-
-def _files(session: Session, traceset_id: str) -> list[db.TracesetFile]:
-    return list(
-        session.scalars(
-            select(db.TracesetFile)
-            .where(db.TracesetFile.traceset_id == traceset_id)
-            .order_by(db.TracesetFile.position)
         )
     )
 

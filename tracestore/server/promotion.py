@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError as PydanticValidationError
-
 from tracestore import jsontext, metadata, schemas
 from tracestore.errors import (
     Conflict,
@@ -27,7 +25,7 @@ from tracestore.errors import (
 from tracestore.server.auth import Principal
 from tracestore.server.services import Services
 from tracestore.server.tracesets import find_writable
-from tracestore.server.validation import pydantic_message
+from tracestore.server.validation import parse_json_body
 
 TARGETS: dict[str, schemas.Scope] = {"tenant": "tenant", "public": "public"}
 NEXT_SCOPE = {"workspace": "tenant", "tenant": "public"}
@@ -38,16 +36,7 @@ def parse_promote_request(body: bytes) -> schemas.PromoteRequest:
     """The promotion body (an empty body is ``{}``), numbers kept as written. Raises 400."""
     if not body.strip():
         return schemas.PromoteRequest()
-    try:
-        data = jsontext.loads(body)
-    except ValueError as exc:
-        raise ValidationError(f"Request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValidationError("Request body must be a JSON object")
-    try:
-        request = schemas.PromoteRequest.model_validate(data)
-    except PydanticValidationError as exc:
-        raise ValidationError(pydantic_message(exc)) from None
+    request = parse_json_body(body, schemas.PromoteRequest)
     if request.target not in TARGETS:
         raise ValidationError(
             f"target must be 'tenant' or 'public', got {jsontext.value_text(request.target)}"

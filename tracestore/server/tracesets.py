@@ -53,12 +53,19 @@ def _rank_range(
     return None
 
 
+def files_of(session: Session, traceset_id: str) -> list[db.TracesetFile]:
+    """A traceset's files in upload order."""
+    return list(
+        session.scalars(
+            select(db.TracesetFile)
+            .where(db.TracesetFile.traceset_id == traceset_id)
+            .order_by(db.TracesetFile.position)
+        )
+    )
+
+
 def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
-    files = session.scalars(
-        select(db.TracesetFile)
-        .where(db.TracesetFile.traceset_id == traceset.id)
-        .order_by(db.TracesetFile.position)
-    ).all()
+    files = files_of(session, traceset.id)
     primaries = sum(1 for f in files if f.role == "primary")
     return schemas.Traceset(
         id=traceset.id,

@@ -6,10 +6,8 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from pydantic import ValidationError as PydanticValidationError
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from tracestore import jsontext, metadata, schemas
@@ -33,8 +31,8 @@ from tracestore.server.ids import new_id
 from tracestore.server.inspection import schedule_inspection
 from tracestore.server.services import Services
 from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
-from tracestore.server.tracesets import manifest_hash, traceset_view
-from tracestore.server.validation import pydantic_message
+from tracestore.server.tracesets import files_of, manifest_hash, traceset_view
+from tracestore.server.validation import parse_json_body
 
 COMPLETING_MESSAGE = "Upload session is already being completed by another request"
 
@@ -47,16 +45,7 @@ def part_size_for(size: int, base: int) -> int:
 
 def parse_upload_request(body: bytes) -> tuple[schemas.UploadRequest, int | None]:
     """Parse and check an upload-url body; its metadata rank count. Raises ValidationError."""
-    try:
-        data = jsontext.loads(body)
-    except ValueError as exc:
-        raise ValidationError(f"Request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValidationError("Request body must be a JSON object")
-    try:
-        request = schemas.UploadRequest.model_validate(data)
-    except PydanticValidationError as exc:
-        raise ValidationError(pydantic_message(exc)) from None
+    request = parse_json_body(body, schemas.UploadRequest)
     has_primary = any(spec.role == "primary" for spec in request.files)
     rank_count = metadata.check_upload_metadata(
         request.workload_metadata, has_primary_files=has_primary
@@ -149,7 +138,7 @@ def start_upload(
                 expires_at=now + settings.session_ttl,
             )
             session.add(upload)
-            files = session.scalars(_files_of(traceset_id)).all()
+            files = files_of(session, traceset_id)
             return _session_view(services, upload, files, with_received=False)
     except BaseException:
         for stage in staged:
@@ -164,7 +153,7 @@ def resume_upload(
     with services.db.session(write=False) as session:
         upload, _traceset = _visible_session(session, principal, upload_id)
         _check_not_expired(upload, services.now())
-        files = session.scalars(_files_of(upload.traceset_id)).all()
+        files = files_of(session, upload.traceset_id)
         view = _session_view(services, upload, files, with_received=True)
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
 
@@ -218,14 +207,6 @@ def staged_file(upload: db.UploadSession, file: db.TracesetFile) -> StagedFile:
         file.size,
         part_size_for(file.size, upload.part_size),
         file.staging_handle,
-    )
-
-
-def _files_of(traceset_id: str) -> Any:
-    return (
-        select(db.TracesetFile)
-        .where(db.TracesetFile.traceset_id == traceset_id)
-        .order_by(db.TracesetFile.position)
     )
 
 
@@ -303,7 +284,7 @@ def complete_upload(
             expired = True
         else:
             expired = False
-            files = session.scalars(_files_of(upload.traceset_id)).all()
+            files = files_of(session, upload.traceset_id)
             etags = _check_request(request, files)
     if expired:
         raise Gone(f"Upload session '{upload.id}' has expired")
@@ -509,7 +490,7 @@ def _pin_blob(services: Services, sha256: str, size: int) -> None:
 def _link_blobs(
     session: Session, traceset: db.Traceset, hashes: dict[int, str], now: datetime
 ) -> None:
-    files = session.scalars(_files_of(traceset.id)).all()
+    files = files_of(session, traceset.id)
     for file in files:
         file.sha256 = hashes[file.position]
         file.staging_handle = None
@@ -539,7 +520,7 @@ def _fail_session(
     upload.lease_until = None
     traceset.status = "upload_failed"
     traceset.updated_at = services.now()
-    for file in session.scalars(_files_of(traceset.id)).all():
+    for file in files_of(session, traceset.id):
         services.store.discard_staging(staged_file(upload, file))
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from tracestore.jsontext import value_text
+from tracestore.errors import ValidationError
+from tracestore.jsontext import loads, value_text
+
+Model = TypeVar("Model", bound=BaseModel)
 
 _LOCATION_ROOTS = {"body", "query", "path", "header"}
 
@@ -51,3 +55,18 @@ def pydantic_message(exc: PydanticValidationError | Sequence[Any]) -> str:
         return "The request is invalid"
     first = error_message(dict(errors[0]))
     return first if len(errors) == 1 else f"{first} (+{len(errors) - 1} more)"
+
+
+def parse_json_body(body: bytes, model: type[Model]) -> Model:
+    """A JSON object body read into ``model``, numbers kept as written (``jsontext``);
+    ValidationError (400) naming what is wrong otherwise."""
+    try:
+        data = loads(body)
+    except ValueError as exc:
+        raise ValidationError(f"Request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValidationError("Request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ValidationError(pydantic_message(exc)) from None
