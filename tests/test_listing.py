@@ -22,6 +22,7 @@ from tracestore.server import auth, db
 from tracestore.server.app import create_app
 from tracestore.server.ids import new_id
 from tracestore.server.listing import encode_cursor
+from tracestore.server.listing_sql import MAX_WORKSPACE_ARMS
 from tracestore.server.services import Services
 
 LIST = "/api/v1/tracesets"
@@ -541,6 +542,8 @@ def test_tampered_foreign_and_replayed_cursors_are_refused(
         payload,
         "." + signature,
         cursor + "x",
+        cursor + "é",
+        "é." + signature,
         encode_cursor(b"another service's key", "x", ["a", "ts_1"]),
     ]
     for bad in tampered:
@@ -565,6 +568,28 @@ def test_tampered_foreign_and_replayed_cursors_are_refused(
     # Another caller (alice) may not replay the admin's cursor either.
     response = world.clients["alice"].get(LIST, params={**params, "next": cursor})
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("search", "found"),
+    [
+        ("ÜNÏCODE", True),
+        ("ünïcode ℝun", True),
+        ("Σίσυφος", True),
+        ("ΣΊΣΥΦ", True),  # a final Σ folds to ς in Python, to σ in PostgreSQL
+        ("unicode", False),
+        ("%", True),
+        ("_", False),
+        ("\\", True),
+    ],
+)
+def test_search_ignores_case_beyond_ascii_and_takes_wildcards_literally(
+    world: World, search: str, found: bool
+) -> None:
+    wanted = add(world, name="Ünïcode ℝun Σίσυφος 100% \\x")
+    add(world, name="plain")
+    items = list_all(world.clients["admin"], {"search": search})
+    assert [i["id"] for i in items] == ([wanted] if found else [])
 
 
 def test_deleted_tracesets_appear_only_when_asked_for(world: World) -> None:
@@ -652,3 +677,30 @@ def test_walking_every_page_of_5000_tracesets_gets_each_exactly_once(
         items = list_all(world.clients["admin"], {"sort": sort}, limit=100)
         ids = [item["id"] for item in items]
         assert len(ids) == 5000 and set(ids) == expected, sort
+
+
+def test_a_member_of_many_workspaces_sees_all_of_them_in_one_arm(
+    world: World, clock: FakeClock
+) -> None:
+    count = MAX_WORKSPACE_ARMS + 2
+    now = clock()
+    with world.services.db.session() as session:
+        workspaces = [
+            auth.create_workspace(session, world.tenant, f"many-{i}", now) for i in range(count)
+        ]
+        session.flush()
+        for workspace in workspaces:
+            auth.add_member(session, world.users["alice"], workspace.id)
+    expected = set()
+    for i, workspace in enumerate(workspaces):
+        expected.add(add(world, workspace.id, name=f"m{i:02d}"))
+        clock.advance(seconds=1)
+    add(world, world.ws2, name="not alice's")
+    client = world.clients["alice"]
+    everything = list_all(client, {"scope": "workspace"}, limit=5)
+    assert {i["id"] for i in everything} == expected and len(everything) == count
+    assert names(everything) == [f"m{i:02d}" for i in reversed(range(count))]
+    page = client.get(LIST).json()  # the default limit is 20
+    assert page["pagination"]["count"] == count and page["pagination"]["hasMore"] is False
+    page = client.get(LIST, params={"limit": 10}).json()
+    assert page["pagination"]["count"] == 10 and page["pagination"]["hasMore"] is True

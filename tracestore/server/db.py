@@ -256,6 +256,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+    # SQLite's own lower() and LIKE fold ASCII only; the list's name search needs Unicode.
+    dbapi_connection.create_function("unicode_lower", 1, _unicode_lower, deterministic=True)
+
+
+def _unicode_lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
 
 
 def _sqlite_begin_immediate(connection: Any) -> None:

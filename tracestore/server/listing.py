@@ -33,8 +33,8 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+def _unb64(encoded: str) -> bytes:
+    return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
 
 
 def _binding(principal: Principal, query: ListQuery) -> str:
@@ -64,7 +64,9 @@ def decode_cursor(key: bytes, cursor: str, binding: str, sort: tuple[SortKey, ..
     """The keyset values a cursor holds; ValidationError when it is forged, altered, or
     issued for another sort, other filters or another caller."""
     payload, _, signature = cursor.partition(".")
-    if not signature or not hmac.compare_digest(signature, _signature(key, payload)):
+    if not signature or not hmac.compare_digest(
+        signature.encode(), _signature(key, payload).encode()
+    ):
         raise ValidationError(_BAD_CURSOR)
     try:
         body = json.loads(_unb64(payload))

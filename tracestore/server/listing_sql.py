@@ -109,9 +109,11 @@ def plan(
         values.update((f"ws{i}", ws) for i, ws in enumerate(workspaces))
     if query.status:
         values["status"] = query.status
-    if query.search:
+    if query.search and dialect == "postgresql":
         escaped = query.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         values["search"] = f"%{escaped}%"
+    elif query.search:
+        values["search"] = query.search.lower()
     optional = {
         "created_after": query.created_after,
         "created_before": query.created_before,
@@ -228,9 +230,10 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = [
         T.status == bindparam("status") if shape.status else T.status != "deleted"
     ]
-    if shape.search:
-        like = T.name.ilike if postgres else T.name.like  # SQLite's LIKE ignores ASCII case
-        conditions.append(like(bindparam("search"), escape="\\"))
+    if shape.search and postgres:
+        conditions.append(T.name.ilike(bindparam("search"), escape="\\"))
+    elif shape.search:  # unicode_lower: registered on every SQLite connection by db.py
+        conditions.append(func.instr(func.unicode_lower(T.name), bindparam("search")) > 0)
     if shape.created_after:
         conditions.append(T.created_at >= bindparam("created_after"))
     if shape.created_before:
