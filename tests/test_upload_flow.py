@@ -372,3 +372,32 @@ def test_delete_is_soft(http: TestClient) -> None:
     assert http.delete(f"/api/v1/tracesets/{traceset['id']}").status_code == 204
     assert http.get(f"/api/v1/tracesets/{traceset['id']}").json()["status"] == "deleted"
     assert http.delete(f"/api/v1/tracesets/{traceset['id']}").status_code == 204
+
+
+def test_a_purge_racing_a_completion_never_leaves_a_ready_traceset_without_bytes(
+    http: TestClient, services: Services, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracestore.server.lifecycle import purge_blobs
+
+    data = b"bytes shared across time"
+    first = upload(http, {"a.et": (data, "primary")}, {"shape": {"rankCount": 1}})
+    assert http.delete(f"/api/v1/tracesets/{first['id']}").status_code == 204
+    clock.advance(days=2)  # the old blob is now past its grace period
+    files = {"b.et": (data, "primary")}
+    answer = request_upload(http, files, {"shape": {"rankCount": 1}}).json()
+    etags = put_parts(http, answer, files)
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    place = store._adopt
+    purges: list[tuple[int, int, bool]] = []
+
+    def purge_first(*args: Any, **kwargs: Any) -> None:
+        purges.append(purge_blobs(services, services.now()))
+        place(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_adopt", purge_first)
+    done = complete(http, answer["uploadId"], etags)
+    assert done.status_code == 201, done.text
+    assert purges and purges[0][0] == 0, "the blob being completed must not be purged"
+    digest = hashlib.sha256(data).hexdigest()
+    assert _read_back(http, services, digest) == data

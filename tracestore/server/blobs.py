@@ -87,7 +87,12 @@ class BlobStore(Protocol):
         etags: Mapping[int, str],
         *,
         heartbeat: Callable[[], None] = ...,
-    ) -> CommittedBlob: ...
+        pin: Callable[[str, int], None] = ...,
+    ) -> CommittedBlob:
+        """Assemble and hash the staged bytes and store them at their SHA-256's address.
+        ``pin(sha256, size)`` is called after hashing and before the bytes are placed, so
+        the database protects the blob from a concurrent purge before it is stored."""
+        ...
 
     def discard_staging(self, staged: StagedFile) -> None: ...
 
@@ -223,6 +228,7 @@ class LocalBlobStore:
         etags: Mapping[int, str],
         *,
         heartbeat: Callable[[], None] = lambda: None,
+        pin: Callable[[str, int], None] = lambda sha256, size: None,
     ) -> CommittedBlob:
         directory = self._staging_dir(staged.upload_id, staged.position)
         paths = [
@@ -238,6 +244,7 @@ class LocalBlobStore:
             with open(paths[0], "rb") as source:
                 _hash_stream(source, digest, heartbeat)
             sha256 = digest.hexdigest()
+            pin(sha256, total)
             self._adopt(paths[0], sha256, keep_source=True)
             return CommittedBlob(sha256, total)
         tmp = directory / f"assembled.tmp{secrets.token_hex(4)}"
@@ -246,6 +253,7 @@ class LocalBlobStore:
                 with open(path, "rb") as source:
                     _hash_stream(source, digest, heartbeat, out)
         sha256 = digest.hexdigest()
+        pin(sha256, total)
         self._adopt(tmp, sha256, keep_source=False)
         return CommittedBlob(sha256, total)
 

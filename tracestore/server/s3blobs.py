@@ -198,6 +198,7 @@ class S3BlobStore:
         etags: Mapping[int, str],
         *,
         heartbeat: Callable[[], None] = lambda: None,
+        pin: Callable[[str, int], None] = lambda sha256, size: None,
     ) -> CommittedBlob:
         staging_key = self._staging_key(staged)
         parts = self._uploaded_parts(staged)
@@ -235,6 +236,7 @@ class S3BlobStore:
         sha256 = self._hash_object(staging_key, heartbeat)
         manifest.update(sha256=sha256, size=size)
         self._write_manifest(staged, manifest)
+        pin(sha256, size)
         if not self.blob_exists(sha256):
             self._copy(staging_key, self.blob_key(sha256), heartbeat)
         self.client.delete_object(Bucket=self.bucket, Key=staging_key)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tracestore import jsontext, metadata, schemas
@@ -459,6 +460,7 @@ def _commit_files(
                 stage,
                 etags[file.position],
                 heartbeat=lambda: _renew_lease(services, upload.id, owner),
+                pin=lambda sha256, size: _pin_blob(services, sha256, size),
             )
         except FileLargerThanDeclared as exc:
             raise FileLargerThanDeclared(
@@ -477,14 +479,26 @@ def _commit_files(
 
 
 def _pin_blob(services: Services, sha256: str, size: int) -> None:
-    """Record the blob (or refresh it) so a purge leaves it alone for the grace period."""
+    """Record the blob, or refresh it, so a purge leaves it alone for the grace period.
+    Plain statements, not an ORM read-modify-write: an UPDATE racing a purge's DELETE
+    waits for it and then finds no row, and the INSERT records the blob anew."""
     now = services.now()
-    with services.db.session() as session:
-        blob = session.get(db.Blob, sha256)
-        if blob is None:
-            session.add(db.Blob(sha256=sha256, size=size, created_at=now, unreferenced_since=now))
-        elif blob.unreferenced_since is not None:
-            blob.unreferenced_since = now
+    for attempt in range(2):
+        try:
+            with services.db.session() as session:
+                refreshed = session.execute(
+                    update(db.Blob)
+                    .where(db.Blob.sha256 == sha256, db.Blob.unreferenced_since.is_not(None))
+                    .values(unreferenced_since=now)
+                )
+                if refreshed.rowcount == 0 and session.get(db.Blob, sha256) is None:  # type: ignore[attr-defined]
+                    session.add(
+                        db.Blob(sha256=sha256, size=size, created_at=now, unreferenced_since=now)
+                    )
+            return
+        except IntegrityError:
+            if attempt:  # a concurrent completion recorded the same blob twice in a row
+                raise
 
 
 def _link_blobs(
