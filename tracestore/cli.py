@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracestore.cli_client import COMMANDS as CLIENT_COMMANDS
+from tracestore.cli_inspect import inspect_command
 
 if TYPE_CHECKING:
     from tracestore.server.services import Services
@@ -57,7 +58,7 @@ def main() -> None:
     """tracestore: keep, find and fetch the trace files of distributed training runs."""
 
 
-for _command in CLIENT_COMMANDS:
+for _command in (*CLIENT_COMMANDS, inspect_command):
     main.add_command(_command)
 
 

@@ -1,0 +1,66 @@
+"""``tracestore inspect`` on the real samples and on sets the tests write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tests.conftest import TESTDATA
+from tracestore.cli import main
+from tracestore.cli_inspect import ranges_text
+
+KINETO = TESTDATA / "kineto-dlrm-8ranks"
+CHAKRA = TESTDATA / "chakra-allreduce-4ranks"
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_a_complete_kineto_set(tmp_path: Path) -> None:
+    code, out = run("inspect", str(KINETO))
+    assert code == 0, out
+    assert "kineto_json" in out and "ranks found: 0-7" in out
+    assert "ok rank census" in out
+    code, out = run("inspect", str(KINETO), "--json")
+    data = json.loads(out)
+    assert sorted(f["rank"] for f in data["files"]) == list(range(8))
+    assert data["census"]["ranksFound"] == list(range(8))
+
+
+def test_metadata_that_disagrees_is_reported_and_fails_with_strict(tmp_path: Path) -> None:
+    meta = tmp_path / "meta.json"
+    meta.write_text('{"shape": {"rankCount": 4}}')
+    code, out = run("inspect", str(KINETO), "--workload-metadata", str(meta))
+    assert code == 0
+    assert "FAILED rank census" in out and "4" in out
+    code, _ = run("inspect", str(KINETO), "--workload-metadata", str(meta), "--strict")
+    assert code == 1
+
+
+def test_chakra_ranks_come_from_names_and_a_missing_rank_is_named(tmp_path: Path) -> None:
+    for rank in (0, 1, 3):
+        source = CHAKRA / f"all_reduce.{rank}.et"
+        (tmp_path / source.name).write_bytes(source.read_bytes())
+    meta = tmp_path.parent / "meta-chakra.json"
+    meta.write_text('{"parallelism": {"dp": 4}}')
+    code, out = run("inspect", str(tmp_path), "--workload-metadata", str(meta), "--strict")
+    assert code == 1
+    assert "ranks found: 0-1, 3" in out and "ranks missing: 2 (1)" in out
+
+
+def test_bad_metadata_and_missing_paths_are_usage_errors(tmp_path: Path) -> None:
+    meta = tmp_path / "meta.json"
+    meta.write_text('{"shape": {"rankCount": "4"}}')
+    code, out = run("inspect", str(KINETO), "--workload-metadata", str(meta))
+    assert code == 2 and "workloadMetadata.shape.rankCount" in out
+    code, out = run("inspect", str(tmp_path / "nope"))
+    assert code == 2 and "does not exist" in out
+
+
+def test_ranges_text() -> None:
+    assert ranges_text([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert ranges_text([]) == ""

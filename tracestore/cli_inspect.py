@@ -1,0 +1,116 @@
+"""``tracestore inspect``: read local trace files as the service would, before an upload."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracestore import cli_output, metadata
+from tracestore.cli_common import json_option, read_metadata
+from tracestore.errors import ValidationError
+from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
+from tracestore.transfers import collect_files
+
+
+@click.command("inspect")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--workload-metadata",
+    "metadata_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The metadata you would upload with; its rank count and degrees are checked.",
+)
+@click.option(
+    "--quick", is_flag=True, help="Read only what names each file's rank (fast on huge traces)."
+)
+@click.option(
+    "--strict", is_flag=True, help="Exit 1 when the rank census or parallelism check fails."
+)
+@json_option
+def inspect_command(
+    paths: tuple[Path, ...], metadata_file: Path | None, quick: bool, strict: bool, as_json: bool
+) -> None:
+    """Inspect trace files and directories locally: each file's format, rank and
+    collectives, and the rank census of the set (missing, duplicated, unranked ranks)."""
+    workload_metadata = read_metadata(metadata_file)
+    try:
+        declared = metadata.declared_rank_count(workload_metadata)
+        files = collect_files(paths, "primary")
+    except ValidationError as exc:
+        raise click.UsageError(str(exc)) from None
+    found = [(f.name, inspect_path(f.path, f.name, quick=quick)) for f in files]
+    census = rank_census(found, declared_rank_count=declared, workload_metadata=workload_metadata)
+    if as_json:
+        cli_output.echo_json(
+            {"files": [result.to_json() for _, result in found], "census": census.to_json()}
+        )
+    else:
+        click.echo(cli_output.table(HEADERS, [_row(result) for _, result in found]))
+        click.echo("")
+        for line in census_lines(census):
+            click.echo(line)
+    checks = (census.rank_count_matches, census.parallelism_consistent)
+    if strict and not all(check.passed for check in checks):
+        sys.exit(1)
+
+
+HEADERS = ("file", "format", "rank", "world", "collectives", "status")
+
+
+def _row(result: FileInspection) -> list[str]:
+    kind = result.format + (f"+{result.compression}" if result.compression else "")
+    if result.members:
+        kind += f" ({len(result.members)} members)"
+        ranks = sorted({m.rank for m in result.members if m.rank is not None})
+        rank = ranges_text(ranks) if ranks else "-"
+    else:
+        rank = "-" if result.rank is None else str(result.rank)
+    collectives = ", ".join(
+        f"{name} ×{count}" for name, count in sorted(result.collectives.items())
+    )
+    status = result.status if result.reason is None else f"{result.status}: {result.reason}"
+    world = "-" if result.world_size is None else str(result.world_size)
+    return [result.name, kind, rank, world, collectives or "-", status]
+
+
+def ranges_text(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``0-2, 5``."""
+    spans: list[str] = []
+    start = previous = None
+    for rank in ranks:
+        if start is None:
+            start = previous = rank
+        elif previous is not None and rank == previous + 1:
+            previous = rank
+        else:
+            spans.append(_span(start, previous))
+            start = previous = rank
+    if start is not None:
+        spans.append(_span(start, previous))
+    return ", ".join(spans)
+
+
+def _span(start: int, end: int | None) -> str:
+    return str(start) if end in (None, start) else f"{start}-{end}"
+
+
+def census_lines(census: RankCensus) -> list[str]:
+    data: dict[str, Any] = census.to_json()
+    lines = [f"ranks found: {ranges_text(census.ranks_found) or 'none'}"]
+    if census.ranks_missing:
+        missing = ", ".join(_span(r.start, r.end) for r in census.ranks_missing)
+        lines.append(f"ranks missing: {missing} ({census.missing_count})")
+    for entry in data["duplicatedRanks"]:
+        lines.append(f"rank {entry['rank']} in several files: {', '.join(entry['files'])}")
+    if census.unranked_files:
+        lines.append(f"files with no rank: {', '.join(census.unranked_files)}")
+    for name, check in (
+        ("rank census", census.rank_count_matches),
+        ("parallelism", census.parallelism_consistent),
+    ):
+        lines.append(f"{'ok' if check.passed else 'FAILED'} {name}: {check.message}")
+    return lines
