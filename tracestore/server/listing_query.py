@@ -1,10 +1,18 @@
 """The query of ``GET /api/v1/tracesets`` (SPEC 5.6), parsed and checked.
 
-Every bad parameter is a ValidationError naming it. A parameter that is not one of the known
-ones and is a dotted snake_case path (``workload_family``, ``shape.global_batch_size``) is a
-workload filter: JSON-typed equality on that member of the stored workloadMetadata. Its value
-is read as JSON when it is a number, ``true``, ``false``, ``null`` or a quoted string
-(``"1024"`` with the quotes matches the string), and as a plain string otherwise.
+Every bad parameter is a ValidationError naming it; a parameter given twice is refused. A
+parameter that is not one of the known ones and is a dotted snake_case path
+(``workload_family``, ``shape.global_batch_size``) is a workload filter: JSON-typed equality
+on that member of the stored workloadMetadata (nested objects, not keys holding dots). Its
+value is read as JSON when it is a number, ``true``, ``false``, ``null`` or a quoted string,
+and as a plain string otherwise: ``1024`` matches the number (and ``1024.0``), ``"1024"``
+with the quotes matches the string, ``null`` matches an explicit null (not an absent member).
+Any other spelling (``workloadFamily``, ``Status``, ``shape..x``) is refused as unknown.
+
+``search`` is a case-insensitive substring of the name (Unicode case, ``%`` and ``_`` taken
+literally). ``sort`` is a comma list of ``field:direction`` (direction defaults to ``asc``);
+ties are broken by id, in the direction of the last field; tracesets without a rank count
+come last under ``rankCount`` in both directions; ``name`` compares code points (byte order).
 """
 
 from __future__ import annotations
