@@ -164,7 +164,11 @@ class LocalBlobStore:
     def stage_file(
         self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
     ) -> StagedFile:
-        self._staging_dir(upload_id, position).mkdir(parents=True, exist_ok=True)
+        directory = self._staging_dir(upload_id, position)
+        directory.mkdir(parents=True, exist_ok=True)
+        # The file's bytes land here, each part at its offset (sparse until written).
+        with open(directory / DATA_FILE, "ab") as data:
+            data.truncate(size)
         return StagedFile(upload_id, position, size, part_size)
 
     def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
@@ -205,22 +209,41 @@ class LocalBlobStore:
         if not directory.is_dir():
             return {}
         for entry in os.scandir(directory):
-            number, _, etag = entry.name.partition(".")
-            if not number.isdigit() or not etag or etag.startswith("tmp"):
+            parsed = _part_entry(entry.name)
+            if parsed is None:
+                continue
+            number, etag, in_place = parsed
+            if not 1 <= number <= staged.part_count:
                 continue
             stat = entry.stat()
-            part = StoredPart(int(number), stat.st_size, etag)
-            # Two files for one part exist only for an instant during a re-send: newest wins.
-            previous = found.get(part.part_number)
+            size = staged.part_length(number) if in_place else stat.st_size
+            # Two entries for one part exist only for an instant during a re-send: newest wins.
+            previous = found.get(number)
             if previous is None or stat.st_mtime_ns >= previous[0]:
-                found[part.part_number] = (stat.st_mtime_ns, part)
+                found[number] = (stat.st_mtime_ns, StoredPart(number, size, etag))
         return {number: part for number, (_, part) in found.items()}
 
-    def open_part_writer(self, staged: StagedFile, part_number: int) -> PartWriter:
+    def open_part_writer(
+        self, staged: StagedFile, part_number: int, *, length_known: bool
+    ) -> PartWriter:
+        """A writer for one part. The first complete send of a part (its length known up
+        front) is written straight into the file at its offset; a re-send, or a body of
+        unknown length, goes to a file of its own, so a failed send never spoils a part
+        received before."""
         directory = self._staging_dir(staged.upload_id, staged.position)
-        if not directory.is_dir():
+        if not (directory / DATA_FILE).is_file():
             raise ValidationError("The upload session has no staging area; it may have ended")
-        return PartWriter(directory, part_number, staged.part_length(part_number))
+        expected = staged.part_length(part_number)
+        if length_known and part_number not in self.list_parts(staged):
+            lock = directory / f"{part_number:05d}.lock"
+            try:
+                os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                pass  # another send of this part is writing in place right now
+            else:
+                offset = (part_number - 1) * staged.part_size
+                return PartWriter(directory, part_number, expected, offset=offset, lock=lock)
+        return PartWriter(directory, part_number, expected)
 
     def commit_file(
         self,
@@ -231,46 +254,40 @@ class LocalBlobStore:
         pin: Callable[[str, int], None] = lambda sha256, size: None,
     ) -> CommittedBlob:
         directory = self._staging_dir(staged.upload_id, staged.position)
-        paths = [
-            directory / f"{n:05d}.{normalise_etag(etags[n])}"
-            for n in range(1, staged.part_count + 1)
-        ]
-        total = sum(p.stat().st_size for p in paths)
+        data_path = directory / DATA_FILE
+        with open(data_path, "r+b") as data:
+            for number in range(1, staged.part_count + 1):
+                etag = normalise_etag(etags[number])
+                separate = directory / f"{number:05d}.{etag}{SEPARATE_SUFFIX}"
+                if separate.is_file():
+                    # A part sent again: copy its bytes over the first send's.
+                    if separate.stat().st_size > staged.part_length(number):
+                        raise FileLargerThanDeclared(f"{staged.size + 1}")
+                    with open(separate, "rb") as source:
+                        data.seek((number - 1) * staged.part_size)
+                        shutil.copyfileobj(source, data, CHUNK)
+                elif not (directory / f"{number:05d}.{etag}").is_file():
+                    raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
+        total = data_path.stat().st_size
         if total > staged.size:
             raise FileLargerThanDeclared(f"{total}")
         digest = hashlib.sha256()
-        if len(paths) == 1:
-            # One part: hash it where it lies and link it, no copy.
-            with open(paths[0], "rb") as source:
-                _hash_stream(source, digest, heartbeat)
-            sha256 = digest.hexdigest()
-            pin(sha256, total)
-            self._adopt(paths[0], sha256, keep_source=True)
-            return CommittedBlob(sha256, total)
-        tmp = directory / f"assembled.tmp{secrets.token_hex(4)}"
-        with open(tmp, "wb") as out:
-            for path in paths:
-                with open(path, "rb") as source:
-                    _hash_stream(source, digest, heartbeat, out)
+        with open(data_path, "rb") as source:
+            _hash_stream(source, digest, heartbeat)
         sha256 = digest.hexdigest()
         pin(sha256, total)
-        self._adopt(tmp, sha256, keep_source=False)
+        # Linked, not moved, so a completion that dies before the database records it can
+        # be retried from the staged bytes.
+        self._adopt(data_path, sha256)
         return CommittedBlob(sha256, total)
 
-    def _adopt(self, path: Path, sha256: str, *, keep_source: bool) -> None:
-        """Put ``path`` at the blob's address. A staged part is linked, not moved, so a
-        completion that dies before the database records it can be retried."""
+    def _adopt(self, path: Path, sha256: str) -> None:
+        """Link ``path`` at the blob's address unless the blob is there already."""
         target = self._blob_path(sha256)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            if keep_source:
-                with contextlib.suppress(FileExistsError):
-                    os.link(path, target)
-                return
-            os.replace(path, target)
-            return
-        if not keep_source:
-            path.unlink()
+            with contextlib.suppress(FileExistsError):
+                os.link(path, target)
 
     def discard_staging(self, staged: StagedFile) -> None:
         shutil.rmtree(self._staging_dir(staged.upload_id, staged.position), ignore_errors=True)
@@ -330,31 +347,66 @@ def content_disposition(filename: str) -> str:
     return f"attachment; filename*=UTF-8''{quote(base)}"
 
 
-class PartWriter:
-    """Writes one part to a temporary file; ``finish`` renames it into place."""
+DATA_FILE = "data"
+SEPARATE_SUFFIX = ".part"
+_PART_ENTRY = re.compile(r"(\d{5})\.([0-9a-f]{32})(\.part)?")
 
-    def __init__(self, directory: Path, part_number: int, expected_size: int) -> None:
+
+def _part_entry(name: str) -> tuple[int, str, bool] | None:
+    """``(part number, etag, written in place)`` for a stored part's entry, else None."""
+    match = _PART_ENTRY.fullmatch(name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2), match.group(3) is None
+
+
+class PartWriter:
+    """Receives one part. In place (``offset`` given): bytes go straight into the staged
+    file and an empty ``<number>.<etag>`` entry records the part once complete. Otherwise
+    bytes go to a temporary file renamed to ``<number>.<etag>.part`` once complete."""
+
+    def __init__(
+        self,
+        directory: Path,
+        part_number: int,
+        expected_size: int,
+        *,
+        offset: int | None = None,
+        lock: Path | None = None,
+    ) -> None:
         self.directory = directory
         self.part_number = part_number
         self.expected_size = expected_size
         self.received = 0
         self._digest = hashlib.sha256()
-        self._tmp = directory / f"{part_number:05d}.tmp{secrets.token_hex(6)}"
-        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by finish/abort
+        self._offset = offset
+        self._lock = lock
+        if offset is None:
+            self._tmp: Path | None = directory / f"{part_number:05d}.tmp{secrets.token_hex(6)}"
+            self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        else:
+            self._tmp = None
+            self._fd = os.open(directory / DATA_FILE, os.O_WRONLY)
 
     def write(self, data: bytes, *, hash_it: bool) -> None:
-        self.received += len(data)
-        if self.received > self.expected_size:
+        if self.received + len(data) > self.expected_size:
             raise PayloadTooLarge(
                 f"Part {self.part_number} is larger than its declared size of "
                 f"{self.expected_size} bytes"
             )
         if hash_it:
             self._digest.update(data)
-        self._file.write(data)
+        view = memoryview(data)
+        while view:
+            if self._offset is None:
+                written = os.write(self._fd, view)
+            else:
+                written = os.pwrite(self._fd, view, self._offset + self.received)
+            self.received += written
+            view = view[written:]
 
     def finish(self, checksum_b64: str | None) -> str:
-        """Check size (and checksum when given), then put the part in place; its ETag."""
+        """Check size (and checksum when given), then record the part; its ETag."""
         if self.received != self.expected_size:
             raise ValidationError(
                 f"Part {self.part_number} has {self.received} bytes; expected {self.expected_size}"
@@ -366,18 +418,36 @@ class PartWriter:
                     f"Part {self.part_number}: x-amz-checksum-sha256 {checksum_b64.strip()} "
                     f"does not match the received bytes ({actual})"
                 )
-        self._file.close()
+        os.close(self._fd)
         etag = secrets.token_hex(16)
-        final = self.directory / f"{self.part_number:05d}.{etag}"
-        os.replace(self._tmp, final)
-        for stale in self.directory.glob(f"{self.part_number:05d}.*"):
-            if stale != final and ".tmp" not in stale.name:
-                stale.unlink(missing_ok=True)
+        prefix = f"{self.part_number:05d}."
+        if self._tmp is None:
+            final = self.directory / f"{prefix}{etag}"
+            final.touch()
+        else:
+            final = self.directory / f"{prefix}{etag}{SEPARATE_SUFFIX}"
+            os.replace(self._tmp, final)
+        for entry in os.scandir(self.directory):
+            if (
+                entry.name.startswith(prefix)
+                and _part_entry(entry.name)
+                and entry.path != str(final)
+            ):
+                os.unlink(entry.path)
+        self._release()
         return etag
 
     def abort(self) -> None:
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.unlink(missing_ok=True)
+            self._lock = None
 
 
 def _hash_stream(

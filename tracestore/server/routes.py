@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
-from tracestore.errors import NotImplementedByService, PayloadTooLarge, ValidationError
+from tracestore.errors import NotImplementedByService
 from tracestore.server import tracesets, uploads
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import LocalBlobStore, content_disposition
@@ -123,8 +123,6 @@ def delete_traceset(traceset_id: str, services: ServicesDep, principal: Principa
 
 # --- the embedded store's presigned URLs (no bearer token: the signature is the grant) ---
 
-_WRITE_BATCH = 1024 * 1024
-
 
 @blobs.put(
     "/parts/{upload_id}/{position}/{part_number}",
@@ -155,34 +153,9 @@ async def put_part(
         expires,
         signature,
     )
-    expected = target.stage.part_length(part_number)
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit():
-        if int(declared) > expected:
-            raise PayloadTooLarge(
-                f"Part {part_number} is {declared} bytes, larger than its size of {expected}"
-            )
-        if int(declared) < expected:
-            raise ValidationError(f"Part {part_number} is {declared} bytes; its size is {expected}")
-    store = services.store
-    assert isinstance(store, LocalBlobStore)
-    writer = await run_in_threadpool(store.open_part_writer, target.stage, part_number)
-    hash_it = checksum is not None
-    try:
-        pending: list[bytes] = []
-        pending_size = 0
-        async for chunk in request.stream():
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size >= _WRITE_BATCH:
-                await run_in_threadpool(writer.write, b"".join(pending), hash_it=hash_it)
-                pending, pending_size = [], 0
-        if pending:
-            await run_in_threadpool(writer.write, b"".join(pending), hash_it=hash_it)
-        etag = await run_in_threadpool(writer.finish, checksum)
-    except BaseException:
-        writer.abort()
-        raise
+    etag = await uploads.receive_part(
+        services, target, request.stream(), request.headers.get("content-length"), checksum
+    )
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
 
 

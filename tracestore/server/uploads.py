@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from tracestore import jsontext, metadata, schemas
 from tracestore.errors import (
@@ -264,6 +265,53 @@ def part_target(
         if upload.state not in ("open", "completing"):
             raise Conflict(f"Upload session '{upload_id}' is {upload.state}; it takes no parts")
         return PartTarget(staged_file(upload, file), part_number)
+
+
+_WRITE_BATCH = 1024 * 1024
+
+
+async def receive_part(
+    services: Services,
+    target: PartTarget,
+    body: AsyncIterator[bytes],
+    content_length: str | None,
+    checksum: str | None,
+) -> str:
+    """Write one part's body to the embedded store as it arrives; the part's ETag. A body
+    whose declared length is wrong is refused before a byte is written."""
+    number = target.part_number
+    expected = target.stage.part_length(number)
+    if content_length is not None and content_length.isdigit():
+        if int(content_length) > expected:
+            raise PayloadTooLarge(
+                f"Part {number} is {content_length} bytes, larger than its size of {expected}"
+            )
+        if int(content_length) < expected:
+            raise ValidationError(
+                f"Part {number} is {content_length} bytes; its size is {expected}"
+            )
+    store = services.store
+    if not isinstance(store, LocalBlobStore):
+        raise NotFound("This service does not receive parts itself")
+    writer = await run_in_threadpool(
+        store.open_part_writer, target.stage, number, length_known=content_length is not None
+    )
+    hash_it = checksum is not None
+    try:
+        pending: list[bytes] = []
+        pending_size = 0
+        async for chunk in body:
+            pending.append(chunk)
+            pending_size += len(chunk)
+            if pending_size >= _WRITE_BATCH:
+                await run_in_threadpool(writer.write, b"".join(pending), hash_it=hash_it)
+                pending, pending_size = [], 0
+        if pending:
+            await run_in_threadpool(writer.write, b"".join(pending), hash_it=hash_it)
+        return await run_in_threadpool(writer.finish, checksum)
+    except BaseException:
+        writer.abort()
+        raise
 
 
 # --- completion ---
