@@ -107,7 +107,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     SQLite pass already and would only repeat themselves."""
     if os.environ.get("TRACESTORE_TEST_POSTGRES") != "1":
         return
-    keep = [item for item in items if "services" in getattr(item, "fixturenames", ())]
+    keep = [
+        item
+        for item in items
+        if "services" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("engine_independent") is None
+    ]
     deselected = [item for item in items if item not in keep]
     if deselected:
         config.hook.pytest_deselected(items=deselected)

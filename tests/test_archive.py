@@ -33,6 +33,9 @@ from tracestore.server.downloads import archive_url, open_archive
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
 
+# Archive and blob-store logic does not touch the database engine: SQLite pass only.
+pytestmark = pytest.mark.engine_independent
+
 MOMENT = datetime(2026, 3, 4, 5, 6, 8, tzinfo=UTC)
 GIB = 1024**3
 MIB = 1024**2

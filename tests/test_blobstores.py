@@ -36,6 +36,9 @@ from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB, Settings
 
+# The store contract does not depend on the database engine: SQLite pass only.
+pytestmark = pytest.mark.engine_independent
+
 PART = 5 * MIB  # the part size of the test settings
 
 
