@@ -144,8 +144,18 @@ def list_tracesets(
             # selective this search term or metadata document is (index walk vs GIN/trigram).
             session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
         rows = session.execute(listing_sql.statement(shape), values).all()
-    has_more = len(rows) > query.limit
-    rows = rows[: query.limit]
+        has_more = len(rows) > query.limit
+        rows = rows[: query.limit]
+        summaries = (
+            {
+                summary.id: summary
+                for summary in session.execute(
+                    listing_sql.summary_statement(shape.dialect), {"ids": [row.id for row in rows]}
+                )
+            }
+            if rows
+            else {}
+        )
     items = [
         schemas.TracesetListItem(
             id=row.id,
@@ -158,7 +168,8 @@ def list_tracesets(
             rank_count_derived=row.rank_count,
             created_at=row.created_at,
             workload=schemas.WorkloadSummary(
-                workload_family=row.workload_family, workload_name=row.workload_name
+                workload_family=summaries[row.id].workload_family,
+                workload_name=summaries[row.id].workload_name,
             ),
         )
         for row in rows

@@ -284,6 +284,14 @@ def _summary_columns(dialect: str) -> list[ColumnElement[Any]]:
     ]
 
 
+@functools.lru_cache(maxsize=4)
+def summary_statement(dialect: str) -> Select[Any]:
+    """workload_family and workload_name of the page's tracesets (``ids``), read after the
+    page is chosen so that sorting never carries (or decompresses) the metadata."""
+    ids: BindParameter[Any] = bindparam("ids", expanding=True)
+    return select(T.id, *_summary_columns(dialect)).where(T.id.in_(ids))
+
+
 @functools.lru_cache(maxsize=512)
 def statement(shape: Shape) -> Select[Any]:
     """The SELECT for one shape of query (cached: building one costs milliseconds)."""
@@ -301,7 +309,6 @@ def statement(shape: Shape) -> Select[Any]:
         T.total_size,
         T.rank_count,
         T.created_at,
-        *_summary_columns(shape.dialect),
         *(atom.expr.label(atom.label) for atom in atoms),
     ]
     order = [atom.expr.desc() if atom.descending else atom.expr.asc() for atom in atoms]
