@@ -228,6 +228,7 @@ class S3BlobStore:
             manifest = self._read_manifest(staged) or {"sha256": None}
         size = self._size(staging_key)
         if size is None and manifest["sha256"] and self.blob_exists(manifest["sha256"]):
+            pin(manifest["sha256"], int(manifest["size"]))
             return CommittedBlob(manifest["sha256"], int(manifest["size"]))
         if size is None:
             raise ValidationError("The staged bytes of this file are gone; start a new upload")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import threading
+import time
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -500,14 +504,14 @@ def _commit_files(
                     f"Part {number} of file '{file.name}' has {part.size} bytes; "
                     f"{expected} expected"
                 )
-    hashes: dict[int, str] = {}
-    for file in files:
-        stage = stages[file.position]
+    lease = _LeaseKeeper(services, upload.id, owner)
+
+    def commit(file: db.TracesetFile) -> str:
         try:
             blob = store.commit_file(
-                stage,
+                stages[file.position],
                 etags[file.position],
-                heartbeat=lambda: _renew_lease(services, upload.id, owner),
+                heartbeat=lease.renew,
                 pin=lambda sha256, size: _pin_blob(services, sha256, size),
             )
         except FileLargerThanDeclared as exc:
@@ -515,15 +519,36 @@ def _commit_files(
                 f"File {file.name} is {exc.message} bytes, larger than its declared size of "
                 f"{file.size} bytes"
             ) from None
-        _pin_blob(services, blob.sha256, blob.size)
         if file.expected_sha256 and file.expected_sha256 != blob.sha256:
             raise ValidationError(
                 f"SHA-256 of file '{file.name}' is {blob.sha256}, not the {file.expected_sha256} "
                 "declared at upload; re-send its parts"
             )
-        hashes[file.position] = blob.sha256
-        _renew_lease(services, upload.id, owner)
-    return hashes
+        lease.renew()
+        return blob.sha256
+
+    # Hashing releases the GIL: files are committed on as many threads as there are cores.
+    with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1, 4))) as pool:
+        return dict(zip([f.position for f in files], pool.map(commit, files), strict=True))
+
+
+class _LeaseKeeper:
+    """Renews a completion's lease, at most a few times per lease period (not per file)."""
+
+    def __init__(self, services: Services, upload_id: str, owner: str) -> None:
+        self._services = services
+        self._upload_id = upload_id
+        self._owner = owner
+        self._every = services.settings.completion_lease.total_seconds() / 4
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def renew(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._last < self._every:
+                return
+            self._last = time.monotonic()
+        _renew_lease(self._services, self._upload_id, self._owner)
 
 
 def _pin_blob(services: Services, sha256: str, size: int) -> None:
