@@ -137,6 +137,12 @@ class Traceset(Base):
         # Listing (migration 0002): one ordered index per visibility branch ...
         Index("ix_tracesets_scope_created", "scope", "created_at", "id"),
         Index("ix_tracesets_scope_tenant_created", "scope", "tenant_id", "created_at", "id"),
+        Index("ix_tracesets_workspace_name", "workspace_id", "name", "id"),
+        Index("ix_tracesets_scope_name", "scope", "name", "id"),
+        Index("ix_tracesets_scope_tenant_name", "scope", "tenant_id", "name", "id"),
+        Index("ix_tracesets_workspace_total_size", "workspace_id", "total_size", "id"),
+        Index("ix_tracesets_scope_total_size", "scope", "total_size", "id"),
+        Index("ix_tracesets_scope_tenant_total_size", "scope", "tenant_id", "total_size", "id"),
         # ... and, on PostgreSQL, the workload filters' @> and the name search.
         Index(
             "ix_tracesets_metadata_gin",

@@ -12,7 +12,8 @@ Any other spelling (``workloadFamily``, ``Status``, ``shape..x``) is refused as 
 ``search`` is a case-insensitive substring of the name (Unicode case, ``%`` and ``_`` taken
 literally). ``sort`` is a comma list of ``field:direction`` (direction defaults to ``asc``);
 ties are broken by id, in the direction of the last field; tracesets without a rank count
-come last under ``rankCount`` in both directions; ``name`` compares code points (byte order).
+come last under ``rankCount`` in both directions; ``name`` follows the database's collation
+(code points on SQLite and on a PostgreSQL database created with the C or C.UTF-8 locale).
 """
 
 from __future__ import annotations

@@ -161,10 +161,8 @@ def _atoms(sort: tuple[SortKey, ...], dialect: str) -> list[_Atom]:
         label = f"k{index}"
         if key.field == "created":
             atoms.append(_Atom(label, T.created_at, key.descending))
-        elif key.field == "name":
-            # Byte order on both engines, whatever the PostgreSQL database's locale.
-            name = T.name.collate("C") if dialect == "postgresql" else T.name
-            atoms.append(_Atom(label, name, key.descending))
+        elif key.field == "name":  # the database's collation: byte order on SQLite
+            atoms.append(_Atom(label, T.name, key.descending))
         elif key.field == "status":
             atoms.append(_Atom(label, T.status, key.descending))
         elif key.field == "size":
