@@ -1,11 +1,8 @@
 """Download throughput: a traceset out of a real ``tracestore serve``, as single files and as
 the streamed ZIP archive, versus ``openssl dgst -sha256`` over the same blobs, in one run.
 
-    .venv/bin/python -P bench/download.py                # 16 × 128 MiB (2 GiB), 3 runs each
-    .venv/bin/python -P bench/download.py --scale 0.125  # quick: file sizes scaled down
-
-(``-P``: do not put bench/ first on the import path, where bench/inspect.py would shadow the
-standard library's ``inspect``.)
+    .venv/bin/python bench/download.py                # 16 × 128 MiB (2 GiB), 3 runs each
+    .venv/bin/python bench/download.py --scale 0.125  # quick: file sizes scaled down
 
 Three ways out: single files with curl (presigned URLs, one after another), single files
 with the project's own ``Client.download_traceset`` (SHA-256 verified while receiving,

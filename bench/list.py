@@ -16,8 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Run as a script, bench/ is sys.path[0], where bench/inspect.py would shadow the standard
-# library's inspect; the repository root is what this script imports from.
+# Run as a script, bench/ is sys.path[0]; the repository root is what this script imports from.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import argparse  # noqa: E402

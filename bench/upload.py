@@ -12,13 +12,6 @@ client's peak RSS against its budget (64 MiB + concurrency × part size).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# bench/inspect.py (the inspection benchmark) would shadow the standard library's inspect.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
-
 import argparse
 import json
 import os
@@ -26,9 +19,11 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
