@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic.alias_generators import to_camel
-from sqlalchemy import and_, delete, exists, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, and_, delete, exists, or_, select, update
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from tracestore import schemas
 from tracestore.errors import Gone
@@ -111,27 +111,16 @@ def expire_tracesets(
         db.Traceset.expires_at <= now,
     )
     done = 0
-    seen: set[str] = set()
-    while not should_stop():
-        with services.db.session(write=False) as session:
-            ids = [
-                i
-                for i in session.scalars(select(db.Traceset.id).where(is_expired).limit(BATCH))
-                if i not in seen
-            ]
-        if not ids:
-            break
-        for traceset_id in ids:
-            seen.add(traceset_id)
-            with services.db.session() as session:
-                result = session.execute(
-                    update(db.Traceset)
-                    .where(db.Traceset.id == traceset_id, is_expired)
-                    .values(status="deleted", deleted_at=now, updated_at=now)
-                )
-                if _rowcount(result) == 1:
-                    mark_unreferenced_blobs(session, traceset_id, now)
-                    done += 1
+    for traceset_id in _unseen_ids(services, db.Traceset.id, is_expired, should_stop):
+        with services.db.session() as session:
+            result = session.execute(
+                update(db.Traceset)
+                .where(db.Traceset.id == traceset_id, is_expired)
+                .values(status="deleted", deleted_at=now, updated_at=now)
+            )
+            if _rowcount(result) == 1:
+                mark_unreferenced_blobs(session, traceset_id, now)
+                done += 1
     return done
 
 
@@ -151,39 +140,28 @@ def expire_sessions(
         ),
     )
     done = 0
-    seen: set[str] = set()
-    while not should_stop():
-        with services.db.session(write=False) as session:
-            ids = [
-                i
-                for i in session.scalars(select(db.UploadSession.id).where(is_expired).limit(BATCH))
-                if i not in seen
-            ]
-        if not ids:
-            break
-        for upload_id in ids:
-            seen.add(upload_id)
-            stages: list[StagedFile] = []
-            with services.db.session() as session:
-                result = session.execute(
-                    update(db.UploadSession)
-                    .where(db.UploadSession.id == upload_id, is_expired)
-                    .values(state="expired", lease_owner=None, lease_until=None)
-                )
-                if _rowcount(result) != 1:
-                    continue
-                upload = session.get(db.UploadSession, upload_id)
-                assert upload is not None
-                session.execute(
-                    update(db.Traceset)
-                    .where(db.Traceset.id == upload.traceset_id, db.Traceset.status == "uploading")
-                    .values(status="upload_failed", updated_at=now)
-                )
-                stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
-                done += 1
-            # Bytes go after the commit: no store call runs while the write lock is held.
-            for stage in stages:
-                services.store.discard_staging(stage)
+    for upload_id in _unseen_ids(services, db.UploadSession.id, is_expired, should_stop):
+        stages: list[StagedFile] = []
+        with services.db.session() as session:
+            result = session.execute(
+                update(db.UploadSession)
+                .where(db.UploadSession.id == upload_id, is_expired)
+                .values(state="expired", lease_owner=None, lease_until=None)
+            )
+            if _rowcount(result) != 1:
+                continue
+            upload = session.get(db.UploadSession, upload_id)
+            assert upload is not None
+            session.execute(
+                update(db.Traceset)
+                .where(db.Traceset.id == upload.traceset_id, db.Traceset.status == "uploading")
+                .values(status="upload_failed", updated_at=now)
+            )
+            stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
+            done += 1
+        # Bytes go after the commit: no store call runs while the write lock is held.
+        for stage in stages:
+            services.store.discard_staging(stage)
     return done
 
 
@@ -221,43 +199,30 @@ def purge_blobs(
     purgeable = and_(db.Blob.unreferenced_since.is_not(None), db.Blob.unreferenced_since <= cutoff)
     purged = 0
     freed = 0
-    seen: set[str] = set()
-    while not should_stop():
-        with services.db.session(write=False) as session:
-            hashes = [
-                h
-                for h in session.scalars(select(db.Blob.sha256).where(purgeable).limit(BATCH))
-                if h not in seen
-            ]
-        if not hashes:
-            break
-        for sha256 in hashes:
-            seen.add(sha256)
-            with services.db.session() as session:
-                blob = session.scalars(
-                    select(db.Blob).where(db.Blob.sha256 == sha256, purgeable).with_for_update()
-                ).first()
-                if blob is None:
-                    continue
-                if _completion_running(session, now):
-                    return purged, freed, True
-                if _live_reference(session, sha256):
-                    blob.unreferenced_since = None
-                    continue
-                if _declared_by_upload(session, sha256):
-                    continue
-                # Deleted tracesets keep their file rows; they stop naming bytes that are gone.
-                session.execute(
-                    update(db.TracesetFile)
-                    .where(db.TracesetFile.sha256 == sha256)
-                    .values(sha256=None)
-                )
-                session.execute(delete(db.Blob).where(db.Blob.sha256 == sha256))
-                session.flush()
-                # Inside the transaction: if the store fails, the row stays for the next sweep.
-                services.store.delete_blob(sha256)
-                purged += 1
-                freed += blob.size
+    for sha256 in _unseen_ids(services, db.Blob.sha256, purgeable, should_stop):
+        with services.db.session() as session:
+            blob = session.scalars(
+                select(db.Blob).where(db.Blob.sha256 == sha256, purgeable).with_for_update()
+            ).first()
+            if blob is None:
+                continue
+            if _completion_running(session, now):
+                return purged, freed, True
+            if _live_reference(session, sha256):
+                blob.unreferenced_since = None
+                continue
+            if _declared_by_upload(session, sha256):
+                continue
+            # Deleted tracesets keep their file rows; they stop naming bytes that are gone.
+            session.execute(
+                update(db.TracesetFile).where(db.TracesetFile.sha256 == sha256).values(sha256=None)
+            )
+            session.execute(delete(db.Blob).where(db.Blob.sha256 == sha256))
+            session.flush()
+            # Inside the transaction: if the store fails, the row stays for the next sweep.
+            services.store.delete_blob(sha256)
+            purged += 1
+            freed += blob.size
     return purged, freed, False
 
 
@@ -297,6 +262,28 @@ def _declared_by_upload(session: Session, sha256: str) -> bool:
             )
         )
     )
+
+
+def _unseen_ids(
+    services: Services,
+    column: InstrumentedAttribute[str],
+    condition: ColumnElement[bool],
+    should_stop: Callable[[], bool],
+) -> Iterator[str]:
+    """Ids matching ``condition``, a batch at a time, each once (a row another sweeper
+    changed, or that this one left alone, is not offered again)."""
+    seen: set[str] = set()
+    while not should_stop():
+        with services.db.session(write=False) as session:
+            batch = [
+                i
+                for i in session.scalars(select(column).where(condition).limit(BATCH))
+                if i not in seen
+            ]
+        if not batch:
+            return
+        seen.update(batch)
+        yield from batch
 
 
 def _rowcount(result: Any) -> int:
