@@ -133,7 +133,7 @@ def test_upload_show_download_round_trip(served: Served, tmp_path: Path) -> None
 
 
 def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> None:
-    files = make_traces(tmp_path / "traces", [24 * MIB + 5, 24 * MIB, 20 * MIB + 1, 7])
+    files = make_traces(tmp_path / "traces", [64 * MIB + 5, 48 * MIB, 40 * MIB + 1, 7])
     meta = write_meta(tmp_path / "meta.json", 4)
     process = subprocess.Popen(
         [
