@@ -204,46 +204,42 @@ class LocalBlobStore:
         )
 
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
-        found: dict[int, tuple[int, StoredPart]] = {}
+        found: dict[int, StoredPart] = {}
         directory = self._staging_dir(staged.upload_id, staged.position)
         if not directory.is_dir():
             return {}
         for entry in os.scandir(directory):
-            parsed = _part_entry(entry.name)
-            if parsed is None:
-                continue
-            number, etag, in_place = parsed
-            if not 1 <= number <= staged.part_count:
-                continue
-            stat = entry.stat()
-            size = staged.part_length(number) if in_place else stat.st_size
-            # Two entries for one part exist only for an instant during a re-send: newest wins.
-            previous = found.get(number)
-            if previous is None or stat.st_mtime_ns >= previous[0]:
-                found[number] = (stat.st_mtime_ns, StoredPart(number, size, etag))
-        return {number: part for number, (_, part) in found.items()}
+            if entry.is_dir() and entry.name.isdigit():
+                number = int(entry.name)
+                if 1 <= number <= staged.part_count:
+                    part = _stored_part(Path(entry.path), number, staged.part_length(number))
+                    if part is not None:
+                        found[number] = part
+        return found
 
     def open_part_writer(
         self, staged: StagedFile, part_number: int, *, length_known: bool
     ) -> PartWriter:
-        """A writer for one part. The first complete send of a part (its length known up
-        front) is written straight into the file at its offset; a re-send, or a body of
-        unknown length, goes to a file of its own, so a failed send never spoils a part
-        received before."""
+        """A writer for one part. The first send of a part whose length is known up front
+        is written straight into the file at its offset; a re-send, or a body of unknown
+        length, goes to a file of its own, so a failed send never spoils a part received
+        before."""
         directory = self._staging_dir(staged.upload_id, staged.position)
         if not (directory / DATA_FILE).is_file():
             raise ValidationError("The upload session has no staging area; it may have ended")
+        part_dir = directory / f"{part_number:05d}"
+        part_dir.mkdir(exist_ok=True)
         expected = staged.part_length(part_number)
-        if length_known and part_number not in self.list_parts(staged):
-            lock = directory / f"{part_number:05d}.lock"
+        if length_known:
+            claim = part_dir / CLAIM_FILE
             try:
-                os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             except FileExistsError:
-                pass  # another send of this part is writing in place right now
+                pass  # sent before, or being sent now: this send goes to a file of its own
             else:
                 offset = (part_number - 1) * staged.part_size
-                return PartWriter(directory, part_number, expected, offset=offset, lock=lock)
-        return PartWriter(directory, part_number, expected)
+                return PartWriter(part_dir, part_number, expected, offset=offset, claim=claim)
+        return PartWriter(part_dir, part_number, expected)
 
     def commit_file(
         self,
@@ -258,7 +254,8 @@ class LocalBlobStore:
         with open(data_path, "r+b") as data:
             for number in range(1, staged.part_count + 1):
                 etag = normalise_etag(etags[number])
-                separate = directory / f"{number:05d}.{etag}{SEPARATE_SUFFIX}"
+                part_dir = directory / f"{number:05d}"
+                separate = part_dir / f"{etag}{SEPARATE_SUFFIX}"
                 if separate.is_file():
                     # A part sent again: copy its bytes over the first send's.
                     if separate.stat().st_size > staged.part_length(number):
@@ -266,7 +263,7 @@ class LocalBlobStore:
                     with open(separate, "rb") as source:
                         data.seek((number - 1) * staged.part_size)
                         shutil.copyfileobj(source, data, CHUNK)
-                elif not (directory / f"{number:05d}.{etag}").is_file():
+                elif not (part_dir / etag).is_file():
                     raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
         total = data_path.stat().st_size
         if total > staged.size:
@@ -348,45 +345,53 @@ def content_disposition(filename: str) -> str:
 
 
 DATA_FILE = "data"
+CLAIM_FILE = "claim"
 SEPARATE_SUFFIX = ".part"
-_PART_ENTRY = re.compile(r"(\d{5})\.([0-9a-f]{32})(\.part)?")
+_ETAG = re.compile(r"[0-9a-f]{32}")
 
 
-def _part_entry(name: str) -> tuple[int, str, bool] | None:
-    """``(part number, etag, written in place)`` for a stored part's entry, else None."""
-    match = _PART_ENTRY.fullmatch(name)
-    if match is None:
-        return None
-    return int(match.group(1)), match.group(2), match.group(3) is None
+def _stored_part(part_dir: Path, number: int, length: int) -> StoredPart | None:
+    """The part recorded in ``part_dir``: an empty ``<etag>`` entry for bytes written in
+    place, or ``<etag>.part`` holding a re-send's bytes; the newest if there are two."""
+    newest: tuple[int, StoredPart] | None = None
+    for entry in os.scandir(part_dir):
+        etag, _, suffix = entry.name.partition(".")
+        if not _ETAG.fullmatch(etag) or suffix not in ("", SEPARATE_SUFFIX[1:]):
+            continue
+        stat = entry.stat()
+        part = StoredPart(number, stat.st_size if suffix else length, etag)
+        if newest is None or stat.st_mtime_ns >= newest[0]:
+            newest = (stat.st_mtime_ns, part)
+    return newest[1] if newest else None
 
 
 class PartWriter:
-    """Receives one part. In place (``offset`` given): bytes go straight into the staged
-    file and an empty ``<number>.<etag>`` entry records the part once complete. Otherwise
-    bytes go to a temporary file renamed to ``<number>.<etag>.part`` once complete."""
+    """Receives one part into its directory. In place (``offset`` given): bytes go straight
+    into the staged file and an empty ``<etag>`` entry records the part once complete.
+    Otherwise bytes go to a temporary file renamed to ``<etag>.part`` once complete."""
 
     def __init__(
         self,
-        directory: Path,
+        part_dir: Path,
         part_number: int,
         expected_size: int,
         *,
         offset: int | None = None,
-        lock: Path | None = None,
+        claim: Path | None = None,
     ) -> None:
-        self.directory = directory
+        self.part_dir = part_dir
         self.part_number = part_number
         self.expected_size = expected_size
         self.received = 0
         self._digest = hashlib.sha256()
         self._offset = offset
-        self._lock = lock
+        self._claim = claim
         if offset is None:
-            self._tmp: Path | None = directory / f"{part_number:05d}.tmp{secrets.token_hex(6)}"
+            self._tmp: Path | None = part_dir / f"tmp{secrets.token_hex(6)}"
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         else:
             self._tmp = None
-            self._fd = os.open(directory / DATA_FILE, os.O_WRONLY)
+            self._fd = os.open(part_dir.parent / DATA_FILE, os.O_WRONLY)
 
     def write(self, data: bytes, *, hash_it: bool) -> None:
         if self.received + len(data) > self.expected_size:
@@ -420,21 +425,17 @@ class PartWriter:
                 )
         os.close(self._fd)
         etag = secrets.token_hex(16)
-        prefix = f"{self.part_number:05d}."
         if self._tmp is None:
-            final = self.directory / f"{prefix}{etag}"
+            final = self.part_dir / etag
             final.touch()
         else:
-            final = self.directory / f"{prefix}{etag}{SEPARATE_SUFFIX}"
+            final = self.part_dir / f"{etag}{SEPARATE_SUFFIX}"
             os.replace(self._tmp, final)
-        for entry in os.scandir(self.directory):
-            if (
-                entry.name.startswith(prefix)
-                and _part_entry(entry.name)
-                and entry.path != str(final)
-            ):
+        for entry in os.scandir(self.part_dir):
+            stale = entry.name.partition(".")[0]
+            if entry.path != str(final) and _ETAG.fullmatch(stale):
                 os.unlink(entry.path)
-        self._release()
+        self._claim = None  # the claim stays: later sends of this part are re-sends
         return etag
 
     def abort(self) -> None:
@@ -442,12 +443,10 @@ class PartWriter:
             os.close(self._fd)
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
-        self._release()
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            self._lock.unlink(missing_ok=True)
-            self._lock = None
+        if self._claim is not None:
+            # A failed first send: the next send of this part may write in place again.
+            self._claim.unlink(missing_ok=True)
+            self._claim = None
 
 
 def _hash_stream(
