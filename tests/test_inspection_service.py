@@ -142,9 +142,9 @@ def test_abandoned_inspections_are_picked_up_again(
     http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(inspection, "schedule_inspection", lambda *a: None)
-    from tracestore.server import uploads
+    from tracestore.server import completion
 
-    monkeypatch.setattr(uploads, "schedule_inspection", lambda *a: None)
+    monkeypatch.setattr(completion, "schedule_inspection", lambda *a: None)
     traceset = upload(http, {"r0.json": (_kineto(0, 1), "primary")}, {"shape": {"rankCount": 1}})
     assert traceset["files"][0]["metadataStatus"] == "pending"
     assert inspection.inspect_abandoned(services) == 0  # not stale yet

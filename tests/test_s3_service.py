@@ -24,7 +24,7 @@ from tests.s3server import MotoServer, with_s3_bytes
 from tests.uploading import complete, put_parts, request_upload
 from tracestore import schemas
 from tracestore.client import Client
-from tracestore.server import uploads
+from tracestore.server import completion
 from tracestore.server.app import create_app
 from tracestore.server.auth import authenticate_api_token
 from tracestore.server.s3blobs import S3BlobStore
@@ -158,7 +158,7 @@ def test_a_completion_killed_after_s3_assembled_the_file_is_finished_by_a_retry(
         return original(*args)
 
     monkeypatch.setattr(store, "_hash_object", dies_on_the_second_file)
-    monkeypatch.setattr(uploads, "_release_lease", lambda *a: None)  # a killed process
+    monkeypatch.setattr(completion, "_release_lease", lambda *a: None)  # a killed process
     with services.db.session(write=False) as session:
         principal = authenticate_api_token(
             session, http.headers["Authorization"].split()[1], services.now()
@@ -170,7 +170,7 @@ def test_a_completion_killed_after_s3_assembled_the_file_is_finished_by_a_retry(
         }
     )
     with pytest.raises(SystemExit):
-        uploads.complete_upload(services, principal, request)
+        completion.complete_upload(services, principal, request)
     monkeypatch.setattr(store, "_hash_object", original)
     assert http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()["status"] == "uploading"
     clock.advance(seconds=61)  # the dead completion's lease runs out

@@ -315,7 +315,7 @@ def test_a_completion_cut_off_half_way_is_finished_by_a_retry(
     monkeypatch.setattr(store, "commit_file", dies_on_the_second_file)
     with pytest.raises(SystemExit):
         from tracestore import schemas
-        from tracestore.server import uploads
+        from tracestore.server import completion
         from tracestore.server.auth import authenticate_api_token
 
         with services.db.session(write=False) as session:
@@ -329,8 +329,8 @@ def test_a_completion_cut_off_half_way_is_finished_by_a_retry(
             }
         )
         # Simulate a killed process: the lease is never released.
-        monkeypatch.setattr(uploads, "_release_lease", lambda *a: None)
-        uploads.complete_upload(services, principal, request)
+        monkeypatch.setattr(completion, "_release_lease", lambda *a: None)
+        completion.complete_upload(services, principal, request)
     monkeypatch.setattr(store, "commit_file", original)
     traceset = http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()
     assert traceset["status"] == "uploading"

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.errors import NotImplementedByService
-from tracestore.server import tracesets, uploads
+from tracestore.server import completion, tracesets, uploads
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import LocalBlobStore, content_disposition
 from tracestore.server.deps import authenticated, services_of
@@ -83,7 +83,7 @@ def complete_upload(
 ) -> Response:
     """Complete an upload: verify every part and file, store the bytes, set ``ready``.
     201 the first time, 200 with the same body on a retry."""
-    view, created = uploads.complete_upload(services, principal, body)
+    view, created = completion.complete_upload(services, principal, body)
     return _traceset_response(view, 201 if created else 200)
 
 

@@ -1,0 +1,326 @@
+"""Use case: complete an upload. Exactly one request does the work (a lease in the
+database), every byte is verified, and a completion cut off half-way can be retried."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from tracestore import schemas
+from tracestore.errors import (
+    Conflict,
+    Gone,
+    PayloadTooLarge,
+    ValidationError,
+)
+from tracestore.server import db
+from tracestore.server.auth import Principal
+from tracestore.server.blobs import (
+    FileLargerThanDeclared,
+    normalise_etag,
+)
+from tracestore.server.inspection import schedule_inspection
+from tracestore.server.services import Services
+from tracestore.server.tracesets import files_of, manifest_hash, traceset_view
+from tracestore.server.uploads import staged_file, visible_session
+
+COMPLETING_MESSAGE = "Upload session is already being completed by another request"
+
+
+def complete_upload(
+    services: Services, principal: Principal, request: schemas.CompleteRequest
+) -> tuple[schemas.Traceset, bool]:
+    """Finish an upload; returns the traceset view and whether this call created it."""
+    now = services.now()
+    with services.db.session() as session:
+        upload, traceset = visible_session(session, principal, request.upload_id)
+        if upload.state == "completed":
+            return traceset_view(session, traceset), False
+        if upload.state == "failed":
+            raise Conflict(f"Upload session '{upload.id}' has failed; start a new upload")
+        if upload.state == "expired" or now >= upload.expires_at:
+            _fail_session(session, services, upload, traceset, "expired")
+            expired = True
+        else:
+            expired = False
+            files = files_of(session, upload.traceset_id)
+            etags = _check_request(request, files)
+    if expired:
+        raise Gone(f"Upload session '{upload.id}' has expired")
+
+    owner = secrets.token_hex(8)
+    if not _take_lease(services, upload.id, owner):
+        with services.db.session(write=False) as session:
+            upload = session.get(db.UploadSession, upload.id)  # type: ignore[assignment]
+            traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
+            if upload.state == "completed":
+                return traceset_view(session, traceset), False
+        raise Conflict(COMPLETING_MESSAGE)
+
+    try:
+        committed = _commit_files(services, upload, files, etags, owner)
+    except FileLargerThanDeclared as exc:
+        with services.db.session() as session:
+            upload = session.get(db.UploadSession, upload.id)  # type: ignore[assignment]
+            traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
+            _fail_session(session, services, upload, traceset, "failed")
+        raise PayloadTooLarge(exc.message) from None
+    except BaseException:
+        _release_lease(services, upload.id, owner)
+        raise
+
+    with services.db.session() as session:
+        done = session.execute(
+            update(db.UploadSession)
+            .where(
+                db.UploadSession.id == upload.id,
+                db.UploadSession.lease_owner == owner,
+                db.UploadSession.state == "completing",
+            )
+            .values(state="completed", completed_at=services.now(), lease_until=None)
+        )
+        if done.rowcount != 1:  # type: ignore[attr-defined]
+            raise Conflict(COMPLETING_MESSAGE)
+        traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
+        _link_blobs(session, traceset, committed, services.now())
+    for file in files:
+        services.store.discard_staging(staged_file(upload, file))
+    primary_bytes = sum(f.size for f in files if f.role == "primary")
+    schedule_inspection(services, upload.traceset_id, primary_bytes)
+    with services.db.session(write=False) as session:
+        traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
+        return traceset_view(session, traceset), True
+
+
+def _check_request(
+    request: schemas.CompleteRequest, files: Sequence[db.TracesetFile]
+) -> dict[int, dict[int, str]]:
+    """The ETags per file position, after checking every file and part is named once."""
+    by_name = {f.name: f for f in files}
+    named: dict[str, schemas.CompleteFile] = {}
+    for item in request.files:
+        if item.name not in by_name:
+            raise ValidationError(f"File '{item.name}' is not part of this upload")
+        if item.name in named:
+            raise ValidationError(f"File '{item.name}' is listed more than once")
+        named[item.name] = item
+    missing = [f.name for f in files if f.name not in named]
+    if missing:
+        raise ValidationError(
+            f"Missing files: {', '.join(repr(m) for m in missing[:10])}"
+            + (" …" if len(missing) > 10 else "")
+        )
+    etags: dict[int, dict[int, str]] = {}
+    for file in files:
+        item = named[file.name]
+        parts: dict[int, str] = {}
+        for part in item.parts:
+            if part.part_number in parts:
+                raise ValidationError(
+                    f"Part {part.part_number} of file '{file.name}' is listed more than once"
+                )
+            parts[part.part_number] = part.etag
+        etags[file.position] = parts
+    return etags
+
+
+def _take_lease(services: Services, upload_id: str, owner: str) -> bool:
+    now = services.now()
+    with services.db.session() as session:
+        result = session.execute(
+            update(db.UploadSession)
+            .where(
+                db.UploadSession.id == upload_id,
+                (db.UploadSession.state == "open")
+                | ((db.UploadSession.state == "completing") & (db.UploadSession.lease_until < now)),
+            )
+            .values(
+                state="completing",
+                lease_owner=owner,
+                lease_until=now + services.settings.completion_lease,
+            )
+        )
+        return result.rowcount == 1  # type: ignore[attr-defined, no-any-return]
+
+
+def _renew_lease(services: Services, upload_id: str, owner: str) -> None:
+    with services.db.session() as session:
+        session.execute(
+            update(db.UploadSession)
+            .where(db.UploadSession.id == upload_id, db.UploadSession.lease_owner == owner)
+            .values(lease_until=services.now() + services.settings.completion_lease)
+        )
+
+
+def _release_lease(services: Services, upload_id: str, owner: str) -> None:
+    with services.db.session() as session:
+        session.execute(
+            update(db.UploadSession)
+            .where(
+                db.UploadSession.id == upload_id,
+                db.UploadSession.lease_owner == owner,
+                db.UploadSession.state == "completing",
+            )
+            .values(state="open", lease_owner=None, lease_until=None)
+        )
+
+
+def _commit_files(
+    services: Services,
+    upload: db.UploadSession,
+    files: Sequence[db.TracesetFile],
+    etags: dict[int, dict[int, str]],
+    owner: str,
+) -> dict[int, str]:
+    """Move every file's staged bytes into blobs; the SHA-256 per file position."""
+    store = services.store
+    stages = {f.position: staged_file(upload, f) for f in files}
+    # Check every file's parts before moving any bytes.
+    for file in files:
+        stage = stages[file.position]
+        given = etags[file.position]
+        expected_numbers = set(range(1, stage.part_count + 1))
+        unexpected = sorted(set(given) - expected_numbers)
+        if unexpected:
+            raise ValidationError(
+                f"File '{file.name}' has {stage.part_count} parts; part {unexpected[0]} is not one"
+            )
+        if set(given) != expected_numbers:
+            raise ValidationError(f"Missing parts for file '{file.name}'")
+        stored = store.list_parts(stage)
+        for number in sorted(expected_numbers):
+            part = stored.get(number)
+            if part is None:
+                raise ValidationError(
+                    f"Missing parts for file '{file.name}': part {number} was never received"
+                )
+            if normalise_etag(part.etag) != normalise_etag(given[number]):
+                raise ValidationError(
+                    f"ETag {given[number]!r} for part {number} of file '{file.name}' does not "
+                    "match the part the store holds; send the ETag the part PUT answered"
+                )
+            expected = stage.part_length(number)
+            if part.size > expected:
+                raise FileLargerThanDeclared(
+                    f"File {file.name} is larger than its declared size of {file.size} bytes "
+                    f"(part {number} has {part.size} bytes, {expected} expected)"
+                )
+            if part.size < expected:
+                raise ValidationError(
+                    f"Part {number} of file '{file.name}' has {part.size} bytes; "
+                    f"{expected} expected"
+                )
+    lease = _LeaseKeeper(services, upload.id, owner)
+
+    def commit(file: db.TracesetFile) -> str:
+        try:
+            blob = store.commit_file(
+                stages[file.position],
+                etags[file.position],
+                heartbeat=lease.renew,
+                pin=lambda sha256, size: _pin_blob(services, sha256, size),
+            )
+        except FileLargerThanDeclared as exc:
+            raise FileLargerThanDeclared(
+                f"File {file.name} is {exc.message} bytes, larger than its declared size of "
+                f"{file.size} bytes"
+            ) from None
+        if file.expected_sha256 and file.expected_sha256 != blob.sha256:
+            raise ValidationError(
+                f"SHA-256 of file '{file.name}' is {blob.sha256}, not the {file.expected_sha256} "
+                "declared at upload; re-send its parts"
+            )
+        lease.renew()
+        return blob.sha256
+
+    # Hashing releases the GIL: files are committed on as many threads as there are cores.
+    with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1, 4))) as pool:
+        return dict(zip([f.position for f in files], pool.map(commit, files), strict=True))
+
+
+class _LeaseKeeper:
+    """Renews a completion's lease, at most a few times per lease period (not per file)."""
+
+    def __init__(self, services: Services, upload_id: str, owner: str) -> None:
+        self._services = services
+        self._upload_id = upload_id
+        self._owner = owner
+        self._every = services.settings.completion_lease.total_seconds() / 4
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def renew(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._last < self._every:
+                return
+            self._last = time.monotonic()
+        _renew_lease(self._services, self._upload_id, self._owner)
+
+
+def _pin_blob(services: Services, sha256: str, size: int) -> None:
+    """Record the blob, or refresh it, so a purge leaves it alone for the grace period.
+    Plain statements, not an ORM read-modify-write: an UPDATE racing a purge's DELETE
+    waits for it and then finds no row, and the INSERT records the blob anew."""
+    now = services.now()
+    for attempt in range(2):
+        try:
+            with services.db.session() as session:
+                refreshed = session.execute(
+                    update(db.Blob)
+                    .where(db.Blob.sha256 == sha256, db.Blob.unreferenced_since.is_not(None))
+                    .values(unreferenced_since=now)
+                )
+                if refreshed.rowcount == 0 and session.get(db.Blob, sha256) is None:  # type: ignore[attr-defined]
+                    session.add(
+                        db.Blob(sha256=sha256, size=size, created_at=now, unreferenced_since=now)
+                    )
+            return
+        except IntegrityError:
+            if attempt:  # a concurrent completion recorded the same blob twice in a row
+                raise
+
+
+def _link_blobs(
+    session: Session, traceset: db.Traceset, hashes: dict[int, str], now: datetime
+) -> None:
+    files = files_of(session, traceset.id)
+    for file in files:
+        file.sha256 = hashes[file.position]
+        file.staging_handle = None
+        if file.role != "primary":
+            file.metadata_status = "complete"
+    session.flush()
+    session.execute(
+        update(db.Blob)
+        .where(db.Blob.sha256.in_(set(hashes.values())))
+        .values(unreferenced_since=None)
+    )
+    traceset.status = "ready"
+    traceset.updated_at = now
+    traceset.hash = manifest_hash(files)
+
+
+def _fail_session(
+    session: Session,
+    services: Services,
+    upload: db.UploadSession,
+    traceset: db.Traceset,
+    state: str,
+) -> None:
+    """End a session that can never complete; its traceset fails and its bytes go."""
+    upload.state = state
+    upload.lease_owner = None
+    upload.lease_until = None
+    traceset.status = "upload_failed"
+    traceset.updated_at = services.now()
+    for file in files_of(session, traceset.id):
+        services.store.discard_staging(staged_file(upload, file))
