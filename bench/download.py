@@ -20,10 +20,8 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import httpx
+from served import Server
 
 from tracestore.client import Client
 
@@ -44,12 +42,6 @@ RSS_BUDGET = 200 * MIB
 SINGLE_CURL = "single files, curl > /dev/null"
 SINGLE_CLIENT = "single files, Client.download_traceset (SHA-256 verified)"
 ARCHIVE = "archive (zip64, stored), curl > /dev/null"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -71,34 +63,6 @@ def reset_peak_rss(pid: int) -> bool:
         return True
     except OSError:
         return False
-
-
-class Server:
-    """A real ``tracestore serve`` on a free port with its own data directory."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
-        command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(self.port)]
-        self.process = subprocess.Popen(
-            [*command, "--data-dir", str(data_dir)], stdout=self.log, stderr=subprocess.STDOUT
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        else:
-            raise SystemExit(f"the server did not start; see {self.log.name}")
-        self.token = (data_dir / "admin-token").read_text().strip()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        self.log.close()
 
 
 def write_files(directory: Path, count: int, size: int) -> None:

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from served import Server
 
 MIB = 1024 * 1024
 REPO = Path(__file__).resolve().parents[1]
@@ -38,12 +37,6 @@ class Case:
     files: int
     size: int
     target: float
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_files(directory: Path, case: Case) -> None:
@@ -61,48 +54,6 @@ def write_files(directory: Path, case: Case) -> None:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class Server:
-    """A real ``tracestore serve`` on a free port with its own data directory."""
-
-    def __init__(self, data_dir: Path, part_size: int, workers: int = 1) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "TRACESTORE_PART_SIZE": str(part_size)}
-        self.log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tracestore.cli",
-                "serve",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(data_dir),
-                "--workers",
-                str(workers),
-            ],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        else:
-            raise SystemExit(f"the server did not start; see {self.log.name}")
-        self.token = (data_dir / "admin-token").read_text().strip()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        self.log.close()
 
 
 CHILD = """
@@ -178,7 +129,11 @@ def main() -> None:
     }
     part_size = args.part_size_mib * MIB
     root = Path(tempfile.mkdtemp(prefix="tracestore-bench-", dir=args.workdir))
-    server = Server(root / "data", part_size, args.workers)
+    server = Server(
+        root / "data",
+        env={"TRACESTORE_PART_SIZE": str(part_size)},
+        args=("--workers", str(args.workers)),
+    )
     results: list[dict[str, Any]] = []
     try:
         for key in args.cases.split(","):

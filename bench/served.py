@@ -1,0 +1,53 @@
+"""A real ``tracestore serve`` for the benchmarks: a free port, its own data directory,
+the bootstrap admin token, stopped when the benchmark ends."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """``tracestore serve`` on a free port; its log is ``server.log`` beside ``data_dir``."""
+
+    def __init__(
+        self, data_dir: Path, *, env: Mapping[str, str] = {}, args: Sequence[str] = ()
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
+        command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            [*command, "--data-dir", str(data_dir), *args],
+            env={**os.environ, **env},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            raise SystemExit(f"the server did not start; see {self.log.name}")
+        self.token = (data_dir / "admin-token").read_text().strip()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
