@@ -25,6 +25,7 @@ from tracestore.errors import (
 )
 from tracestore.server import lifecycle, routes, routes_bytes, routes_listing, routes_promotion
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+from tracestore.server.heap import keep_heap_warm
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
@@ -184,6 +185,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        keep_heap_warm()
         if app.state.services is None:
             app.state.services = build_services(settings)
         services = app.state.services
