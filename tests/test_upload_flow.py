@@ -186,6 +186,85 @@ def test_wrong_size_parts_are_refused_and_keep_the_good_part(
     assert done.json()["files"][0]["hash"] == "sha256:" + hashlib.sha256(b"abcd").hexdigest()
 
 
+@pytest.mark.parametrize("where", ["upload", "complete"])
+def test_a_declared_sha256_is_verified_and_a_wrong_one_leaves_the_session_open(
+    http: TestClient, services: Services, where: str
+) -> None:
+    data = b"the bytes of rank 0"
+    wrong, right = hashlib.sha256(b"other").hexdigest(), hashlib.sha256(data).hexdigest()
+    files = {"r.et": (data, "primary")}
+    metadata = {"shape": {"rankCount": 1}}
+    if where == "upload":
+        body = http.post(
+            "/api/v1/tracesets/upload-url",
+            json={
+                "name": "declared",
+                "files": [{"name": "r.et", "size": len(data), "role": "primary", "sha256": wrong}],
+                "workloadMetadata": metadata,
+            },
+        )
+        answer = body.json()
+    else:
+        answer = _started(http, data)
+    etags = put_parts(http, answer, files)
+    refused = http.post(
+        "/api/v1/tracesets/upload-url/complete",
+        json={
+            "uploadId": answer["uploadId"],
+            "files": [
+                {"name": "r.et", "parts": etags["r.et"]}
+                | ({"sha256": wrong.upper()} if where == "complete" else {})
+            ],
+        },
+    )
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"] == (
+        f"SHA-256 of file 'r.et' is {right}, not the {wrong} the client declared; re-send its parts"
+    )
+    assert http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()["status"] == "uploading"
+    if where == "upload":
+        return  # the declaration cannot be changed; only new bytes would match it
+    done = http.post(
+        "/api/v1/tracesets/upload-url/complete",
+        json={
+            "uploadId": answer["uploadId"],
+            "files": [{"name": "r.et", "parts": etags["r.et"], "sha256": right}],
+        },
+    )
+    assert done.status_code == 201, done.text
+    assert done.json()["files"][0]["hash"] == f"sha256:{right}"
+
+
+def test_sha256_given_at_completion_must_agree_with_the_one_declared_at_upload(
+    http: TestClient, services: Services
+) -> None:
+    data = b"abcd"
+    declared = hashlib.sha256(data).hexdigest()
+    answer = http.post(
+        "/api/v1/tracesets/upload-url",
+        json={
+            "name": "declared",
+            "files": [{"name": "r.et", "size": 4, "role": "primary", "sha256": declared}],
+            "workloadMetadata": {"shape": {"rankCount": 1}},
+        },
+    ).json()
+    etags = put_parts(http, answer, {"r.et": (data, "primary")})
+    other = hashlib.sha256(b"other").hexdigest()
+    response = http.post(
+        "/api/v1/tracesets/upload-url/complete",
+        json={
+            "uploadId": answer["uploadId"],
+            "files": [{"name": "r.et", "parts": etags["r.et"], "sha256": other}],
+        },
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        f"SHA-256 {other} given for file 'r.et' differs from the {declared} declared at upload"
+    )
+    again = complete(http, answer["uploadId"], etags)
+    assert again.status_code == 201, again.text
+
+
 def test_chunked_part_bodies_are_size_checked_as_they_arrive(
     http: TestClient, services: Services
 ) -> None:

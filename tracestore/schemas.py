@@ -139,6 +139,13 @@ MetadataField = Annotated[Any, _METADATA_SCHEMA]
 # --- upload ---
 
 
+def sha256_hex(value: str | None) -> str | None:
+    """A declared SHA-256: 64 hexadecimal characters, kept in lower case."""
+    if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        raise ValueError(f"sha256 must be 64 hexadecimal characters, got {value!r}")
+    return value.lower() if value else value
+
+
 class UploadFileSpec(RequestModel):
     """One file of an upload."""
 
@@ -158,12 +165,7 @@ class UploadFileSpec(RequestModel):
             raise ValueError(f"File name {value!r} {problem}")
         return value
 
-    @field_validator("sha256")
-    @classmethod
-    def _sha256_is_hex(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
-            raise ValueError(f"sha256 must be 64 hexadecimal characters, got {value!r}")
-        return value.lower() if value else value
+    _sha256_is_hex = field_validator("sha256")(sha256_hex)
 
 
 class UploadRequest(RequestModel):
@@ -235,6 +237,13 @@ class CompletePart(RequestModel):
 class CompleteFile(RequestModel):
     name: str
     parts: list[CompletePart]
+    sha256: str | None = Field(
+        default=None,
+        description="Hex SHA-256 of the file, when the client hashed it while sending; "
+        "completion verifies it",
+    )
+
+    _sha256_is_hex = field_validator("sha256")(sha256_hex)
 
 
 class CompleteRequest(RequestModel):

@@ -53,7 +53,7 @@ def complete_upload(
         else:
             expired = False
             files = files_of(session, upload.traceset_id)
-            etags = _check_request(request, files)
+            etags, declared = _check_request(request, files)
     if expired:
         raise Gone(f"Upload session '{upload.id}' has expired")
 
@@ -67,7 +67,7 @@ def complete_upload(
         raise Conflict(COMPLETING_MESSAGE)
 
     try:
-        committed = _commit_files(services, upload, files, etags, owner)
+        committed = _commit_files(services, upload, files, etags, declared, owner)
     except FileLargerThanDeclared as exc:
         with services.db.session() as session:
             upload = session.get(db.UploadSession, upload.id)  # type: ignore[assignment]
@@ -103,8 +103,9 @@ def complete_upload(
 
 def _check_request(
     request: schemas.CompleteRequest, files: Sequence[db.TracesetFile]
-) -> dict[int, dict[int, str]]:
-    """The ETags per file position, after checking every file and part is named once."""
+) -> tuple[dict[int, dict[int, str]], dict[int, str | None]]:
+    """The ETags and the SHA-256 the client declares (at upload or now) per file position,
+    after checking every file and part is named once."""
     by_name = {f.name: f for f in files}
     named: dict[str, schemas.CompleteFile] = {}
     for item in request.files:
@@ -120,8 +121,15 @@ def _check_request(
             + (" …" if len(missing) > 10 else "")
         )
     etags: dict[int, dict[int, str]] = {}
+    declared: dict[int, str | None] = {}
     for file in files:
         item = named[file.name]
+        if item.sha256 and file.expected_sha256 and item.sha256 != file.expected_sha256:
+            raise ValidationError(
+                f"SHA-256 {item.sha256} given for file '{file.name}' differs from the "
+                f"{file.expected_sha256} declared at upload"
+            )
+        declared[file.position] = item.sha256 or file.expected_sha256
         parts: dict[int, str] = {}
         for part in item.parts:
             if part.part_number in parts:
@@ -130,7 +138,7 @@ def _check_request(
                 )
             parts[part.part_number] = part.etag
         etags[file.position] = parts
-    return etags
+    return etags, declared
 
 
 def _take_lease(services: Services, upload_id: str, owner: str) -> bool:
@@ -179,6 +187,7 @@ def _commit_files(
     upload: db.UploadSession,
     files: Sequence[db.TracesetFile],
     etags: dict[int, dict[int, str]],
+    declared: dict[int, str | None],
     owner: str,
 ) -> dict[int, str]:
     """Move every file's staged bytes into blobs; the SHA-256 per file position."""
@@ -234,10 +243,11 @@ def _commit_files(
                 f"File {file.name} is {exc.message} bytes, larger than its declared size of "
                 f"{file.size} bytes"
             ) from None
-        if file.expected_sha256 and file.expected_sha256 != blob.sha256:
+        expected = declared[file.position]
+        if expected and expected != blob.sha256:
             raise ValidationError(
-                f"SHA-256 of file '{file.name}' is {blob.sha256}, not the {file.expected_sha256} "
-                "declared at upload; re-send its parts"
+                f"SHA-256 of file '{file.name}' is {blob.sha256}, not the {expected} "
+                "the client declared; re-send its parts"
             )
         lease.renew()
         return blob.sha256
