@@ -49,13 +49,22 @@ def put_parts(
 
 
 def complete(
-    http: httpx.Client, upload_id: str, etags: dict[str, list[dict[str, Any]]]
+    http: httpx.Client,
+    upload_id: str,
+    etags: dict[str, list[dict[str, Any]]],
+    sha256: dict[str, str] | None = None,
 ) -> httpx.Response:
+    """Complete with the given ETags per file (and, for the files named, their SHA-256)."""
+    hashes = sha256 or {}
     return http.post(
         COMPLETE_URL,
         json={
             "uploadId": upload_id,
-            "files": [{"name": name, "parts": parts} for name, parts in etags.items()],
+            "files": [
+                {"name": name, "parts": parts}
+                | ({"sha256": hashes[name]} if name in hashes else {})
+                for name, parts in etags.items()
+            ],
         },
     )
 

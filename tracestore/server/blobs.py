@@ -24,6 +24,14 @@ from typing import BinaryIO, Protocol
 from urllib.parse import quote, urlencode
 
 from tracestore.errors import Forbidden, PayloadTooLarge, ValidationError
+from tracestore.server.staging import (
+    CLAIM_FILE,
+    DATA_FILE,
+    SEPARATE_SUFFIX,
+    PartWriter,
+    StagedDigests,
+    stored_part,
+)
 
 CHUNK = 4 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -153,6 +161,7 @@ class LocalBlobStore:
         self._staging = self.root / "staging"
         self._blobs.mkdir(parents=True, exist_ok=True)
         self._staging.mkdir(parents=True, exist_ok=True)
+        self._digests = StagedDigests()
 
     # --- staging ---
 
@@ -212,9 +221,9 @@ class LocalBlobStore:
             if entry.is_dir() and entry.name.isdigit():
                 number = int(entry.name)
                 if 1 <= number <= staged.part_count:
-                    part = _stored_part(Path(entry.path), number, staged.part_length(number))
+                    part = stored_part(Path(entry.path), number, staged.part_length(number))
                     if part is not None:
-                        found[number] = part
+                        found[number] = StoredPart(number, *part)
         return found
 
     def open_part_writer(
@@ -238,7 +247,15 @@ class LocalBlobStore:
                 pass  # sent before, or being sent now: this send goes to a file of its own
             else:
                 offset = (part_number - 1) * staged.part_size
-                return PartWriter(part_dir, part_number, expected, offset=offset, claim=claim)
+                digest = self._digests.of(directory, staged.size, staged.part_size)
+                return PartWriter(
+                    part_dir,
+                    part_number,
+                    expected,
+                    offset=offset,
+                    claim=claim,
+                    transfer=digest.transfer(part_number),
+                )
         return PartWriter(part_dir, part_number, expected)
 
     def commit_file(
@@ -268,10 +285,16 @@ class LocalBlobStore:
         total = data_path.stat().st_size
         if total > staged.size:
             raise FileLargerThanDeclared(f"{total}")
-        digest = hashlib.sha256()
-        with open(data_path, "rb") as source:
-            _hash_stream(source, digest, heartbeat)
-        sha256 = digest.hexdigest()
+        running = self._digests.get(directory)
+        chosen = {n: normalise_etag(etags[n]) for n in range(1, staged.part_count + 1)}
+        # The digest taken while the parts arrived holds when it chained exactly these
+        # parts (each written in place); otherwise the staged bytes are hashed now.
+        sha256 = running.hexdigest(chosen) if running is not None else None
+        if sha256 is None:
+            digest = hashlib.sha256()
+            with open(data_path, "rb") as source:
+                _hash_stream(source, digest, heartbeat)
+            sha256 = digest.hexdigest()
         pin(sha256, total)
         # Linked, not moved, so a completion that dies before the database records it can
         # be retried from the staged bytes.
@@ -287,7 +310,9 @@ class LocalBlobStore:
                 os.link(path, target)
 
     def discard_staging(self, staged: StagedFile) -> None:
-        shutil.rmtree(self._staging_dir(staged.upload_id, staged.position), ignore_errors=True)
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        self._digests.forget(directory)
+        shutil.rmtree(directory, ignore_errors=True)
         with contextlib.suppress(OSError):  # other files of the upload may remain
             (self._staging / staged.upload_id).rmdir()
 
@@ -342,111 +367,6 @@ class LocalBlobStore:
 def content_disposition(filename: str) -> str:
     base = filename.rsplit("/", 1)[-1]
     return f"attachment; filename*=UTF-8''{quote(base)}"
-
-
-DATA_FILE = "data"
-CLAIM_FILE = "claim"
-SEPARATE_SUFFIX = ".part"
-_ETAG = re.compile(r"[0-9a-f]{32}")
-
-
-def _stored_part(part_dir: Path, number: int, length: int) -> StoredPart | None:
-    """The part recorded in ``part_dir``: an empty ``<etag>`` entry for bytes written in
-    place, or ``<etag>.part`` holding a re-send's bytes; the newest if there are two."""
-    newest: tuple[int, StoredPart] | None = None
-    for entry in os.scandir(part_dir):
-        etag, _, suffix = entry.name.partition(".")
-        if not _ETAG.fullmatch(etag) or suffix not in ("", SEPARATE_SUFFIX[1:]):
-            continue
-        stat = entry.stat()
-        part = StoredPart(number, stat.st_size if suffix else length, etag)
-        if newest is None or stat.st_mtime_ns >= newest[0]:
-            newest = (stat.st_mtime_ns, part)
-    return newest[1] if newest else None
-
-
-class PartWriter:
-    """Receives one part into its directory. In place (``offset`` given): bytes go straight
-    into the staged file and an empty ``<etag>`` entry records the part once complete.
-    Otherwise bytes go to a temporary file renamed to ``<etag>.part`` once complete."""
-
-    def __init__(
-        self,
-        part_dir: Path,
-        part_number: int,
-        expected_size: int,
-        *,
-        offset: int | None = None,
-        claim: Path | None = None,
-    ) -> None:
-        self.part_dir = part_dir
-        self.part_number = part_number
-        self.expected_size = expected_size
-        self.received = 0
-        self._digest = hashlib.sha256()
-        self._offset = offset
-        self._claim = claim
-        if offset is None:
-            self._tmp: Path | None = part_dir / f"tmp{secrets.token_hex(6)}"
-            self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        else:
-            self._tmp = None
-            self._fd = os.open(part_dir.parent / DATA_FILE, os.O_WRONLY)
-
-    def write(self, data: bytes, *, hash_it: bool) -> None:
-        if self.received + len(data) > self.expected_size:
-            raise PayloadTooLarge(
-                f"Part {self.part_number} is larger than its declared size of "
-                f"{self.expected_size} bytes"
-            )
-        if hash_it:
-            self._digest.update(data)
-        view = memoryview(data)
-        while view:
-            if self._offset is None:
-                written = os.write(self._fd, view)
-            else:
-                written = os.pwrite(self._fd, view, self._offset + self.received)
-            self.received += written
-            view = view[written:]
-
-    def finish(self, checksum_b64: str | None) -> str:
-        """Check size (and checksum when given), then record the part; its ETag."""
-        if self.received != self.expected_size:
-            raise ValidationError(
-                f"Part {self.part_number} has {self.received} bytes; expected {self.expected_size}"
-            )
-        if checksum_b64 is not None:
-            actual = base64.b64encode(self._digest.digest()).decode()
-            if not hmac.compare_digest(actual, checksum_b64.strip()):
-                raise ValidationError(
-                    f"Part {self.part_number}: x-amz-checksum-sha256 {checksum_b64.strip()} "
-                    f"does not match the received bytes ({actual})"
-                )
-        os.close(self._fd)
-        etag = secrets.token_hex(16)
-        if self._tmp is None:
-            final = self.part_dir / etag
-            final.touch()
-        else:
-            final = self.part_dir / f"{etag}{SEPARATE_SUFFIX}"
-            os.replace(self._tmp, final)
-        for entry in os.scandir(self.part_dir):
-            stale = entry.name.partition(".")[0]
-            if entry.path != str(final) and _ETAG.fullmatch(stale):
-                os.unlink(entry.path)
-        self._claim = None  # the claim stays: later sends of this part are re-sends
-        return etag
-
-    def abort(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        if self._tmp is not None:
-            self._tmp.unlink(missing_ok=True)
-        if self._claim is not None:
-            # A failed first send: the next send of this part may write in place again.
-            self._claim.unlink(missing_ok=True)
-            self._claim = None
 
 
 def _hash_stream(

@@ -287,18 +287,19 @@ async def receive_part(
     writer = await run_in_threadpool(
         store.open_part_writer, target.stage, number, length_known=content_length is not None
     )
-    hash_it = checksum is not None
+    verify = checksum is not None
     try:
+        # Bodies arrive in small messages; each batch is written with one thread hop.
         pending: list[bytes] = []
         pending_size = 0
         async for chunk in body:
             pending.append(chunk)
             pending_size += len(chunk)
             if pending_size >= _WRITE_BATCH:
-                await run_in_threadpool(writer.write, b"".join(pending), hash_it=hash_it)
+                await run_in_threadpool(writer.write, pending, checksum=verify)
                 pending, pending_size = [], 0
         if pending:
-            await run_in_threadpool(writer.write, b"".join(pending), hash_it=hash_it)
+            await run_in_threadpool(writer.write, pending, checksum=verify)
         return await run_in_threadpool(writer.finish, checksum)
     except BaseException:
         writer.abort()

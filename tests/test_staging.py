@@ -1,0 +1,112 @@
+"""The embedded store hashes parts as they arrive, so completion need not read files again;
+whenever that running digest cannot vouch for the parts chosen, completion hashes the bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.uploading import complete, request_upload
+from tracestore.server import blobs
+from tracestore.server.blobs import LocalBlobStore
+from tracestore.server.services import Services
+from tracestore.server.settings import MIB
+
+
+@pytest.fixture
+def full_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the files completion hashes by reading them."""
+    calls: list[int] = []
+    original = blobs._hash_stream
+
+    def counting(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        original(*args, **kwargs)
+
+    monkeypatch.setattr(blobs, "_hash_stream", counting)
+    return calls
+
+
+def _start(http: TestClient, data: bytes) -> dict[str, Any]:
+    response = request_upload(http, {"r.et": (data, "primary")}, {"shape": {"rankCount": 1}})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def _put(http: TestClient, answer: dict[str, Any], data: bytes, number: int) -> str:
+    part = next(p for p in answer["files"][0]["parts"] if p["partNumber"] == number)
+    offset = (number - 1) * answer["partSize"]
+    response = http.put(part["url"], content=data[offset : offset + part["size"]])
+    assert response.status_code == 200, response.text
+    return str(response.headers["etag"])
+
+
+def _complete(http: TestClient, answer: dict[str, Any], etags: dict[int, str]) -> str:
+    parts = [{"partNumber": n, "etag": e} for n, e in sorted(etags.items())]
+    done = complete(http, answer["uploadId"], {"r.et": parts})
+    assert done.status_code == 201, done.text
+    return str(done.json()["files"][0]["hash"])
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed", "shuffled"])
+def test_parts_in_any_order_complete_without_reading_the_file_again(
+    http: TestClient, full_hashes: list[int], order: str
+) -> None:
+    data = random.Random(order).randbytes(17 * MIB + 3)  # four 5 MiB parts
+    answer = _start(http, data)
+    numbers = [p["partNumber"] for p in answer["files"][0]["parts"]]
+    if order == "reversed":
+        numbers.reverse()
+    elif order == "shuffled":
+        random.Random(3).shuffle(numbers)
+    etags = {n: _put(http, answer, data, n) for n in numbers}
+    assert _complete(http, answer, etags) == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert full_hashes == []
+
+
+def test_parts_sent_in_parallel_complete_with_the_right_digest(
+    http: TestClient, full_hashes: list[int]
+) -> None:
+    data = random.Random(5).randbytes(31 * MIB)  # seven parts
+    answer = _start(http, data)
+    numbers = list(range(1, 8))
+    random.Random(6).shuffle(numbers)
+    with ThreadPoolExecutor(4) as pool:
+        sent = pool.map(lambda n: _put(http, answer, data, n), numbers)
+        etags = dict(zip(numbers, sent, strict=True))
+    assert _complete(http, answer, etags) == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert full_hashes == []
+
+
+def test_a_part_sent_again_with_other_bytes_is_hashed_from_what_completion_names(
+    http: TestClient, full_hashes: list[int]
+) -> None:
+    data = random.Random(7).randbytes(11 * MIB)
+    answer = _start(http, data)
+    etags = {n: _put(http, answer, data, n) for n in (1, 2, 3)}
+    changed = data[: 5 * MIB] + bytes(5 * MIB) + data[10 * MIB :]
+    etags[2] = _put(http, answer, changed, 2)  # kept apart from the first send's bytes
+    assert _complete(http, answer, etags) == "sha256:" + hashlib.sha256(changed).hexdigest()
+    assert full_hashes == [1]
+
+
+def test_after_a_restart_completion_hashes_the_staged_bytes(
+    http: TestClient, services: Services, full_hashes: list[int]
+) -> None:
+    data = random.Random(8).randbytes(6 * MIB)
+    answer = _start(http, data)
+    first = _put(http, answer, data, 1)
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    # A new process: the same directories, none of the first one's memory.
+    services.store = LocalBlobStore(store.root, store.public_url, store.signer)
+    second = _put(http, answer, data, 2)
+    assert _complete(http, answer, {1: first, 2: second}) == (
+        "sha256:" + hashlib.sha256(data).hexdigest()
+    )
+    assert full_hashes == [1]
