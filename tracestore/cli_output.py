@@ -180,7 +180,6 @@ def progress_bars() -> Iterator[Reporter]:
     )
 
     labels = {
-        "hash": "hashing",
         "upload": "uploading",
         "complete": "verifying",  # the service hashes and stores what it received
         "download": "downloading",

@@ -39,7 +39,6 @@ from tracestore.transfers import (
     body_text,
     check_names,
     collect_files,
-    hash_files,
     network_error,
 )
 
@@ -331,20 +330,24 @@ class Client:
         return _answer(response, schemas.UploadSessionResponse)
 
     def complete_upload(
-        self, upload_id: str, etags: Mapping[str, Mapping[int, str]]
+        self,
+        upload_id: str,
+        etags: Mapping[str, Mapping[int, str]],
+        sha256: Mapping[str, str] | None = None,
     ) -> schemas.Traceset:
-        """``POST .../upload-url/complete`` with every part's ETag per file name. Safe to
+        """``POST .../upload-url/complete`` with every part's ETag per file name and, per
+        file name in ``sha256``, the file's hex SHA-256 for the service to verify. Safe to
         retry: a completed session answers the same traceset again."""
-        body = {
-            "uploadId": upload_id,
-            "files": [
-                {
-                    "name": name,
-                    "parts": [{"partNumber": n, "etag": e} for n, e in sorted(parts.items())],
-                }
-                for name, parts in etags.items()
-            ],
-        }
+        files: list[dict[str, Any]] = []
+        for name, parts in etags.items():
+            entry: dict[str, Any] = {
+                "name": name,
+                "parts": [{"partNumber": n, "etag": e} for n, e in sorted(parts.items())],
+            }
+            if sha256 and name in sha256:
+                entry["sha256"] = sha256[name]
+            files.append(entry)
+        body = {"uploadId": upload_id, "files": files}
         deadline = time.monotonic() + 3600
         while True:
             try:
@@ -382,10 +385,10 @@ class Client:
 
         Directories are walked; their files are named relative to the directory. Files in
         ``paths`` get ``role``, those in ``supporting`` the role ``supporting``. The metadata
-        is checked locally first (the service's own rules). Each file's SHA-256 is computed
-        in one read before the upload starts and sent, so the service verifies every byte
-        at completion; parts then go out ``concurrency`` at a time, retried on network
-        errors and 5xx. ``resume_upload_id`` finishes an earlier, interrupted upload of the
+        is checked locally first (the service's own rules). Parts go out ``concurrency`` at a
+        time, retried on network errors and 5xx; each file is hashed as its parts are sent
+        and its SHA-256 goes with the completion, so the service verifies every byte it
+        stored. ``resume_upload_id`` finishes an earlier, interrupted upload of the
         same files. ``on_started`` is called with the session once it exists (its
         ``upload_id`` is what resumes it). Raises ``UploadIncomplete`` (with the upload id) if
         it cannot finish, and ``UploadInterrupted`` on Ctrl-C.
@@ -404,17 +407,13 @@ class Client:
         metadata.check_upload_metadata(
             workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
         )
-        files = hash_files(files, progress, workers=min(4, os.cpu_count() or 1))
         request = schemas.UploadRequest(
             name=name or Path(given[0]).resolve().name or "traceset",
             description=description,
             tags=list(tags),
             workspace_id=workspace_id,
             ttl_days=ttl_days,
-            files=[
-                schemas.UploadFileSpec(name=f.name, size=f.size, role=f.role, sha256=f.sha256)
-                for f in files
-            ],
+            files=[schemas.UploadFileSpec(name=f.name, size=f.size, role=f.role) for f in files],
             workload_metadata=workload_metadata,
         )
         started = self.start_upload(request)

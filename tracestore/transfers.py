@@ -1,7 +1,8 @@
-"""Moving bytes for the client: local files, hashing, part PUTs with retries, verified GETs.
+"""Moving bytes for the client: local files, progress, retries, errors, verified GETs (part
+PUTs are in ``parts``).
 
-Nothing here holds a whole file or a whole part in memory: bodies are streamed from disk
-in ``CHUNK``-sized reads, so the client's memory does not grow with file or part size.
+Nothing here holds a whole file in memory: bodies are streamed in ``CHUNK``-sized pieces,
+so the client's memory does not grow with file size.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -33,7 +33,7 @@ CHUNK = 1024 * 1024
 HASH_CHUNK = 4 * 1024 * 1024
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
-Phase = Literal["hash", "upload", "complete", "download"]
+Phase = Literal["upload", "complete", "download"]
 
 
 class ProgressEvent(NamedTuple):
@@ -104,13 +104,25 @@ def network_error(exc: httpx.TransportError, url: httpx.URL | str) -> NetworkErr
 
 @dataclass(frozen=True)
 class LocalFile:
-    """A file to upload: its name in the traceset, where it is, its size, role and hash."""
+    """A file to upload: its name in the traceset, where it is, its size and role, and its
+    modification time when it was found (a later one means it changed meanwhile)."""
 
     name: str
     path: Path
     size: int
     role: schemas.Role
-    sha256: str | None = None
+    mtime_ns: int
+
+    def changed(self) -> bool:
+        """Whether the file's size or modification time differ from when it was found;
+        raises ``IntegrityError`` if its size does."""
+        now = self.path.stat()
+        if now.st_size != self.size:
+            raise IntegrityError(
+                f"{self.path} changed size while it was being uploaded "
+                f"({self.size} bytes, now {now.st_size})"
+            )
+        return now.st_mtime_ns != self.mtime_ns
 
 
 def collect_files(paths: Sequence[str | os.PathLike[str]], role: schemas.Role) -> list[LocalFile]:
@@ -124,15 +136,19 @@ def collect_files(paths: Sequence[str | os.PathLike[str]], role: schemas.Role) -
                 for name in sorted(names):
                     member = Path(root, name)
                     if member.is_file():
-                        relative = member.relative_to(path).as_posix()
-                        found.append(LocalFile(relative, member, member.stat().st_size, role))
+                        found.append(_local(member.relative_to(path).as_posix(), member, role))
         elif path.is_file():
-            found.append(LocalFile(path.name, path, path.stat().st_size, role))
+            found.append(_local(path.name, path, role))
         elif path.exists():
             raise ValidationError(f"{path} is neither a file nor a directory")
         else:
             raise ValidationError(f"{path} does not exist")
     return found
+
+
+def _local(name: str, path: Path, role: schemas.Role) -> LocalFile:
+    stat = path.stat()
+    return LocalFile(name, path, stat.st_size, role, stat.st_mtime_ns)
 
 
 def check_names(files: Sequence[LocalFile]) -> None:
@@ -161,119 +177,8 @@ def sha256_of(path: Path, on_chunk: Callable[[int], None] = lambda _n: None) -> 
     return digest.hexdigest()
 
 
-def hash_files(
-    files: Sequence[LocalFile], progress: ProgressCallback | None, workers: int
-) -> list[LocalFile]:
-    """Each file with its SHA-256; files are hashed in parallel (hashlib releases the GIL)."""
-    total = sum(f.size for f in files)
-
-    def one(file: LocalFile) -> LocalFile:
-        def step(n: int) -> None:
-            if progress:
-                progress(ProgressEvent("hash", file.name, n, total))
-
-        sha256 = sha256_of(file.path, step)
-        if file.path.stat().st_size != file.size:
-            raise IntegrityError(f"{file.path} changed size while it was being read")
-        return replace(file, sha256=sha256)
-
-    if len(files) <= 1 or workers <= 1:
-        return [one(f) for f in files]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracestore-hash") as pool:
-        return list(pool.map(one, files))
-
-
-# --- part uploads ---
-
-
-@dataclass(frozen=True)
-class PartJob:
-    """One part to send: which bytes of which file, and where."""
-
-    file: LocalFile
-    part_number: int
-    offset: int
-    size: int
-    url: str
-
-
 class Stopped(Exception):
     """The transfer was asked to stop (Ctrl-C in the main thread)."""
-
-
-def _file_range(
-    path: Path, offset: int, size: int, stop: threading.Event, sent: Callable[[int], None]
-) -> Iterator[bytes]:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        end = offset + size
-        while offset < end:
-            if stop.is_set():
-                raise Stopped
-            chunk = os.pread(fd, min(CHUNK, end - offset), offset)
-            if not chunk:
-                raise IntegrityError(f"{path} is shorter than when the upload started")
-            offset += len(chunk)
-            yield chunk
-            sent(len(chunk))
-    finally:
-        os.close(fd)
-
-
-def put_part(
-    http: httpx.Client,
-    job: PartJob,
-    *,
-    retry: RetryPolicy,
-    stop: threading.Event,
-    progress: ProgressCallback | None,
-    total: int,
-    fresh_url: Callable[[PartJob], str],
-) -> str:
-    """PUT one part, retrying network errors and 5xx with backoff; the ETag it answered.
-
-    A 403 (the URL expired during a long upload) is retried once with a fresh URL.
-    """
-    url = job.url
-    refreshed = False
-    last: TracestoreError | None = None
-    for attempt in range(retry.attempts):
-        sent = 0
-
-        def step(n: int) -> None:
-            nonlocal sent
-            sent += n
-            if progress:
-                progress(ProgressEvent("upload", job.file.name, n, total))
-
-        try:
-            response = http.put(
-                url,
-                content=_file_range(job.file.path, job.offset, job.size, stop, step),
-                headers={
-                    "Content-Length": str(job.size),
-                    "Content-Type": "application/octet-stream",
-                },
-            )
-        except httpx.TransportError as exc:
-            last = network_error(exc, url)
-        else:
-            if response.status_code == 200:
-                return str(response.headers.get("etag", "")).strip('"')
-            error = api_error(response)
-            if response.status_code == 403 and not refreshed:
-                url, refreshed = fresh_url(job), True
-            elif response.status_code not in RETRY_STATUSES:
-                raise error
-            last = error
-        if sent and progress:
-            progress(ProgressEvent("upload", job.file.name, -sent, total))
-        if stop.is_set():
-            raise Stopped
-        if attempt + 1 < retry.attempts:
-            stop.wait(retry.delay(attempt))
-    assert last is not None
-    raise last
 
 
 # --- downloads ---

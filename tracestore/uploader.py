@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 
 from tracestore import schemas
 from tracestore.errors import IntegrityError, TracestoreError, UploadIncomplete, ValidationError
+from tracestore.filedigest import FileDigest
+from tracestore.parts import PartJob, hash_held_part, put_part, read_back
 from tracestore.transfers import (
     LocalFile,
-    PartJob,
     ProgressCallback,
     ProgressEvent,
     UploadInterrupted,
-    put_part,
+    sha256_of,
 )
 
 if TYPE_CHECKING:
@@ -62,17 +63,27 @@ def send_and_complete(
     concurrency: int,
     progress: ProgressCallback | None,
 ) -> schemas.Traceset:
-    jobs = _part_jobs(session, {f.name: f for f in files})
+    """Send the parts still missing, ``concurrency`` at a time, hashing each file as its
+    parts pass, then complete the upload with each file's SHA-256."""
+    stop = threading.Event()
+    local = {f.name: f for f in files}
+    digests = {
+        e.name: FileDigest(e.size, _part_size(e), read_back(local[e.name].path, stop))
+        for e in session.files
+    }
+    jobs = _part_jobs(session, local, digests, received)
     etags: dict[str, dict[int, str]] = {f.name: dict(received.get(f.name, {})) for f in files}
     total = sum(f.size for f in files)
     if progress:
-        done = sum(f.size for f in files) - sum(job.size for job in jobs)
+        done = total - sum(job.size for job in jobs if job.held_etag is None)
         progress(ProgressEvent("upload", "", done, total))
+    changed: list[LocalFile] = []
     try:
-        _send_parts(client, session, jobs, etags, concurrency, progress, total)
+        _send_parts(client, session, jobs, etags, concurrency, progress, total, stop)
+        hashes = {f.name: _sha256(f, digests[f.name], etags[f.name], changed) for f in files}
         if progress:
             progress(ProgressEvent("complete", "", 0, total))
-        traceset = client.complete_upload(session.upload_id, etags)
+        traceset = client.complete_upload(session.upload_id, etags, hashes)
         if progress:
             progress(ProgressEvent("complete", "", total, total))
         return traceset
@@ -80,12 +91,28 @@ def send_and_complete(
         raise UploadInterrupted(session.upload_id, session.traceset_id) from None
     except (TracestoreError, OSError) as exc:
         cause = exc if isinstance(exc, TracestoreError) else None
+        message = cause.message if cause else str(exc)
+        if changed:
+            message += f" ({', '.join(str(f.path) for f in changed)} changed during the upload)"
         raise UploadIncomplete(
-            f"Upload {session.upload_id} did not finish: {cause.message if cause else exc}",
+            f"Upload {session.upload_id} did not finish: {message}",
             upload_id=session.upload_id,
             traceset_id=session.traceset_id,
             cause=cause,
         ) from exc
+
+
+def _sha256(
+    file: LocalFile, digest: FileDigest, etags: Mapping[int, str], changed: list[LocalFile]
+) -> str:
+    """The SHA-256 to declare for ``file`` at completion."""
+    if file.changed():
+        # The parts sent may mix old and new bytes, each hashed as it went: declare the
+        # file as it is now, so the service refuses a mix rather than storing it.
+        changed.append(file)
+        return sha256_of(file.path)
+    # None when a read-back failed and broke the chain: hash the file once more.
+    return digest.hexdigest(etags) or sha256_of(file.path)
 
 
 def _send_parts(
@@ -96,8 +123,8 @@ def _send_parts(
     concurrency: int,
     progress: ProgressCallback | None,
     total: int,
+    stop: threading.Event,
 ) -> None:
-    stop = threading.Event()
     lock = threading.Lock()
     fresh: dict[tuple[str, int], str] = {}
 
@@ -113,6 +140,9 @@ def _send_parts(
         return url
 
     def send(job: PartJob) -> None:
+        if job.held_etag is not None:
+            hash_held_part(job, stop)
+            return
         etag = put_part(
             client.http,
             job,
@@ -145,22 +175,35 @@ def _send_parts(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _part_jobs(session: schemas.UploadUrlResponse, local: Mapping[str, LocalFile]) -> list[PartJob]:
-    """The parts still to send, in file order, each with its byte range."""
-    jobs: list[PartJob] = []
-    for entry in session.files:
-        part_size = _part_size(entry)
-        for part in entry.parts:
-            jobs.append(
-                PartJob(
-                    local[entry.name],
-                    part.part_number,
-                    (part.part_number - 1) * part_size,
-                    part.size,
-                    part.url,
-                )
+def _part_jobs(
+    session: schemas.UploadUrlResponse,
+    local: Mapping[str, LocalFile],
+    digests: Mapping[str, FileDigest],
+    received: Mapping[str, Mapping[int, str]],
+) -> list[PartJob]:
+    """Every part of every file, part-major (part 1 of each file, then part 2, ...): the
+    workers then move different files at once, and a part is normally its file's next to
+    hash when it goes, so nothing is read twice. Parts the service holds are only hashed."""
+    jobs: list[tuple[int, int, PartJob]] = []
+    for index, entry in enumerate(session.files):
+        file, digest = local[entry.name], digests[entry.name]
+        urls = {p.part_number: p.url for p in entry.parts}
+        held = received.get(entry.name, {})
+        for number in range(1, digest.part_count + 1):
+            if number not in urls and number not in held:
+                raise IntegrityError(f"Part {number} of {entry.name} has no URL")
+            job = PartJob(
+                file,
+                digest,
+                number,
+                (number - 1) * digest.part_size,
+                digest.part_length(number),
+                urls.get(number, ""),
+                None if number in urls else held[number],
             )
-    return jobs
+            jobs.append((number, index, job))
+    jobs.sort(key=lambda item: item[:2])
+    return [job for _, _, job in jobs]
 
 
 def _part_size(entry: schemas.UploadFileUrls) -> int:

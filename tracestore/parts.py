@@ -1,0 +1,158 @@
+"""One part of an upload: its bytes read from disk as they go out, hashed into the file's
+running SHA-256 on the way (``FileDigest``), PUT with retries and backoff.
+
+A body is read with one ``os.pread`` per ``SEND_CHUNK`` and handed to httpx as ``bytes``:
+h11 passes a ``bytes`` chunk to the socket as it is but joins (copies) any other buffer, so
+a ``memoryview`` of one reused buffer would add a copy per chunk rather than save one
+(measured); glibc hands each freed chunk's memory to the next read, so no page is faulted
+in anew. Each byte is thus copied in from the page cache once, hashed once, and copied out
+to the socket once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tracestore.errors import IntegrityError, TracestoreError
+from tracestore.filedigest import FileDigest, PartTransfer, ReadBack
+from tracestore.transfers import (
+    RETRY_STATUSES,
+    LocalFile,
+    ProgressCallback,
+    ProgressEvent,
+    RetryPolicy,
+    Stopped,
+    api_error,
+    network_error,
+)
+
+SEND_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PartJob:
+    """One part of a file: sent to ``url``, or, when the service already holds it
+    (``held_etag``), only read to carry the file's hash past it."""
+
+    file: LocalFile
+    digest: FileDigest
+    part_number: int
+    offset: int
+    size: int
+    url: str = ""
+    held_etag: str | None = None
+
+
+def read_range(
+    path: Path, offset: int, size: int, stop: threading.Event | None = None
+) -> Iterator[bytes]:
+    """The bytes of ``path`` in ``[offset, offset + size)``, in ``SEND_CHUNK`` pieces."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        end = offset + size
+        while offset < end:
+            if stop is not None and stop.is_set():
+                raise Stopped
+            chunk = os.pread(fd, min(SEND_CHUNK, end - offset), offset)
+            if not chunk:
+                raise IntegrityError(f"{path} is shorter than when the upload started")
+            offset += len(chunk)
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def read_back(path: Path, stop: threading.Event) -> ReadBack:
+    """The ``FileDigest`` read-back of ``path``: for parts that finished out of turn."""
+    return lambda offset, length: read_range(path, offset, length, stop)
+
+
+def hash_held_part(job: PartJob, stop: threading.Event) -> None:
+    """Carry the file's hash past a part the service already holds, without sending it."""
+    assert job.held_etag is not None
+    transfer = job.digest.transfer(job.part_number)
+    try:
+        for chunk in read_range(job.file.path, job.offset, job.size, stop):
+            transfer.update(chunk)
+        transfer.finish(job.held_etag)
+    finally:
+        transfer.abort()
+
+
+def _body(
+    job: PartJob, transfer: PartTransfer, stop: threading.Event, step: Callable[[int], None]
+) -> Iterator[bytes]:
+    for chunk in read_range(job.file.path, job.offset, job.size, stop):
+        # Counted before it is handed over: a transport need not ask for more after the last.
+        transfer.update(chunk)
+        step(len(chunk))
+        yield chunk
+
+
+def put_part(
+    http: httpx.Client,
+    job: PartJob,
+    *,
+    retry: RetryPolicy,
+    stop: threading.Event,
+    progress: ProgressCallback | None,
+    total: int,
+    fresh_url: Callable[[PartJob], str],
+) -> str:
+    """PUT one part, hashing its bytes as they go, retrying network errors and 5xx with
+    backoff; the ETag it answered. A 403 (the URL expired during a long upload) is retried
+    once with a fresh URL."""
+    url = job.url
+    refreshed = False
+    last: TracestoreError | None = None
+    for attempt in range(retry.attempts):
+        sent = 0
+        transfer = job.digest.transfer(job.part_number)
+
+        def step(n: int) -> None:
+            nonlocal sent
+            sent += n
+            if progress:
+                progress(ProgressEvent("upload", job.file.name, n, total))
+
+        try:
+            response = http.put(
+                url,
+                content=_body(job, transfer, stop, step),
+                headers={
+                    "Content-Length": str(job.size),
+                    "Content-Type": "application/octet-stream",
+                },
+            )
+        except httpx.TransportError as exc:
+            last = network_error(exc, url)
+        else:
+            if response.status_code == 200:
+                etag = str(response.headers.get("etag", "")).strip('"')
+                try:
+                    transfer.finish(etag)
+                except ValueError as exc:  # the service took fewer bytes than the part has
+                    raise IntegrityError(f"{job.file.name}: {exc}") from None
+                return etag
+            error = api_error(response)
+            if response.status_code == 403 and not refreshed:
+                url, refreshed = fresh_url(job), True
+            elif response.status_code not in RETRY_STATUSES:
+                raise error
+            last = error
+        finally:
+            transfer.abort()  # no-op after finish; an attempt that failed counts for nothing
+        if sent and progress:
+            progress(ProgressEvent("upload", job.file.name, -sent, total))
+        if stop.is_set():
+            raise Stopped
+        if attempt + 1 < retry.attempts:
+            stop.wait(retry.delay(attempt))
+    assert last is not None
+    raise last
