@@ -70,7 +70,12 @@ def read_range(
 
 def read_back(path: Path, stop: threading.Event) -> ReadBack:
     """The ``FileDigest`` read-back of ``path``: for parts that finished out of turn."""
-    return lambda offset, length: read_range(path, offset, length, stop)
+
+    def read(offset: int, length: int) -> Iterator[bytes]:
+        # A part that is in turn from its first byte asks for nothing: open nothing.
+        return read_range(path, offset, length, stop) if length else iter(())
+
+    return read
 
 
 def hash_held_part(job: PartJob, stop: threading.Event) -> None:
