@@ -157,8 +157,9 @@ class PartTransfer:
             return
         try:
             # The bytes that passed before this part's turn came: read them back once.
-            for chunk in self._digest._read_back(self.offset, self.seen):
-                sha.update(chunk)
+            if self.seen:
+                for chunk in self._digest._read_back(self.offset, self.seen):
+                    sha.update(chunk)
         except OSError:
             self._digest._break()
             return

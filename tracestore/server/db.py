@@ -206,12 +206,16 @@ class Database:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        kwargs: dict[str, Any] = {}
         if url.startswith("sqlite"):
             path = url.split("///", 1)[1] if "///" in url else ""
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            # A server connection can die between uses (restart, idle timeout); a local
+            # SQLite file cannot, so only server databases pay a ping per checkout.
+            kwargs["pool_pre_ping"] = True
         self.engine: Engine = create_engine(url, **kwargs)
         self.read_engine: Engine = self.engine
         if self.engine.dialect.name == "sqlite":

@@ -258,7 +258,9 @@ def part_target(
         return PartTarget(staged_file(upload, file), part_number)
 
 
-_WRITE_BATCH = 1024 * 1024
+# Each batch is one thread hop (and one pwritev); 4 MiB per hop measured ~0.5 CPU-s per
+# 2 GiB cheaper than 1 MiB, and bounds what a request holds in memory.
+_WRITE_BATCH = 4 * 1024 * 1024
 
 
 async def receive_part(
