@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -214,10 +215,14 @@ def visible_session(
 
 
 def _check_not_expired(upload: db.UploadSession, now: datetime) -> None:
-    if upload.state == "expired" or (
-        upload.state in ("open", "completing") and now >= upload.expires_at
-    ):
-        raise Gone(f"Upload session '{upload.id}' has expired")
+    _check_state_not_expired(upload.id, upload.state, upload.expires_at, now)
+
+
+def _check_state_not_expired(
+    upload_id: str, state: str, expires_at: datetime, now: datetime
+) -> None:
+    if state == "expired" or (state in ("open", "completing") and now >= expires_at):
+        raise Gone(f"Upload session '{upload_id}' has expired")
 
 
 # --- receiving a part (embedded store only; S3 receives parts itself) ---
@@ -247,15 +252,30 @@ def part_target(
     store.verify_part_url(
         upload_id, position, part_number, size, part_size, expires, signature, now
     )
+    # Every part PUT asks this: one narrow query, no ORM objects.
+    query = (
+        select(
+            db.UploadSession.state,
+            db.UploadSession.expires_at,
+            db.UploadSession.part_size,
+            db.TracesetFile.size,
+            db.TracesetFile.staging_handle,
+        )
+        .join(db.TracesetFile, db.TracesetFile.traceset_id == db.UploadSession.traceset_id)
+        .where(db.UploadSession.id == upload_id, db.TracesetFile.position == position)
+    )
     with services.db.session(write=False) as session:
-        upload = session.get(db.UploadSession, upload_id)
-        file = session.get(db.TracesetFile, (upload.traceset_id, position)) if upload else None
-        if upload is None or file is None:
-            raise NotFound(f"Upload session '{upload_id}' not found")
-        _check_not_expired(upload, now)
-        if upload.state not in ("open", "completing"):
-            raise Conflict(f"Upload session '{upload_id}' is {upload.state}; it takes no parts")
-        return PartTarget(staged_file(upload, file), part_number)
+        row = session.execute(query).one_or_none()
+    if row is None:
+        raise NotFound(f"Upload session '{upload_id}' not found")
+    state, expires_at, session_part_size, file_size, handle = row
+    _check_state_not_expired(upload_id, state, expires_at, now)
+    if state not in ("open", "completing"):
+        raise Conflict(f"Upload session '{upload_id}' is {state}; it takes no parts")
+    stage = StagedFile(
+        upload_id, position, file_size, part_size_for(file_size, session_part_size), handle
+    )
+    return PartTarget(stage, part_number)
 
 
 # Each batch is one thread hop (and one pwritev); 4 MiB per hop measured ~0.5 CPU-s per
