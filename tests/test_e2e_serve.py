@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,24 +40,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    data_dir = tmp_path_factory.mktemp("served") / "data"
+@contextmanager
+def serving(data_dir: Path, *args: str) -> Iterator[Served]:
+    """``tracestore serve`` on a free port over ``data_dir``, stopped at the end."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
     env["TRACESTORE_PART_SIZE"] = str(PART)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
+    command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(port)]
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tracestore.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-        ],
+        [*command, "--data-dir", str(data_dir), *args],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -79,6 +73,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("served") / "data") as server:
+        yield server
 
 
 def tracestore(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
@@ -228,3 +228,22 @@ def test_ctrl_c_prints_the_resume_command(served: Served, tmp_path: Path) -> Non
     assert resumed.returncode == 0, resumed.stderr
     assert_downloaded(served, resumed.stdout.split()[0], tmp_path / "out", files)
     client.close()
+
+
+def test_two_worker_processes_share_one_data_directory(tmp_path: Path) -> None:
+    """Parallel parts of one file may land on either worker (each hashes only what it
+    receives); whichever completes falls back to hashing the staged bytes when its running
+    digest lacks parts, and the traceset is exact either way."""
+    files = make_traces(tmp_path / "traces", [PART * 6 + 3, PART * 4])
+    with serving(tmp_path / "data", "--workers", "2") as server:
+        with Client(server.url, server.token) as client:
+            traceset = client.upload_traceset(
+                [tmp_path / "traces"],
+                name="two workers",
+                workload_metadata={"shape": {"rankCount": 2}},
+                concurrency=6,
+            )
+            assert traceset.status == "ready"
+            hashes = {f.name: f.hash for f in client.get_traceset(traceset.id).files}
+        assert hashes == {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in files.items()}
+        assert_downloaded(server, traceset.id, tmp_path / "out", files)
