@@ -126,10 +126,12 @@ def test_an_unfinished_chain_or_other_tags_give_no_digest() -> None:
     assert digest.hexdigest({1: "etag-1", 2: "other", 3: "etag-3"}) is None
 
 
-def test_an_empty_file_has_the_empty_digest() -> None:
-    digest = FileDigest(0, 100, Source(b""))
+def test_an_empty_file_has_the_empty_digest_and_reads_nothing_back() -> None:
+    source = Source(b"")
+    digest = FileDigest(0, 100, source)
     digest.transfer(1).finish()
     assert digest.hexdigest() == hashlib.sha256(b"").hexdigest()
+    assert source.calls == 0
 
 
 def test_a_failed_read_back_breaks_the_chain_without_failing_the_transfer() -> None:

@@ -21,7 +21,8 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 
 ReadBack = Callable[[int, int], Iterable[bytes | memoryview]]
-"""``read_back(offset, length)``: the bytes of the file at ``offset``, in chunks."""
+"""``read_back(offset, length)``: the bytes of the file at ``offset``, in chunks (never
+asked for zero bytes)."""
 
 
 class FileDigest:
@@ -111,8 +112,8 @@ class FileDigest:
                 self._owner = token
                 sha = self._sha.copy()
             try:
-                offset = (number - 1) * self.part_size
-                for chunk in self._read_back(offset, self.part_length(number)):
+                offset, length = (number - 1) * self.part_size, self.part_length(number)
+                for chunk in self._read_back(offset, length) if length else ():
                     sha.update(chunk)
             except OSError:
                 self._break()

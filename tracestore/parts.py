@@ -72,8 +72,7 @@ def read_back(path: Path, stop: threading.Event) -> ReadBack:
     """The ``FileDigest`` read-back of ``path``: for parts that finished out of turn."""
 
     def read(offset: int, length: int) -> Iterator[bytes]:
-        # A part that is in turn from its first byte asks for nothing: open nothing.
-        return read_range(path, offset, length, stop) if length else iter(())
+        return read_range(path, offset, length, stop)
 
     return read
 
