@@ -146,7 +146,7 @@ def resume_upload(
     """The session as it stands: parts received, and fresh URLs for the parts missing."""
     with services.db.session(write=False) as session:
         upload, _traceset = visible_session(session, principal, upload_id)
-        _check_not_expired(upload, services.now())
+        _check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
         files = files_of(session, upload.traceset_id)
         view = _session_view(services, upload, files, with_received=True)
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
@@ -214,13 +214,7 @@ def visible_session(
     return upload, traceset
 
 
-def _check_not_expired(upload: db.UploadSession, now: datetime) -> None:
-    _check_state_not_expired(upload.id, upload.state, upload.expires_at, now)
-
-
-def _check_state_not_expired(
-    upload_id: str, state: str, expires_at: datetime, now: datetime
-) -> None:
+def _check_not_expired(upload_id: str, state: str, expires_at: datetime, now: datetime) -> None:
     if state == "expired" or (state in ("open", "completing") and now >= expires_at):
         raise Gone(f"Upload session '{upload_id}' has expired")
 
@@ -269,7 +263,7 @@ def part_target(
     if row is None:
         raise NotFound(f"Upload session '{upload_id}' not found")
     state, expires_at, session_part_size, file_size, handle = row
-    _check_state_not_expired(upload_id, state, expires_at, now)
+    _check_not_expired(upload_id, state, expires_at, now)
     if state not in ("open", "completing"):
         raise Conflict(f"Upload session '{upload_id}' is {state}; it takes no parts")
     stage = StagedFile(
