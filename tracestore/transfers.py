@@ -165,7 +165,7 @@ def check_names(files: Sequence[LocalFile]) -> None:
         seen[file.name] = file.path
 
 
-def sha256_of(path: Path, on_chunk: Callable[[int], None] = lambda _n: None) -> str:
+def sha256_of(path: Path) -> str:
     """Hex SHA-256 of a file, read once in large chunks into one reused buffer."""
     digest = hashlib.sha256()
     buffer = bytearray(HASH_CHUNK)
@@ -173,7 +173,6 @@ def sha256_of(path: Path, on_chunk: Callable[[int], None] = lambda _n: None) -> 
     with open(path, "rb", buffering=0) as source:
         while n := source.readinto(view):
             digest.update(view[:n])
-            on_chunk(n)
     return digest.hexdigest()
 
 
