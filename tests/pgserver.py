@@ -11,24 +11,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 
+from tests.ports import free_port
+
 PG_BIN = Path(os.environ.get("TRACESTORE_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
 
 class PostgresUnavailable(RuntimeError):
     """The throwaway PostgreSQL cluster could not be started."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PostgresServer:
@@ -89,7 +84,7 @@ class PostgresServer:
                 for key, value in options.items():
                     conf.write(f"{key} = {value}\n")
             for _attempt in range(5):
-                self.port = _free_port()
+                self.port = free_port()
                 try:
                     self._run(
                         str(PG_BIN / "pg_ctl"),

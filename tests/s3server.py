@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from typing import IO, Any
 import httpx
 import pytest
 
+from tests.ports import free_port
 from tracestore.server.settings import Settings
 
 # moto accepts any credentials; the tests give these to boto3 through the environment.
@@ -35,12 +35,6 @@ AWS_ENV = {
 
 class S3Unavailable(RuntimeError):
     """The S3-protocol test server could not be started."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class MotoServer:
@@ -61,7 +55,7 @@ class MotoServer:
         command = (
             [str(executable)] if executable.exists() else [sys.executable, "-m", "moto.server"]
         )
-        self.port = _free_port()
+        self.port = free_port()
         # A file, not a pipe: moto logs every request, and a full pipe would stall it.
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         self._process = subprocess.Popen(

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_port
 from tracestore.client import Client
 
 pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
@@ -32,12 +32,6 @@ class Served:
     url: str
     token: str
     env: dict[str, str]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from tests.conftest import FakeClock
+from tests.ports import free_port
 from tests.s3server import MotoServer, with_s3_bytes
 from tests.uploading import complete, put_parts, request_upload
 from tracestore import schemas
@@ -184,9 +184,7 @@ def test_a_completion_killed_after_s3_assembled_the_file_is_finished_by_a_retry(
 @contextmanager
 def serving(services: Services) -> Iterator[str]:
     """The real app under uvicorn on a free 127.0.0.1 port, in a thread; its base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     config = uvicorn.Config(
         create_app(services=services), host="127.0.0.1", port=port, log_level="warning"
     )
