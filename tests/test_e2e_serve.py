@@ -126,21 +126,12 @@ def test_upload_show_download_round_trip(served: Served, tmp_path: Path) -> None
     assert_downloaded(served, traceset_id, tmp_path / "out", files)
 
 
-def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> None:
-    files = make_traces(tmp_path / "traces", [64 * MIB + 5, 48 * MIB, 40 * MIB + 1, 7])
-    meta = write_meta(tmp_path / "meta.json", 4)
+def start_upload(served: Served, traces: Path, meta: Path) -> tuple[subprocess.Popen[str], str]:
+    """``tracestore upload`` (one part at a time) as a process; it and its upload id, read
+    from the line it prints once the session exists."""
+    command = [sys.executable, "-m", "tracestore.cli", "upload", str(traces)]
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tracestore.cli",
-            "upload",
-            str(tmp_path / "traces"),
-            "--workload-metadata",
-            str(meta),
-            "--concurrency",
-            "1",
-        ],
+        [*command, "--workload-metadata", str(meta), "--concurrency", "1"],
         env=served.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -152,7 +143,13 @@ def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> 
     while line.startswith("Warning:"):
         line = process.stderr.readline()
     assert "resume with: tracestore upload --resume upload_" in line, line
-    upload_id = line.split("--resume ")[1].split()[0]
+    return process, line.split("--resume ")[1].split()[0]
+
+
+def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> None:
+    files = make_traces(tmp_path / "traces", [64 * MIB + 5, 48 * MIB, 40 * MIB + 1, 7])
+    meta = write_meta(tmp_path / "meta.json", 4)
+    process, upload_id = start_upload(served, tmp_path / "traces", meta)
 
     client = Client(served.url, served.token)
     deadline = time.monotonic() + 120
@@ -186,28 +183,7 @@ def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> 
 def test_ctrl_c_prints_the_resume_command(served: Served, tmp_path: Path) -> None:
     files = make_traces(tmp_path / "traces", [30 * MIB, 30 * MIB + 3])
     meta = write_meta(tmp_path / "meta.json", 2)
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tracestore.cli",
-            "upload",
-            str(tmp_path / "traces"),
-            "--workload-metadata",
-            str(meta),
-            "--concurrency",
-            "1",
-        ],
-        env=served.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    line = process.stderr.readline()
-    while line.startswith("Warning:"):
-        line = process.stderr.readline()
-    upload_id = line.split("--resume ")[1].split()[0]
+    process, upload_id = start_upload(served, tmp_path / "traces", meta)
     client = Client(served.url, served.token)
     while not any(f.received_parts for f in client.resume_upload(upload_id).files):
         assert process.poll() is None, "the upload ended before it could be interrupted"
