@@ -21,12 +21,9 @@ from fastapi.testclient import TestClient
 from tests.conftest import FakeClock
 from tests.ports import free_port
 from tests.s3server import MotoServer, with_s3_bytes
-from tests.uploading import complete, put_parts, request_upload
-from tracestore import schemas
+from tests.uploading import complete, complete_in_a_process_that_dies, put_parts, request_upload
 from tracestore.client import Client
-from tracestore.server import completion
 from tracestore.server.app import create_app
-from tracestore.server.auth import authenticate_api_token
 from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB, Settings
@@ -158,19 +155,7 @@ def test_a_completion_killed_after_s3_assembled_the_file_is_finished_by_a_retry(
         return original(*args)
 
     monkeypatch.setattr(store, "_hash_object", dies_on_the_second_file)
-    monkeypatch.setattr(completion, "_release_lease", lambda *a: None)  # a killed process
-    with services.db.session(write=False) as session:
-        principal = authenticate_api_token(
-            session, http.headers["Authorization"].split()[1], services.now()
-        )
-    request = schemas.CompleteRequest.model_validate(
-        {
-            "uploadId": answer["uploadId"],
-            "files": [{"name": n, "parts": p} for n, p in etags.items()],
-        }
-    )
-    with pytest.raises(SystemExit):
-        completion.complete_upload(services, principal, request)
+    complete_in_a_process_that_dies(http, services, answer["uploadId"], etags, monkeypatch)
     monkeypatch.setattr(store, "_hash_object", original)
     assert http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()["status"] == "uploading"
     clock.advance(seconds=61)  # the dead completion's lease runs out

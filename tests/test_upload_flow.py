@@ -17,7 +17,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import FakeClock
-from tests.uploading import complete, put_parts, record_counts, request_upload, upload
+from tests.uploading import (
+    complete,
+    complete_in_a_process_that_dies,
+    put_parts,
+    record_counts,
+    request_upload,
+    upload,
+)
 from tracestore.server.blobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
@@ -372,24 +379,7 @@ def test_a_completion_cut_off_half_way_is_finished_by_a_retry(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(store, "commit_file", dies_on_the_second_file)
-    with pytest.raises(SystemExit):
-        from tracestore import schemas
-        from tracestore.server import completion
-        from tracestore.server.auth import authenticate_api_token
-
-        with services.db.session(write=False) as session:
-            principal = authenticate_api_token(
-                session, http.headers["Authorization"].split()[1], services.now()
-            )
-        request = schemas.CompleteRequest.model_validate(
-            {
-                "uploadId": answer["uploadId"],
-                "files": [{"name": n, "parts": p} for n, p in etags.items()],
-            }
-        )
-        # Simulate a killed process: the lease is never released.
-        monkeypatch.setattr(completion, "_release_lease", lambda *a: None)
-        completion.complete_upload(services, principal, request)
+    complete_in_a_process_that_dies(http, services, answer["uploadId"], etags, monkeypatch)
     monkeypatch.setattr(store, "commit_file", original)
     traceset = http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()
     assert traceset["status"] == "uploading"

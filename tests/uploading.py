@@ -6,9 +6,12 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
-from tracestore.server import db
+from tracestore import schemas
+from tracestore.server import completion, db
+from tracestore.server.auth import authenticate_api_token
 from tracestore.server.services import Services
 
 UPLOAD_URL = "/api/v1/tracesets/upload-url"
@@ -67,6 +70,27 @@ def complete(
             ],
         },
     )
+
+
+def complete_in_a_process_that_dies(
+    http: httpx.Client,
+    services: Services,
+    upload_id: str,
+    etags: dict[str, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run a completion in this process as the caller of ``http``, as a process that is
+    killed would: its lease is never released. The caller makes it die (SystemExit)."""
+    with services.db.session(write=False) as session:
+        principal = authenticate_api_token(
+            session, http.headers["Authorization"].split()[1], services.now()
+        )
+    request = schemas.CompleteRequest.model_validate(
+        {"uploadId": upload_id, "files": [{"name": n, "parts": p} for n, p in etags.items()]}
+    )
+    monkeypatch.setattr(completion, "_release_lease", lambda *a: None)
+    with pytest.raises(SystemExit):
+        completion.complete_upload(services, principal, request)
 
 
 def upload(
