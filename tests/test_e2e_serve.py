@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from tests.ports import free_port
+from tests.uploading import complete, put_parts, request_upload
 from tracestore.client import Client
 
 pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
@@ -217,3 +219,37 @@ def test_two_worker_processes_share_one_data_directory(tmp_path: Path) -> None:
             hashes = {f.name: f.hash for f in client.get_traceset(traceset.id).files}
         assert hashes == {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in files.items()}
         assert_downloaded(server, traceset.id, tmp_path / "out", files)
+
+
+def test_a_part_cut_off_mid_body_is_not_held_and_its_resend_completes(
+    served: Served, tmp_path: Path
+) -> None:
+    # `tracestore serve` receives part bodies straight from the socket (server/protocol.py):
+    # a sender that goes away half-way leaves no part, and the part's next send is whole.
+    data = os.urandom(2 * PART + 1234)
+    with httpx.Client(
+        base_url=served.url, headers={"Authorization": f"Bearer {served.token}"}, timeout=60
+    ) as http:
+        answer = request_upload(http, {"r.bin": (data, "primary")}, {"shape": {"rankCount": 1}})
+        assert answer.status_code == 200, answer.text
+        upload = answer.json()
+        parts = upload["files"][0]["parts"]
+        url = httpx.URL(parts[1]["url"])
+        with socket.create_connection((url.host, url.port), timeout=30) as sock:
+            target = url.raw_path.decode()
+            sock.sendall(
+                f"PUT {target} HTTP/1.1\r\nHost: {url.host}\r\n"
+                f"Content-Length: {parts[1]['size']}\r\n\r\n".encode()
+                + data[PART : PART + PART // 2]
+            )
+        time.sleep(0.5)
+        held = http.get(f"/api/v1/tracesets/upload-url/{upload['uploadId']}").json()
+        assert held["files"][0]["receivedParts"] == []
+        assert len(held["files"][0]["parts"]) == 3
+        etags = put_parts(http, upload, {"r.bin": (data, "primary")})
+        done = complete(
+            http, upload["uploadId"], etags, {"r.bin": hashlib.sha256(data).hexdigest()}
+        )
+        assert done.status_code == 201, done.text
+        files = {"r.bin": data}
+        assert_downloaded(served, done.json()["id"], tmp_path / "out", files)

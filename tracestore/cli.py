@@ -79,6 +79,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
 
     from tracestore.server.app import create_app
     from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+    from tracestore.server.protocol import HTTP_PROTOCOL
     from tracestore.server.services import build_services
 
     settings = _server_settings(data_dir, host=host, port=port)
@@ -110,9 +111,16 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
             port=settings.port,
             workers=workers,
             log_level="info",
+            http=HTTP_PROTOCOL,
         )
         return
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        http=HTTP_PROTOCOL,
+    )
 
 
 # --- administration on a data directory ---

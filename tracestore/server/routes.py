@@ -14,6 +14,7 @@ from tracestore.server import completion, tracesets, uploads
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import LocalBlobStore, content_disposition
 from tracestore.server.deps import authenticated, services_of
+from tracestore.server.protocol import receive_into
 from tracestore.server.services import Services
 
 ServicesDep = Annotated[Services, Depends(services_of)]
@@ -154,7 +155,12 @@ async def put_part(
         signature,
     )
     etag = await uploads.receive_part(
-        services, target, request.stream(), request.headers.get("content-length"), checksum
+        services,
+        target,
+        request.stream(),
+        request.headers.get("content-length"),
+        checksum,
+        into=receive_into(request.scope),
     )
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
 

@@ -132,7 +132,7 @@ class PartWriter:
             self._tmp = None
             self._fd = os.open(part_dir.parent / DATA_FILE, os.O_WRONLY)
 
-    def write(self, chunks: Sequence[bytes], *, checksum: bool) -> None:
+    def write(self, chunks: Sequence[bytes | memoryview], *, checksum: bool) -> None:
         """Write ``chunks`` (in order) after the bytes received so far."""
         size = sum(len(c) for c in chunks)
         if self.received + size > self.expected_size:

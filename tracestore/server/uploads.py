@@ -25,6 +25,7 @@ from tracestore.server.blobs import (
     StagedFile,
 )
 from tracestore.server.ids import new_id
+from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services
 from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
 from tracestore.server.tracesets import files_of
@@ -283,9 +284,11 @@ async def receive_part(
     body: AsyncIterator[bytes],
     content_length: str | None,
     checksum: str | None,
+    into: ReceiveInto | None = None,
 ) -> str:
     """Write one part's body to the embedded store as it arrives; the part's ETag. A body
-    whose declared length is wrong is refused before a byte is written."""
+    whose declared length is wrong is refused before a byte is written. ``into``, when the
+    server offers it, receives the body in a worker thread instead of through ``body``."""
     number = target.part_number
     expected = target.stage.part_length(number)
     if content_length is not None and content_length.isdigit():
@@ -305,6 +308,10 @@ async def receive_part(
     )
     verify = checksum is not None
     try:
+        if into is not None and content_length is not None:
+            # Straight from the socket in a worker thread (server/protocol.py).
+            await into(lambda view: writer.write((view,), checksum=verify))
+            return await run_in_threadpool(writer.finish, checksum)
         # Bodies arrive in small messages; each batch is written with one thread hop.
         pending: list[bytes] = []
         pending_size = 0

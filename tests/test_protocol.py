@@ -1,0 +1,240 @@
+"""server/protocol.py: the ``tracestore.receive_into`` extension, through a real uvicorn on
+a free port (a bare ASGI app that hashes what it is handed) and raw sockets, so the cases
+plain HTTP clients never produce are produced: a body that came with its headers, requests
+pipelined behind a body, ``Expect: 100-continue``, a client that goes away mid-body."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.requests import ClientDisconnect
+
+from tests.ports import free_port
+from tracestore.server.protocol import HTTP_PROTOCOL, BodyProtocol, receive_into
+
+
+class HashingApp:
+    """``PUT /sink`` answers the body's SHA-256 and length, and whether it came through the
+    extension; ``PUT /fail`` has its sink raise after the first slice; ``GET`` answers
+    ``ok``. ``events`` records how each request ended."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return
+        status, payload = 200, {"ok": True}
+        if scope["method"] == "PUT":
+            status, payload = await self._put(scope, receive)
+        body = json.dumps(payload).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _put(self, scope: dict[str, Any], receive: Any) -> tuple[int, dict[str, Any]]:
+        digest = hashlib.sha256()
+        length = 0
+        slices = 0
+
+        def sink(view: memoryview) -> None:
+            nonlocal length, slices
+            if scope["path"] == "/fail" and slices:
+                raise OSError("disk full")
+            digest.update(view)
+            length += len(view)
+            slices += 1
+
+        into = receive_into(scope)
+        try:
+            if into is not None:
+                await into(sink)
+            else:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise ClientDisconnect()
+                    sink(memoryview(message["body"]))
+                    if not message.get("more_body"):
+                        break
+        except ClientDisconnect:
+            self.events.append("disconnect")
+            return 400, {"error": "disconnect"}
+        except OSError as exc:
+            self.events.append("failed")
+            return 500, {"error": str(exc)}
+        self.events.append("received")
+        via = "into" if into is not None else "receive"
+        return 200, {"sha256": digest.hexdigest(), "length": length, "via": via}
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[int, HashingApp]]:
+    app = HashingApp()
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, http=BodyProtocol, lifespan="off", log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    yield port, app
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def put(conn: http.client.HTTPConnection, path: str, body: bytes) -> dict[str, Any]:
+    conn.request("PUT", path, body=body, headers={"Content-Length": str(len(body))})
+    response = conn.getresponse()
+    payload: dict[str, Any] = json.loads(response.read())
+    return payload
+
+
+def read_responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str, Any]]]:
+    """``count`` responses read off a raw socket, in order."""
+    reader = sock.makefile("rb")
+    answers = []
+    for _ in range(count):
+        status_line = reader.readline()
+        status = int(status_line.split()[1])
+        length = 0
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        answers.append((status, json.loads(reader.read(length))))
+    return answers
+
+
+def expected(body: bytes) -> dict[str, Any]:
+    return {"sha256": hashlib.sha256(body).hexdigest(), "length": len(body), "via": "into"}
+
+
+def test_serve_runs_the_body_protocol() -> None:
+    module, _, name = HTTP_PROTOCOL.partition(":")
+    assert getattr(__import__(module, fromlist=[name]), name) is BodyProtocol
+
+
+def test_bodies_on_one_connection_come_whole_through_the_extension(
+    served: tuple[int, HashingApp],
+) -> None:
+    port, _ = served
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    bodies = [os.urandom(5 * 1024 * 1024 + 17), b"", os.urandom(3), os.urandom(1024 * 1024)]
+    for body in bodies:
+        assert put(conn, "/sink", body) == expected(body)
+        # The connection's parser starts afresh after each body: the next request parses.
+        conn.request("GET", "/")
+        assert json.loads(conn.getresponse().read()) == {"ok": True}
+    conn.close()
+
+
+def test_a_body_sent_in_small_pieces_arrives_whole(served: tuple[int, HashingApp]) -> None:
+    port, _ = served
+    body = os.urandom(200_000)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for start in range(0, len(body), 7_000):
+            sock.sendall(body[start : start + 7_000])
+            time.sleep(0.002)
+        assert read_responses(sock, 1) == [(200, expected(body))]
+
+
+def test_requests_pipelined_behind_a_body_are_answered_in_order(
+    served: tuple[int, HashingApp],
+) -> None:
+    port, _ = served
+    small, large = os.urandom(10), os.urandom(3 * 1024 * 1024)
+    get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        # A whole request (headers and body) and another behind it in one packet, then a
+        # large body with a request behind it: the next request's bytes wait on the socket.
+        head = b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+        sock.sendall(head % len(small) + small + get)
+        sock.sendall(head % len(large) + large + get)
+        assert read_responses(sock, 4) == [
+            (200, expected(small)),
+            (200, {"ok": True}),
+            (200, expected(large)),
+            (200, {"ok": True}),
+        ]
+
+
+def test_expect_100_continue_is_answered_before_the_body_is_read(
+    served: tuple[int, HashingApp],
+) -> None:
+    port, _ = served
+    body = os.urandom(2 * 1024 * 1024)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(
+            b"PUT /sink HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        interim = b""
+        while not interim.endswith(b"\r\n\r\n"):
+            interim += sock.recv(1)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        assert read_responses(sock, 1) == [(200, expected(body))]
+
+
+def wait_for(app: HashingApp, event: str) -> None:
+    deadline = time.monotonic() + 10
+    while event not in app.events:
+        assert time.monotonic() < deadline, f"no {event!r} in {app.events}"
+        time.sleep(0.01)
+
+
+def test_a_client_gone_mid_body_is_a_disconnect_and_the_server_goes_on(
+    served: tuple[int, HashingApp],
+) -> None:
+    port, app = served
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n")
+        sock.sendall(os.urandom(1_500_000))
+        time.sleep(0.2)
+    wait_for(app, "disconnect")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = os.urandom(100)
+    assert put(conn, "/sink", body) == expected(body)
+
+
+def test_a_failed_sink_closes_the_connection_after_its_answer(
+    served: tuple[int, HashingApp],
+) -> None:
+    port, app = served
+    body = os.urandom(3 * 1024 * 1024)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"PUT /fail HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        sock.sendall(body)
+        assert read_responses(sock, 1) == [(500, {"error": "disk full"})]
+        # The rest of the body may still be unread: the server serves this connection no more
+        # (closed, or reset when unread bytes were left in its buffer).
+        sock.settimeout(10)
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(1) == b""
+    assert app.events == ["failed"]
+
+
+def test_a_chunked_body_takes_the_ordinary_path(served: tuple[int, HashingApp]) -> None:
+    port, _ = served
+    body = os.urandom(300_000)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("PUT", "/sink", body=iter([body[:100_000], body[100_000:]]), encode_chunked=True)
+    answer = json.loads(conn.getresponse().read())
+    assert answer == {**expected(body), "via": "receive"}
