@@ -29,6 +29,7 @@ from tracestore.errors import (
     InternalError,
     ValidationError,
 )
+from tracestore.sendfile import SendfileTransport
 from tracestore.transfers import (
     RETRY_STATUSES,
     ProgressCallback,
@@ -111,7 +112,10 @@ class Client:
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self.http = http or httpx.Client(
             timeout=self._timeout,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            # Part bodies over http:// go out with sendfile (tracestore/sendfile.py).
+            transport=SendfileTransport(
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=32)
+            ),
             follow_redirects=True,
         )
         self.retry = retry or RetryPolicy()

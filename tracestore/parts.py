@@ -1,17 +1,19 @@
 """One part of an upload: its bytes read from disk as they go out, hashed into the file's
 running SHA-256 on the way (``FileDigest``), PUT with retries and backoff.
 
-A body is read with one ``os.pread`` per ``SEND_CHUNK`` and handed to httpx as ``bytes``:
-h11 passes a ``bytes`` chunk to the socket as it is but joins (copies) any other buffer, so
-a ``memoryview`` of one reused buffer would add a copy per chunk rather than save one
-(measured); glibc hands each freed chunk's memory to the next read, so no page is faulted
-in anew. Each byte is thus copied in from the page cache once, hashed once, and copied out
-to the socket once.
+A body (``PartBody``) goes out one of two ways. The client's own transport
+(tracestore/sendfile.py) reads each ``SEND_CHUNK`` into one reused buffer, hashes it and has
+the kernel send the same range from the file (``sendfile``): each byte copied in once and
+hashed once. Any other httpx transport iterates the body: one ``os.pread`` per chunk handed
+over as ``bytes`` (h11 passes ``bytes`` to the socket as they are but joins, i.e. copies, any
+other buffer, so a reused buffer would add a copy there; measured), and the bytes are
+copied out to the socket once more.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -89,14 +91,51 @@ def hash_held_part(job: PartJob, stop: threading.Event) -> None:
         transfer.abort()
 
 
-def _body(
-    job: PartJob, transfer: PartTransfer, stop: threading.Event, step: Callable[[int], None]
-) -> Iterator[bytes]:
-    for chunk in read_range(job.file.path, job.offset, job.size, stop):
-        # Counted before it is handed over: a transport need not ask for more after the last.
-        transfer.update(chunk)
-        step(len(chunk))
-        yield chunk
+class PartBody(httpx.SyncByteStream):
+    """A part's bytes on their way out, each hashed into the file's running digest and
+    counted as it goes. Any httpx transport iterates it (one ``os.pread`` per chunk); the
+    client's own transport (tracestore/sendfile.py) calls ``send_to`` instead, which sends
+    the bytes with ``sendfile`` and so never copies them into the socket itself."""
+
+    def __init__(
+        self,
+        job: PartJob,
+        transfer: PartTransfer,
+        stop: threading.Event,
+        step: Callable[[int], None],
+    ) -> None:
+        self.job = job
+        self.transfer = transfer
+        self.stop = stop
+        self.step = step
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in read_range(self.job.file.path, self.job.offset, self.job.size, self.stop):
+            # Counted before it is handed over: a transport need not ask for more after the
+            # last.
+            self.transfer.update(chunk)
+            self.step(len(chunk))
+            yield chunk
+
+    def send_to(self, sock: socket.socket) -> None:
+        """Send the part down ``sock``: each chunk read (into one reused buffer) and hashed,
+        then sent from the file by the kernel. Should the file change meanwhile, the bytes
+        sent and those hashed may differ: the service's hash then refuses the completion."""
+        job = self.job
+        buffer = memoryview(bytearray(min(SEND_CHUNK, max(job.size, 1))))
+        with open(job.file.path, "rb", buffering=0) as source:
+            offset, end = job.offset, job.offset + job.size
+            while offset < end:
+                if self.stop.is_set():
+                    raise Stopped
+                n = os.preadv(source.fileno(), [buffer[: min(len(buffer), end - offset)]], offset)
+                if n <= 0:
+                    raise IntegrityError(f"{job.file.path} is shorter than when the upload started")
+                self.transfer.update(buffer[:n])
+                self.step(n)
+                if sock.sendfile(source, offset, n) != n:
+                    raise IntegrityError(f"{job.file.path} is shorter than when the upload started")
+                offset += n
 
 
 def put_part(
@@ -126,14 +165,23 @@ def put_part(
                 progress(ProgressEvent("upload", job.file.name, n, total))
 
         try:
-            response = http.put(
+            # The client's headers and timeouts, with the body as a stream of its own.
+            built = http.build_request(
+                "PUT",
                 url,
-                content=_body(job, transfer, stop, step),
                 headers={
                     "Content-Length": str(job.size),
                     "Content-Type": "application/octet-stream",
                 },
             )
+            request = httpx.Request(
+                "PUT",
+                built.url,
+                headers=built.headers,
+                stream=PartBody(job, transfer, stop, step),
+                extensions=built.extensions,
+            )
+            response = http.send(request)
         except httpx.TransportError as exc:
             last = network_error(exc, url)
         else:
