@@ -202,6 +202,7 @@ def test_finished_sessions_leftover_staging_is_cleaned(
 ) -> None:
     files = {"a.bin": (b"a" * 100, "supporting")}
     ts = upload(http, files)
+    services.wait_for_background()  # the completion's own removal of its staged bytes
     with services.db.session(write=False) as session:
         upload_id = session.scalar(
             select(db.UploadSession.id).where(db.UploadSession.traceset_id == ts["id"])

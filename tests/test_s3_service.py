@@ -103,6 +103,7 @@ def test_upload_complete_download_resolve_and_validate_through_s3(
 
     store = _store(services)
     assert len(_keys(store, "blobs")) == 3  # the two equal files share one blob
+    services.wait_for_background()  # staged parts are removed in the background
     assert _keys(store, "staging") == []
     resolved = http.get(f"/api/v1/tracesets/{answer['tracesetId']}/resolve").json()
     assert {f["uri"] for f in resolved["files"]} == {
@@ -163,6 +164,7 @@ def test_a_completion_killed_after_s3_assembled_the_file_is_finished_by_a_retry(
     assert done.status_code == 201, done.text
     for entry in done.json()["files"]:
         assert entry["hash"] == "sha256:" + hashlib.sha256(files[entry["name"]][0]).hexdigest()
+    services.wait_for_background()
     assert _keys(store, "staging") == []
 
 

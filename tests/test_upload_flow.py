@@ -115,8 +115,10 @@ def test_three_file_traceset_parallel_out_of_order_resumed_and_completed_twice(
     roles = {f["name"]: (f["role"], f["metadataStatus"]) for f in traceset["files"]}
     assert roles["config/run.yaml"] == ("supporting", "complete")
     assert traceset["hash"].startswith("sha256:")
-    # No staging bytes are left behind once the upload is complete.
-    assert not any((services.settings.data_dir / "blobs" / "staging").rglob("*.*"))
+    # No staging bytes are left behind once the upload is complete (removed in the
+    # background).
+    services.wait_for_background()
+    assert list((services.settings.data_dir / "blobs" / "staging").iterdir()) == []
 
 
 def test_identical_bytes_are_stored_once_and_equal_content_has_equal_hash(

@@ -3,6 +3,7 @@ database), every byte is verified, and a completion cut off half-way can be retr
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -26,12 +27,15 @@ from tracestore.server import db
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import (
     FileLargerThanDeclared,
+    StagedFile,
     normalise_etag,
 )
 from tracestore.server.inspection import schedule_inspection
 from tracestore.server.services import Services
 from tracestore.server.tracesets import files_of, manifest_hash, traceset_view
 from tracestore.server.uploads import staged_file, visible_session
+
+log = logging.getLogger("tracestore.completion")
 
 COMPLETING_MESSAGE = "Upload session is already being completed by another request"
 
@@ -92,13 +96,23 @@ def complete_upload(
             raise Conflict(COMPLETING_MESSAGE)
         traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
         _link_blobs(session, traceset, committed, services.now())
-    for file in files:
-        services.store.discard_staging(staged_file(upload, file))
+    # The staged bytes go on the background worker rather than in the client's wait (a
+    # process stopped first leaves them to lifecycle.clean_finished_staging).
+    stages = [staged_file(upload, f) for f in files]
+    services.run_in_background(_discard_staging, services, upload.id, stages)
     primary_bytes = sum(f.size for f in files if f.role == "primary")
     schedule_inspection(services, upload.traceset_id, primary_bytes)
     with services.db.session(write=False) as session:
         traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
         return traceset_view(session, traceset), True
+
+
+def _discard_staging(services: Services, upload_id: str, stages: Sequence[StagedFile]) -> None:
+    try:
+        for stage in stages:
+            services.store.discard_staging(stage)
+    except Exception:
+        log.exception("removing the staged bytes of %s failed", upload_id)
 
 
 def _check_request(

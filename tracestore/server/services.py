@@ -36,11 +36,19 @@ class Services:
     _background_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run_in_background(self, fn: Callable[..., object], *args: object) -> None:
-        """Run ``fn(*args)`` on this process's one background worker (inspection)."""
+        """Run ``fn(*args)`` on this process's one background worker (inspection, removing
+        a completed upload's staged bytes), in the order handed over."""
         with self._background_lock:
             if self._background is None:
                 self._background = ThreadPoolExecutor(1, thread_name_prefix="tracestore-bg")
             self._background.submit(fn, *args)
+
+    def wait_for_background(self) -> None:
+        """Return once the work handed to the background worker so far is done."""
+        with self._background_lock:
+            background = self._background
+        if background is not None:
+            background.submit(lambda: None).result()
 
     def close(self) -> None:
         if self._background is not None:
