@@ -362,15 +362,20 @@ def test_two_concurrent_completes_do_the_work_once(http: TestClient, services: S
     assert complete(http, answer["uploadId"], etags).status_code == 200
 
 
+@pytest.mark.parametrize("dies_in", ["seal_file", "place_file"])
 def test_a_completion_cut_off_half_way_is_finished_by_a_retry(
-    http: TestClient, services: Services, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    http: TestClient,
+    services: Services,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    dies_in: str,
 ) -> None:
     files = {"a.et": (b"a" * 100, "primary"), "b.et": (b"b" * 100, "primary")}
     answer = request_upload(http, files, {"shape": {"rankCount": 2}}).json()
     etags = put_parts(http, answer, files)
     store = services.store
     assert isinstance(store, LocalBlobStore)
-    original = store.commit_file
+    original = getattr(store, dies_in)
     calls = 0
 
     def dies_on_the_second_file(*args: Any, **kwargs: Any) -> Any:
@@ -380,9 +385,11 @@ def test_a_completion_cut_off_half_way_is_finished_by_a_retry(
             raise SystemExit("killed")  # what a dying worker looks like from inside
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(store, "commit_file", dies_on_the_second_file)
+    monkeypatch.setattr(store, dies_in, dies_on_the_second_file)
     complete_in_a_process_that_dies(http, services, answer["uploadId"], etags, monkeypatch)
-    monkeypatch.setattr(store, "commit_file", original)
+    monkeypatch.setattr(store, dies_in, original)
+    placed = sum(store.blob_exists(hashlib.sha256(d).hexdigest()) for d, _ in files.values())
+    assert placed == (1 if dies_in == "place_file" else 0)
     traceset = http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()
     assert traceset["status"] == "uploading"
     assert complete(http, answer["uploadId"], etags).status_code == 409  # lease still held
@@ -414,14 +421,14 @@ def test_a_purge_racing_a_completion_never_leaves_a_ready_traceset_without_bytes
     etags = put_parts(http, answer, files)
     store = services.store
     assert isinstance(store, LocalBlobStore)
-    place = store._adopt
+    place = store.place_file
     purges: list[tuple[int, int, bool]] = []
 
     def purge_first(*args: Any, **kwargs: Any) -> None:
         purges.append(purge_blobs(services, services.now()))
         place(*args, **kwargs)
 
-    monkeypatch.setattr(store, "_adopt", purge_first)
+    monkeypatch.setattr(store, "place_file", purge_first)
     done = complete(http, answer["uploadId"], etags)
     assert done.status_code == 201, done.text
     assert purges and purges[0][0] == 0, "the blob being completed must not be purged"

@@ -1,8 +1,8 @@
 """Where bytes live: the BlobStore protocol and the embedded LocalBlobStore.
 
 Blobs are content-addressed by SHA-256 and shared by every file whose bytes are equal. An
-upload first lands in a *staging* area, one part at a time, in any order; ``commit_file``
-hashes the staged bytes and moves them into the content-addressed area. The S3 store
+upload first lands in a *staging* area, one part at a time, in any order; completion seals
+each file (hashes its staged bytes) and places it in the content-addressed area. The S3 store
 (``s3blobs.py``) implements the same protocol with real multipart uploads.
 """
 
@@ -89,17 +89,18 @@ class BlobStore(Protocol):
 
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]: ...
 
-    def commit_file(
-        self,
-        staged: StagedFile,
-        etags: Mapping[int, str],
-        *,
-        heartbeat: Callable[[], None] = ...,
-        pin: Callable[[str, int], None] = ...,
+    def seal_file(
+        self, staged: StagedFile, etags: Mapping[int, str], *, heartbeat: Callable[[], None] = ...
     ) -> CommittedBlob:
-        """Assemble and hash the staged bytes and store them at their SHA-256's address.
-        ``pin(sha256, size)`` is called after hashing and before the bytes are placed, so
-        the database protects the blob from a concurrent purge before it is stored."""
+        """Assemble and hash the staged bytes (the parts named by ``etags``); nothing is
+        placed yet. Repeatable: a completion cut off anywhere seals again."""
+        ...
+
+    def place_file(
+        self, staged: StagedFile, blob: CommittedBlob, *, heartbeat: Callable[[], None] = ...
+    ) -> None:
+        """Store sealed bytes at their SHA-256's address, unless a blob is there already.
+        Only once the database protects the blob from a purge (``commit_file``)."""
         ...
 
     def discard_staging(self, staged: StagedFile) -> None: ...
@@ -117,6 +118,23 @@ class BlobStore(Protocol):
     def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str: ...
 
     def check(self) -> None: ...
+
+
+def commit_file(
+    store: BlobStore,
+    staged: StagedFile,
+    etags: Mapping[int, str],
+    *,
+    heartbeat: Callable[[], None] = lambda: None,
+    pin: Callable[[str, int], None] = lambda sha256, size: None,
+) -> CommittedBlob:
+    """Seal one staged file and place it: ``pin(sha256, size)`` runs in between, so the
+    database protects the blob from a concurrent purge before it is stored. (A completion
+    of many files seals them all, pins them in one transaction, then places them.)"""
+    blob = store.seal_file(staged, etags, heartbeat=heartbeat)
+    pin(blob.sha256, blob.size)
+    store.place_file(staged, blob, heartbeat=heartbeat)
+    return blob
 
 
 def normalise_etag(etag: str) -> str:
@@ -258,13 +276,12 @@ class LocalBlobStore:
                 )
         return PartWriter(part_dir, part_number, expected)
 
-    def commit_file(
+    def seal_file(
         self,
         staged: StagedFile,
         etags: Mapping[int, str],
         *,
         heartbeat: Callable[[], None] = lambda: None,
-        pin: Callable[[str, int], None] = lambda sha256, size: None,
     ) -> CommittedBlob:
         directory = self._staging_dir(staged.upload_id, staged.position)
         data_path = directory / DATA_FILE
@@ -295,19 +312,23 @@ class LocalBlobStore:
             with open(data_path, "rb") as source:
                 _hash_stream(source, digest, heartbeat)
             sha256 = digest.hexdigest()
-        pin(sha256, total)
-        # Linked, not moved, so a completion that dies before the database records it can
-        # be retried from the staged bytes.
-        self._adopt(data_path, sha256)
         return CommittedBlob(sha256, total)
 
-    def _adopt(self, path: Path, sha256: str) -> None:
-        """Link ``path`` at the blob's address unless the blob is there already."""
-        target = self._blob_path(sha256)
+    def place_file(
+        self,
+        staged: StagedFile,
+        blob: CommittedBlob,
+        *,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> None:
+        # Linked, not moved, so a completion that dies before the database records it can
+        # be retried from the staged bytes.
+        data_path = self._staging_dir(staged.upload_id, staged.position) / DATA_FILE
+        target = self._blob_path(blob.sha256)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):
-                os.link(path, target)
+                os.link(data_path, target)
 
     def discard_staging(self, staged: StagedFile) -> None:
         directory = self._staging_dir(staged.upload_id, staged.position)

@@ -8,11 +8,11 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -26,6 +26,7 @@ from tracestore.errors import (
 from tracestore.server import db
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import (
+    CommittedBlob,
     FileLargerThanDeclared,
     StagedFile,
     normalise_etag,
@@ -244,13 +245,10 @@ def _commit_files(
                 )
     lease = _LeaseKeeper(services, upload.id, owner)
 
-    def commit(file: db.TracesetFile) -> str:
+    def seal(file: db.TracesetFile) -> CommittedBlob:
         try:
-            blob = store.commit_file(
-                stages[file.position],
-                etags[file.position],
-                heartbeat=lease.renew,
-                pin=lambda sha256, size: _pin_blob(services, sha256, size),
+            blob = store.seal_file(
+                stages[file.position], etags[file.position], heartbeat=lease.renew
             )
         except FileLargerThanDeclared as exc:
             raise FileLargerThanDeclared(
@@ -264,11 +262,19 @@ def _commit_files(
                 "the client declared; re-send its parts"
             )
         lease.renew()
-        return blob.sha256
+        return blob
 
-    # Hashing releases the GIL: files are committed on as many threads as there are cores.
+    def place(file: db.TracesetFile, blob: CommittedBlob) -> None:
+        store.place_file(stages[file.position], blob, heartbeat=lease.renew)
+        lease.renew()
+
+    # Hashing releases the GIL: files are sealed on as many threads as there are cores.
+    # Every blob is pinned (one transaction) before any is placed (blobs.commit_file).
     with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1, 4))) as pool:
-        return dict(zip([f.position for f in files], pool.map(commit, files), strict=True))
+        sealed = list(pool.map(seal, files))
+        _pin_blobs(services, {blob.sha256: blob.size for blob in sealed})
+        list(pool.map(place, files, sealed))
+    return {file.position: blob.sha256 for file, blob in zip(files, sealed, strict=True)}
 
 
 class _LeaseKeeper:
@@ -290,22 +296,34 @@ class _LeaseKeeper:
         _renew_lease(self._services, self._upload_id, self._owner)
 
 
-def _pin_blob(services: Services, sha256: str, size: int) -> None:
-    """Record the blob, or refresh it, so a purge leaves it alone for the grace period.
-    Plain statements, not an ORM read-modify-write: an UPDATE racing a purge's DELETE
-    waits for it and then finds no row, and the INSERT records the blob anew."""
+# Blobs pinned per statement; well under any engine's limit on bound parameters.
+_PIN_BATCH = 500
+
+
+def _pin_blobs(services: Services, sizes: Mapping[str, int]) -> None:
+    """Record the blobs, or refresh them, so a purge leaves them alone for the grace period;
+    one transaction. Plain statements, not an ORM read-modify-write: an UPDATE racing a
+    purge's DELETE waits for it and then finds no row, and the INSERT records the blob
+    anew."""
     now = services.now()
+    hashes = sorted(sizes)
     for attempt in range(2):
         try:
             with services.db.session() as session:
-                refreshed = session.execute(
-                    update(db.Blob)
-                    .where(db.Blob.sha256 == sha256, db.Blob.unreferenced_since.is_not(None))
-                    .values(unreferenced_since=now)
-                )
-                if refreshed.rowcount == 0 and session.get(db.Blob, sha256) is None:  # type: ignore[attr-defined]
-                    session.add(
-                        db.Blob(sha256=sha256, size=size, created_at=now, unreferenced_since=now)
+                for start in range(0, len(hashes), _PIN_BATCH):
+                    batch = hashes[start : start + _PIN_BATCH]
+                    session.execute(
+                        update(db.Blob)
+                        .where(db.Blob.sha256.in_(batch), db.Blob.unreferenced_since.is_not(None))
+                        .values(unreferenced_since=now)
+                    )
+                    known = set(
+                        session.scalars(select(db.Blob.sha256).where(db.Blob.sha256.in_(batch)))
+                    )
+                    session.add_all(
+                        db.Blob(sha256=h, size=sizes[h], created_at=now, unreferenced_since=now)
+                        for h in batch
+                        if h not in known
                     )
             return
         except IntegrityError:

@@ -2,13 +2,13 @@
 
 Each staged file is one S3 multipart upload on ``<prefix>/staging/<upload>/<position>``; the
 client PUTs its parts straight to presigned ``UploadPart`` URLs, so bytes never pass through
-the service. ``commit_file`` completes the multipart upload, hashes the assembled object and
-copies it server-side to ``<prefix>/blobs/<sha256[:2]>/<sha256>``.
+the service. ``seal_file`` completes the multipart upload and hashes the assembled object;
+``place_file`` copies it server-side to ``<prefix>/blobs/<sha256[:2]>/<sha256>``.
 
 A completion may be cut off anywhere and retried. S3 forgets a multipart upload's parts once
 it is completed, so before completing, the part list is written to a small manifest object
 beside the staged one (``<position>.json``), and the SHA-256 is added to it once known: a
-retry then answers ``list_parts`` and ``commit_file`` from the manifest.
+retry then answers ``list_parts`` and ``seal_file`` from the manifest.
 """
 
 from __future__ import annotations
@@ -192,13 +192,12 @@ class S3BlobStore:
             return {}
         return {n: StoredPart(n, size, etag) for n, size, etag in manifest["parts"]}
 
-    def commit_file(
+    def seal_file(
         self,
         staged: StagedFile,
         etags: Mapping[int, str],
         *,
         heartbeat: Callable[[], None] = lambda: None,
-        pin: Callable[[str, int], None] = lambda sha256, size: None,
     ) -> CommittedBlob:
         staging_key = self._staging_key(staged)
         parts = self._uploaded_parts(staged)
@@ -228,7 +227,7 @@ class S3BlobStore:
             manifest = self._read_manifest(staged) or {"sha256": None}
         size = self._size(staging_key)
         if size is None and manifest["sha256"] and self.blob_exists(manifest["sha256"]):
-            pin(manifest["sha256"], int(manifest["size"]))
+            # Placed by an earlier attempt.
             return CommittedBlob(manifest["sha256"], int(manifest["size"]))
         if size is None:
             raise ValidationError("The staged bytes of this file are gone; start a new upload")
@@ -237,11 +236,19 @@ class S3BlobStore:
         sha256 = self._hash_object(staging_key, heartbeat)
         manifest.update(sha256=sha256, size=size)
         self._write_manifest(staged, manifest)
-        pin(sha256, size)
-        if not self.blob_exists(sha256):
-            self._copy(staging_key, self.blob_key(sha256), heartbeat)
-        self.client.delete_object(Bucket=self.bucket, Key=staging_key)
         return CommittedBlob(sha256, size)
+
+    def place_file(
+        self,
+        staged: StagedFile,
+        blob: CommittedBlob,
+        *,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> None:
+        staging_key = self._staging_key(staged)
+        if not self.blob_exists(blob.sha256):
+            self._copy(staging_key, self.blob_key(blob.sha256), heartbeat)
+        self.client.delete_object(Bucket=self.bucket, Key=staging_key)
 
     def _hash_object(self, key: str, heartbeat: Callable[[], None]) -> str:
         digest = hashlib.sha256()
