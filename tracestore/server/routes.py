@@ -143,8 +143,8 @@ async def put_part(
     checksum: Annotated[str | None, Header(alias="x-amz-checksum-sha256")] = None,
 ) -> Response:
     """Receive one part of an upload, written to disk as it arrives."""
-    target = await run_in_threadpool(
-        uploads.part_target,
+    writer = await run_in_threadpool(
+        uploads.open_part,
         services,
         upload_id,
         position,
@@ -153,14 +153,10 @@ async def put_part(
         part_size,
         expires,
         signature,
+        request.headers.get("content-length"),
     )
     etag = await uploads.receive_part(
-        services,
-        target,
-        request.stream(),
-        request.headers.get("content-length"),
-        checksum,
-        into=receive_into(request.scope),
+        writer, request.stream(), checksum, into=receive_into(request.scope)
     )
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -28,6 +27,7 @@ from tracestore.server.ids import new_id
 from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services
 from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
+from tracestore.server.staging import PartWriter
 from tracestore.server.tracesets import files_of
 from tracestore.server.validation import parse_json_body
 
@@ -223,13 +223,7 @@ def _check_not_expired(upload_id: str, state: str, expires_at: datetime, now: da
 # --- receiving a part (embedded store only; S3 receives parts itself) ---
 
 
-@dataclass(frozen=True)
-class PartTarget:
-    stage: StagedFile
-    part_number: int
-
-
-def part_target(
+def open_part(
     services: Services,
     upload_id: str,
     position: int,
@@ -238,8 +232,11 @@ def part_target(
     part_size: int,
     expires: int,
     signature: str,
-) -> PartTarget:
-    """Check a part URL's signature and that its session still takes parts."""
+    content_length: str | None,
+) -> PartWriter:
+    """Check a part URL's signature, that its session still takes parts and the body's
+    declared length (refused before a byte is written); the part's writer. One call, so
+    one thread hop per part PUT."""
     store = services.store
     if not isinstance(store, LocalBlobStore):
         raise NotFound("This service does not receive parts itself")
@@ -270,7 +267,17 @@ def part_target(
     stage = StagedFile(
         upload_id, position, file_size, part_size_for(file_size, session_part_size), handle
     )
-    return PartTarget(stage, part_number)
+    expected = stage.part_length(part_number)
+    if content_length is not None and content_length.isdigit():
+        if int(content_length) > expected:
+            raise PayloadTooLarge(
+                f"Part {part_number} is {content_length} bytes, larger than its size of {expected}"
+            )
+        if int(content_length) < expected:
+            raise ValidationError(
+                f"Part {part_number} is {content_length} bytes; its size is {expected}"
+            )
+    return store.open_part_writer(stage, part_number, length_known=content_length is not None)
 
 
 # Each batch is one thread hop (and one pwritev); 4 MiB per hop measured ~0.5 CPU-s per
@@ -279,36 +286,17 @@ _WRITE_BATCH = 4 * 1024 * 1024
 
 
 async def receive_part(
-    services: Services,
-    target: PartTarget,
+    writer: PartWriter,
     body: AsyncIterator[bytes],
-    content_length: str | None,
     checksum: str | None,
     into: ReceiveInto | None = None,
 ) -> str:
-    """Write one part's body to the embedded store as it arrives; the part's ETag. A body
-    whose declared length is wrong is refused before a byte is written. ``into``, when the
-    server offers it, receives the body in a worker thread instead of through ``body``."""
-    number = target.part_number
-    expected = target.stage.part_length(number)
-    if content_length is not None and content_length.isdigit():
-        if int(content_length) > expected:
-            raise PayloadTooLarge(
-                f"Part {number} is {content_length} bytes, larger than its size of {expected}"
-            )
-        if int(content_length) < expected:
-            raise ValidationError(
-                f"Part {number} is {content_length} bytes; its size is {expected}"
-            )
-    store = services.store
-    if not isinstance(store, LocalBlobStore):
-        raise NotFound("This service does not receive parts itself")
-    writer = await run_in_threadpool(
-        store.open_part_writer, target.stage, number, length_known=content_length is not None
-    )
+    """Write one part's body (of the length ``open_part`` checked) as it arrives; the part's
+    ETag. ``into``, when the server offers it, receives the body in a worker thread
+    instead of through ``body``."""
     verify = checksum is not None
     try:
-        if into is not None and content_length is not None:
+        if into is not None:
             # Straight from the socket in a worker thread (server/protocol.py).
             await into(lambda view: writer.write((view,), checksum=verify))
             return await run_in_threadpool(writer.finish, checksum)
