@@ -5,12 +5,14 @@ pipelined behind a body, ``Expect: 100-continue``, a client that goes away mid-b
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import http.client
 import json
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import uvicorn
 from starlette.requests import ClientDisconnect
 
 from tests.ports import free_port
-from tracestore.server.protocol import HTTP_PROTOCOL, BodyProtocol, receive_into
+from tracestore.server.protocol import HTTP_PROTOCOL, BodyProtocol, _run_pump, receive_into
 
 
 class HashingApp:
@@ -238,3 +240,39 @@ def test_a_chunked_body_takes_the_ordinary_path(served: tuple[int, HashingApp]) 
     conn.request("PUT", "/sink", body=iter([body[:100_000], body[100_000:]]), encode_chunked=True)
     answer = json.loads(conn.getresponse().read())
     assert answer == {**expected(body), "via": "receive"}
+
+
+def test_a_client_that_resets_mid_body_is_a_disconnect(served: tuple[int, HashingApp]) -> None:
+    port, app = served
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n")
+    sock.sendall(os.urandom(300_000))
+    time.sleep(0.2)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # with a zero linger: a reset, not an orderly close
+    wait_for(app, "disconnect")
+
+
+def test_a_cancelled_receive_returns_only_once_the_sink_is_done() -> None:
+    # Whoever cleans up behind the sink (closing the file it writes to) runs after the
+    # cancellation surfaces: by then no slice may still be handed over.
+    events: list[str] = []
+
+    def slow_sink(view: memoryview) -> None:
+        events.append("sink start")
+        time.sleep(0.3)
+        events.append("sink end")
+
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            theirs.sendall(b"x" * 100_000)
+            task = asyncio.create_task(_run_pump(ours, b"early", 10_000_000, slow_sink))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            events.append("cancelled")
+
+    asyncio.run(main())
+    assert events[-1] == "cancelled" and events[-2] == "sink end"

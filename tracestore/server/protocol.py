@@ -13,21 +13,26 @@ the connection goes back to uvicorn, ready for its next request.
 The extension is offered for a request with a ``Content-Length`` and no transfer coding,
 on a plain-TCP connection, when the request is the connection's current one; everywhere
 else (TLS, chunked bodies, the in-process test client, other servers) the scope lacks it
-and the app reads ``receive()`` as usual. It leans on uvicorn's protocol internals
-(``cycle``, ``flow``, ``parser``), which is why uvicorn's version is bounded in
-``pyproject.toml`` and tests/test_protocol.py drives it through a real ``tracestore serve``.
+and the app reads ``receive()`` as usual. Bodies are received on threads of their own (not
+the app's thread pool), and a cancelled request (shutdown) returns only once its body's
+thread has stopped. It leans on uvicorn's protocol internals (``cycle``, ``flow``,
+``parser``), which is why uvicorn's version is bounded in ``pyproject.toml``;
+tests/test_protocol.py drives it through a real uvicorn and raw sockets, and
+tests/test_e2e_serve.py through ``tracestore serve``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import functools
 import os
 import socket
+import threading
+import weakref
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-import anyio.to_thread
 import httptools
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -51,30 +56,58 @@ def receive_into(scope: dict[str, Any] | Any) -> ReceiveInto | None:
     return extension if callable(extension) else None
 
 
+# Bodies are received on threads of their own: a body holds its thread for as long as its
+# sender takes, which must not starve the threads that run the app's endpoints. Bodies
+# beyond this many wait (their bytes wait in the kernel's socket buffers meanwhile).
+_PUMP_THREADS = 64
+_pumps: ThreadPoolExecutor | None = None
+_pumps_lock = threading.Lock()
+
+
+def _pump_executor() -> ThreadPoolExecutor:
+    global _pumps
+    with _pumps_lock:
+        if _pumps is None:
+            _pumps = ThreadPoolExecutor(_PUMP_THREADS, thread_name_prefix="tracestore-body")
+        return _pumps
+
+
 class BodyProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, offering ``tracestore.receive_into`` (module doc)."""
+
+    _counted: RequestResponseCycle | None = None
+    _seen = 0
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is None or cycle.scope is not self.scope or self.scheme != "http":
             return
+        # Body bytes parsed for this request, to tell whether the app took some already.
+        self._counted, self._seen = cycle, 0
         length = _content_length(self.headers)
         if length is None:
             return
         extensions = cast(dict[str, Any], self.scope.setdefault("extensions", {}))
-        extensions[RECEIVE_INTO] = functools.partial(self._receive_into, cycle, length)
+        extensions[RECEIVE_INTO] = _ReceiveInto(self, cycle, length)
 
-    async def _receive_into(self, cycle: RequestResponseCycle, length: int, sink: Sink) -> None:
+    def on_body(self, body: bytes) -> None:
+        if self._counted is self.cycle:
+            self._seen += len(body)
+        super().on_body(body)
+
+    async def receive_into(self, cycle: RequestResponseCycle, length: int, sink: Sink) -> None:
+        """The extension's work for ``cycle``'s body of ``length`` bytes (module doc)."""
         if cycle.disconnected:
             raise ClientDisconnect()
+        if self._counted is cycle and self._seen != len(cycle.body):
+            raise RuntimeError("Part of the request body was received already")
         # What httptools has parsed already (the body's first bytes came with the headers).
         early = bytes(cycle.body)
         cycle.body = bytearray()
         if not cycle.more_body:
             # All of it is here (and the parser may have moved on to a pipelined request).
-            if early:
-                await anyio.to_thread.run_sync(sink, memoryview(early))
+            await _run_pump(None, early, 0, sink)
             return
         # A body still arriving belongs to the connection's current request.
         if cycle is not self.cycle or cycle.response_started or self.transport.is_closing():
@@ -89,7 +122,7 @@ class BodyProtocol(HttpToolsProtocol):
             # descriptor (shutdown) while the thread still reads.
             with socket.socket(fileno=os.dup(raw.fileno())) as sock:
                 sock.settimeout(IDLE_TIMEOUT)
-                await anyio.to_thread.run_sync(_pump, sock, early, length - len(early), sink)
+                await _run_pump(sock, early, length - len(early), sink)
         except BaseException:
             # Some of the body may still be on the wire: this connection serves no more.
             cycle.keep_alive = False
@@ -102,6 +135,43 @@ class BodyProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
 
 
+class _ReceiveInto:
+    """The extension as the app sees it. Weak references: a request's scope must not keep
+    its connection alive."""
+
+    def __init__(self, protocol: BodyProtocol, cycle: RequestResponseCycle, length: int) -> None:
+        self._protocol = weakref.ref(protocol)
+        self._cycle = weakref.ref(cycle)
+        self._length = length
+
+    async def __call__(self, sink: Sink) -> None:
+        protocol, cycle = self._protocol(), self._cycle()
+        if protocol is None or cycle is None:
+            raise ClientDisconnect()
+        await protocol.receive_into(cycle, self._length, sink)
+
+
+async def _run_pump(sock: socket.socket | None, early: bytes, remaining: int, sink: Sink) -> None:
+    """Run ``_pump`` on a body thread. Cancelled, it returns only once the thread has
+    stopped (its socket shut down so that a pending read ends at once): whoever cleans up
+    behind the sink (closing the file it writes to) must find no slice being handed over."""
+    pump = asyncio.get_running_loop().run_in_executor(
+        _pump_executor(), _pump, sock, early, remaining, sink
+    )
+    try:
+        await asyncio.shield(pump)
+    except asyncio.CancelledError:
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        while not pump.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({pump})  # never cancels the pump, never raises its error
+        if not pump.cancelled():
+            pump.exception()  # retrieved: the cancellation, not the pump's end, is the news
+        raise
+
+
 def _new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
     parser = httptools.HttpRequestParser(protocol)
     with contextlib.suppress(AttributeError):  # httptools < 0.6.3 has no leniencies
@@ -109,17 +179,19 @@ def _new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
     return parser
 
 
-def _pump(sock: socket.socket, early: bytes, remaining: int, sink: Sink) -> None:
+def _pump(sock: socket.socket | None, early: bytes, remaining: int, sink: Sink) -> None:
     if early:
         sink(memoryview(early))
-    buffer = memoryview(bytearray(min(CHUNK, max(remaining, 1))))
+    if sock is None or remaining <= 0:
+        return
+    buffer = memoryview(bytearray(min(CHUNK, remaining)))
     while remaining > 0:
         want = min(len(buffer), remaining)
         filled = 0
         while filled < want:
             try:
                 n = sock.recv_into(buffer[filled:want])
-            except TimeoutError:
+            except (TimeoutError, ConnectionError):  # stalled, reset
                 raise ClientDisconnect() from None
             if n == 0:
                 raise ClientDisconnect()
