@@ -6,12 +6,13 @@ tests/test_client*.py drive."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,10 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tracestore.client import Client
 from tracestore.errors import IntegrityError, TracestoreError
 from tracestore.filedigest import FileDigest
 from tracestore.parts import PartBody, PartJob, put_part, read_back
-from tracestore.sendfile import SendfileTransport
+from tracestore.sendfile import SendfileTransport, default_transport
 from tracestore.transfers import LocalFile, RetryPolicy, Stopped
 
 MIB = 1024 * 1024
@@ -54,6 +56,15 @@ def handler_for(script: Script) -> type[BaseHTTPRequestHandler]:
             script.connections.add(self.client_address)
             step = script.next()
             length = int(self.headers["Content-Length"])
+            if step == "early-403":
+                # As Go's net/http (MinIO) does: answer before reading a large body, read a
+                # little of it, close.
+                self._answer(403, b'{"error": {"code": "FORBIDDEN", "message": "expired"}}')
+                self.connection.settimeout(0.5)
+                with contextlib.suppress(OSError):
+                    self.connection.recv(256 * 1024)
+                self.close_connection = True
+                return
             if step == "drop":
                 self.rfile.read(length // 2)
                 self.close_connection = True
@@ -101,6 +112,13 @@ def http() -> Iterator[httpx.Client]:
         yield client
 
 
+def written(path: Path, size: int) -> tuple[Path, bytes]:
+    """``path`` holding ``size`` random bytes, and the bytes."""
+    data = os.urandom(size)
+    path.write_bytes(data)
+    return path, data
+
+
 def job_for(path: Path, data: bytes, number: int, part_size: int, url: str) -> PartJob:
     stat = path.stat()
     local = LocalFile(path.name, path, len(data), "primary", stat.st_mtime_ns)
@@ -111,7 +129,11 @@ def job_for(path: Path, data: bytes, number: int, part_size: int, url: str) -> P
 
 
 def send(
-    http: httpx.Client, job: PartJob, stop: threading.Event | None = None, attempts: int = 3
+    http: httpx.Client,
+    job: PartJob,
+    stop: threading.Event | None = None,
+    attempts: int = 3,
+    fresh_url: Callable[[PartJob], str] = lambda j: j.url,
 ) -> str:
     return put_part(
         http,
@@ -120,7 +142,7 @@ def send(
         stop=stop or threading.Event(),
         progress=None,
         total=job.size,
-        fresh_url=lambda j: j.url,
+        fresh_url=fresh_url,
     )
 
 
@@ -128,9 +150,7 @@ def test_parts_go_whole_over_kept_alive_connections_and_hash_the_file(
     server: tuple[str, Script], http: httpx.Client, tmp_path: Path
 ) -> None:
     url, script = server
-    data = os.urandom(5 * MIB + 321)
-    path = tmp_path / "rank0.bin"
-    path.write_bytes(data)
+    path, data = written(tmp_path / "rank0.bin", 5 * MIB + 321)
     part_size = 2 * MIB
     jobs = [job_for(path, data, n, part_size, url) for n in (1, 2, 3)]
     digest = FileDigest(len(data), part_size, read_back(path, threading.Event()))
@@ -149,9 +169,7 @@ def test_a_dropped_connection_and_a_503_are_retried(
     server: tuple[str, Script], http: httpx.Client, tmp_path: Path
 ) -> None:
     url, script = server
-    data = os.urandom(3 * MIB)
-    path = tmp_path / "rank0.bin"
-    path.write_bytes(data)
+    path, data = written(tmp_path / "rank0.bin", 3 * MIB)
     script.steps = ["drop", "503"]
     job = job_for(path, data, 1, 4 * MIB, url)
     assert send(http, job) == hashlib.md5(data).hexdigest()
@@ -165,9 +183,7 @@ def test_an_idle_connection_the_server_closed_is_not_reused(
     server: tuple[str, Script], http: httpx.Client, tmp_path: Path
 ) -> None:
     url, script = server
-    data = os.urandom(MIB)
-    path = tmp_path / "rank0.bin"
-    path.write_bytes(data)
+    path, data = written(tmp_path / "rank0.bin", MIB)
     script.steps = ["close-later"]
     send(http, job_for(path, data, 1, 4 * MIB, url))
     time.sleep(0.3)
@@ -181,9 +197,7 @@ def test_a_stop_ends_the_send_and_a_shrunk_file_is_an_integrity_error(
     server: tuple[str, Script], http: httpx.Client, tmp_path: Path
 ) -> None:
     url, script = server
-    data = os.urandom(2 * MIB)
-    path = tmp_path / "rank0.bin"
-    path.write_bytes(data)
+    path, data = written(tmp_path / "rank0.bin", 2 * MIB)
     stop = threading.Event()
     stop.set()
     with pytest.raises(Stopped):
@@ -199,7 +213,7 @@ def test_https_and_other_bodies_take_httpx_own_path(tmp_path: Path) -> None:
     seen: list[str] = []
 
     class Recording(SendfileTransport):
-        def _checkout(self, host: str, port: int, timeout: float | None) -> object:  # type: ignore[override]
+        def _checkout(self, request: httpx.Request, host: str, *args: object) -> object:  # type: ignore[override]
             seen.append(host)
             raise AssertionError("the sendfile path was taken")
 
@@ -222,8 +236,52 @@ def test_https_and_other_bodies_take_httpx_own_path(tmp_path: Path) -> None:
 
 
 def test_a_refused_connection_is_a_network_error(tmp_path: Path, http: httpx.Client) -> None:
-    data = os.urandom(100)
-    path = tmp_path / "f"
-    path.write_bytes(data)
+    path, data = written(tmp_path / "f", 100)
     with pytest.raises(TracestoreError):
         send(http, job_for(path, data, 1, MIB, "http://127.0.0.1:9"))
+
+
+def test_an_answer_sent_before_the_body_was_read_is_the_answer(
+    server: tuple[str, Script], http: httpx.Client, tmp_path: Path
+) -> None:
+    # An expired URL answered 403 mid-body: the client takes a fresh URL (not a broken pipe
+    # retried on the same URL).
+    url, script = server
+    path, data = written(tmp_path / "rank0.bin", 16 * MIB)
+    script.steps = ["early-403"]
+    fresh: list[str] = []
+    job = job_for(path, data, 1, 16 * MIB, url)
+
+    def fresh_url(j: PartJob) -> str:
+        fresh.append(j.url)
+        return j.url + "&fresh=1"
+
+    etag = send(http, job, fresh_url=fresh_url)
+    assert fresh == [job.url]
+    assert etag == hashlib.md5(data).hexdigest() and script.bodies == [data]
+
+
+def test_a_local_file_error_is_not_a_network_error(
+    server: tuple[str, Script], http: httpx.Client, tmp_path: Path
+) -> None:
+    url, script = server
+    path, data = written(tmp_path / "rank0.bin", MIB)
+    job = job_for(path, data, 1, 4 * MIB, url)
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        send(http, job)
+    assert script.bodies == []
+
+
+def test_a_proxy_in_the_environment_leaves_every_request_to_httpx(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limits = httpx.Limits()
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert isinstance(default_transport(limits), SendfileTransport)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    assert default_transport(limits) is None
+    with Client("http://127.0.0.1:9", "token") as client:
+        assert not isinstance(client.http._transport, SendfileTransport)
+        assert client.http._mounts  # httpx mounted the proxy

@@ -29,7 +29,7 @@ from tracestore.errors import (
     InternalError,
     ValidationError,
 )
-from tracestore.sendfile import SendfileTransport
+from tracestore.sendfile import default_transport
 from tracestore.transfers import (
     RETRY_STATUSES,
     ProgressCallback,
@@ -110,12 +110,12 @@ class Client:
         self._auth = {"Authorization": f"Bearer {token}"}
         self._owns_http = http is None
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         self.http = http or httpx.Client(
             timeout=self._timeout,
+            limits=limits,
             # Part bodies over http:// go out with sendfile (tracestore/sendfile.py).
-            transport=SendfileTransport(
-                limits=httpx.Limits(max_connections=64, max_keepalive_connections=32)
-            ),
+            transport=default_transport(limits),
             follow_redirects=True,
         )
         self.retry = retry or RetryPolicy()

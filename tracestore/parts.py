@@ -91,6 +91,15 @@ def hash_held_part(job: PartJob, stop: threading.Event) -> None:
         transfer.abort()
 
 
+class SendFailed(Exception):
+    """The connection failed while a body was being sent (the ``OSError`` is ``error``);
+    an error reading the local file is raised as it is."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class PartBody(httpx.SyncByteStream):
     """A part's bytes on their way out, each hashed into the file's running digest and
     counted as it goes. Any httpx transport iterates it (one ``os.pread`` per chunk); the
@@ -119,8 +128,9 @@ class PartBody(httpx.SyncByteStream):
 
     def send_to(self, sock: socket.socket) -> None:
         """Send the part down ``sock``: each chunk read (into one reused buffer) and hashed,
-        then sent from the file by the kernel. Should the file change meanwhile, the bytes
-        sent and those hashed may differ: the service's hash then refuses the completion."""
+        then sent from the file by the kernel; a failed send is ``SendFailed``. Should the
+        file change meanwhile, the bytes sent and those hashed may differ: the service's
+        hash then refuses the completion."""
         job = self.job
         buffer = memoryview(bytearray(min(SEND_CHUNK, max(job.size, 1))))
         with open(job.file.path, "rb", buffering=0) as source:
@@ -133,7 +143,11 @@ class PartBody(httpx.SyncByteStream):
                     raise IntegrityError(f"{job.file.path} is shorter than when the upload started")
                 self.transfer.update(buffer[:n])
                 self.step(n)
-                if sock.sendfile(source, offset, n) != n:
+                try:
+                    sent = sock.sendfile(source, offset, n)
+                except OSError as exc:
+                    raise SendFailed(exc) from exc
+                if sent != n:
                     raise IntegrityError(f"{job.file.path} is shorter than when the upload started")
                 offset += n
 

@@ -20,11 +20,12 @@ import http.client
 import select
 import socket
 import threading
+import urllib.request
 from typing import Any
 
 import httpx
 
-from tracestore.parts import PartBody
+from tracestore.parts import PartBody, SendFailed
 
 # Idle connections kept per host; more than the uploader's default concurrency.
 MAX_IDLE = 16
@@ -43,68 +44,75 @@ class SendfileTransport(httpx.HTTPTransport):
             return super().handle_request(request)
         host, port = request.url.host, request.url.port or 80
         timeouts = request.extensions.get("timeout", {})
-        timeout = max((t for t in timeouts.values() if t is not None), default=None)
-        connection = self._checkout(host, port, timeout)
+        read, write = timeouts.get("read"), timeouts.get("write")
+        timeout = None if read is None or write is None else max(read, write)
+        connection = self._checkout(request, host, port, timeouts.get("connect"), timeout)
         try:
-            connection.putrequest(
-                request.method,
-                request.url.raw_path.decode("ascii"),
-                skip_host=True,
-                skip_accept_encoding=True,
-            )
-            for name, value in request.headers.raw:
-                connection.putheader(name.decode("latin-1"), value.decode("latin-1"))
-            connection.endheaders()
+            try:
+                connection.putrequest(
+                    request.method,
+                    request.url.raw_path.decode("ascii"),
+                    skip_host=True,
+                    skip_accept_encoding=True,
+                )
+                for name, value in request.headers.raw:
+                    connection.putheader(name.decode("latin-1"), value.decode("latin-1"))
+                connection.endheaders()
+            except OSError as exc:
+                raise SendFailed(exc) from exc
             assert connection.sock is not None
             request.stream.send_to(connection.sock)
-            answer = connection.getresponse()
-            content = answer.read()
-        except TimeoutError as exc:
+        except SendFailed as failed:
+            # A server may answer before it takes the whole body (an expired URL, say) and
+            # close: that answer, when there is one, is the news, not the broken pipe.
+            early = _early_answer(connection)
             connection.close()
-            raise httpx.TimeoutException(f"timed out: {exc}", request=request) from exc
-        except (http.client.HTTPException, ConnectionError) as exc:
-            connection.close()
-            raise httpx.RemoteProtocolError(
-                str(exc) or type(exc).__name__, request=request
-            ) from exc
-        except OSError as exc:
-            connection.close()
-            raise httpx.NetworkError(str(exc), request=request) from exc
+            if early is None:
+                raise _transport_error(failed.error, request) from failed.error
+            answer, content = early
         except BaseException:
             connection.close()
             raise
-        if answer.will_close:
-            connection.close()
         else:
-            self._checkin(host, port, connection)
-        return httpx.Response(
-            answer.status,
-            headers=[
-                (name.encode("latin-1"), value.encode("latin-1"))
-                for name, value in answer.getheaders()
-            ],
-            content=content,
-            request=request,
-        )
+            try:
+                answer = connection.getresponse()
+                content = answer.read()
+            except (OSError, http.client.HTTPException) as exc:
+                connection.close()
+                raise _transport_error(exc, request) from exc
+            if answer.will_close:
+                connection.close()
+            else:
+                self._checkin(host, port, connection)
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.getheaders()]
+        return httpx.Response(answer.status, headers=headers, content=content, request=request)
 
-    def _checkout(self, host: str, port: int, timeout: float | None) -> http.client.HTTPConnection:
+    def _checkout(
+        self,
+        request: httpx.Request,
+        host: str,
+        port: int,
+        connect_timeout: float | None,
+        timeout: float | None,
+    ) -> http.client.HTTPConnection:
         with self._lock:
             idle = self._idle.get((host, port), [])
             while idle:
                 connection = idle.pop()
                 if _usable(connection):
-                    connection.timeout = timeout
                     assert connection.sock is not None
                     connection.sock.settimeout(timeout)
                     return connection
                 connection.close()
-        connection = http.client.HTTPConnection(host, port, timeout=timeout)
+        connection = http.client.HTTPConnection(host, port, timeout=connect_timeout)
         try:
             connection.connect()
         except TimeoutError as exc:
-            raise httpx.ConnectTimeout(str(exc)) from exc
+            raise httpx.ConnectTimeout(str(exc), request=request) from exc
         except OSError as exc:
-            raise httpx.ConnectError(str(exc)) from exc
+            raise httpx.ConnectError(str(exc), request=request) from exc
+        assert connection.sock is not None
+        connection.sock.settimeout(timeout)
         connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return connection
 
@@ -125,13 +133,48 @@ class SendfileTransport(httpx.HTTPTransport):
         super().close()
 
 
+def default_transport(limits: httpx.Limits) -> httpx.BaseTransport | None:
+    """The transport a ``Client`` gives the httpx client it makes: this one, unless the
+    environment names a proxy (then httpx's own, which honours it for every request)."""
+    if urllib.request.getproxies():
+        return None
+    return SendfileTransport(limits=limits)
+
+
+# How long to wait for an answer the server may have sent before it stopped reading a body.
+_EARLY_ANSWER_TIMEOUT = 5.0
+
+
+def _early_answer(connection: http.client.HTTPConnection) -> tuple[Any, bytes] | None:
+    sock = connection.sock
+    if sock is None:
+        return None
+    try:
+        timeout = sock.gettimeout()
+        sock.settimeout(min(timeout, _EARLY_ANSWER_TIMEOUT) if timeout else _EARLY_ANSWER_TIMEOUT)
+        answer = connection.getresponse()
+        return answer, answer.read()
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def _transport_error(error: BaseException, request: httpx.Request) -> httpx.TransportError:
+    reason = str(error) or type(error).__name__
+    if isinstance(error, TimeoutError):
+        return httpx.TimeoutException(reason, request=request)
+    if isinstance(error, ConnectionError | http.client.HTTPException):
+        return httpx.RemoteProtocolError(reason, request=request)
+    return httpx.NetworkError(reason, request=request)
+
+
 def _usable(connection: http.client.HTTPConnection) -> bool:
-    """An idle connection the server has not closed (a closed one reads as readable)."""
+    """An idle connection the server has not closed (a closed one polls as readable)."""
     sock = connection.sock
     if sock is None:
         return False
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
+        return not poller.poll(0)
+    except OSError:
         return False
-    return not readable
