@@ -100,7 +100,8 @@ class BlobStore(Protocol):
         self, staged: StagedFile, blob: CommittedBlob, *, heartbeat: Callable[[], None] = ...
     ) -> None:
         """Store sealed bytes at their SHA-256's address, unless a blob is there already.
-        Only once the database protects the blob from a purge (``commit_file``)."""
+        Only once the database protects the blob from a concurrent purge (completion pins
+        every sealed blob before it places any)."""
         ...
 
     def discard_staging(self, staged: StagedFile) -> None: ...
@@ -118,23 +119,6 @@ class BlobStore(Protocol):
     def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str: ...
 
     def check(self) -> None: ...
-
-
-def commit_file(
-    store: BlobStore,
-    staged: StagedFile,
-    etags: Mapping[int, str],
-    *,
-    heartbeat: Callable[[], None] = lambda: None,
-    pin: Callable[[str, int], None] = lambda sha256, size: None,
-) -> CommittedBlob:
-    """Seal one staged file and place it: ``pin(sha256, size)`` runs in between, so the
-    database protects the blob from a concurrent purge before it is stored. (A completion
-    of many files seals them all, pins them in one transaction, then places them.)"""
-    blob = store.seal_file(staged, etags, heartbeat=heartbeat)
-    pin(blob.sha256, blob.size)
-    store.place_file(staged, blob, heartbeat=heartbeat)
-    return blob
 
 
 def normalise_etag(etag: str) -> str:

@@ -71,8 +71,9 @@ def complete_upload(
                 return traceset_view(session, traceset), False
         raise Conflict(COMPLETING_MESSAGE)
 
+    stages = {f.position: staged_file(upload, f) for f in files}
     try:
-        committed = _commit_files(services, upload, files, etags, declared, owner)
+        committed = _commit_files(services, upload.id, files, stages, etags, declared, owner)
     except FileLargerThanDeclared as exc:
         with services.db.session() as session:
             upload = session.get(db.UploadSession, upload.id)  # type: ignore[assignment]
@@ -99,8 +100,7 @@ def complete_upload(
         _link_blobs(session, traceset, committed, services.now())
     # The staged bytes go on the background worker rather than in the client's wait (a
     # process stopped first leaves them to lifecycle.clean_finished_staging).
-    stages = [staged_file(upload, f) for f in files]
-    services.run_in_background(_discard_staging, services, upload.id, stages)
+    services.run_in_background(_discard_staging, services, upload.id, list(stages.values()))
     primary_bytes = sum(f.size for f in files if f.role == "primary")
     schedule_inspection(services, upload.traceset_id, primary_bytes)
     with services.db.session(write=False) as session:
@@ -199,15 +199,15 @@ def _release_lease(services: Services, upload_id: str, owner: str) -> None:
 
 def _commit_files(
     services: Services,
-    upload: db.UploadSession,
+    upload_id: str,
     files: Sequence[db.TracesetFile],
+    stages: Mapping[int, StagedFile],
     etags: dict[int, dict[int, str]],
     declared: dict[int, str | None],
     owner: str,
 ) -> dict[int, str]:
     """Move every file's staged bytes into blobs; the SHA-256 per file position."""
     store = services.store
-    stages = {f.position: staged_file(upload, f) for f in files}
     # Check every file's parts before moving any bytes.
     for file in files:
         stage = stages[file.position]
@@ -243,7 +243,7 @@ def _commit_files(
                     f"Part {number} of file '{file.name}' has {part.size} bytes; "
                     f"{expected} expected"
                 )
-    lease = _LeaseKeeper(services, upload.id, owner)
+    lease = _LeaseKeeper(services, upload_id, owner)
 
     def seal(file: db.TracesetFile) -> CommittedBlob:
         try:
@@ -269,7 +269,7 @@ def _commit_files(
         lease.renew()
 
     # Hashing releases the GIL: files are sealed on as many threads as there are cores.
-    # Every blob is pinned (one transaction) before any is placed (blobs.commit_file).
+    # Every blob is pinned (one transaction) before any is placed (BlobStore.place_file).
     with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1, 4))) as pool:
         sealed = list(pool.map(seal, files))
         _pin_blobs(services, {blob.sha256: blob.size for blob in sealed})

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -59,17 +58,8 @@ def receive_into(scope: dict[str, Any] | Any) -> ReceiveInto | None:
 # Bodies are received on threads of their own: a body holds its thread for as long as its
 # sender takes, which must not starve the threads that run the app's endpoints. Bodies
 # beyond this many wait (their bytes wait in the kernel's socket buffers meanwhile).
-_PUMP_THREADS = 64
-_pumps: ThreadPoolExecutor | None = None
-_pumps_lock = threading.Lock()
-
-
-def _pump_executor() -> ThreadPoolExecutor:
-    global _pumps
-    with _pumps_lock:
-        if _pumps is None:
-            _pumps = ThreadPoolExecutor(_PUMP_THREADS, thread_name_prefix="tracestore-body")
-        return _pumps
+# (The executor starts its threads only as bodies come.)
+_PUMPS = ThreadPoolExecutor(64, thread_name_prefix="tracestore-body")
 
 
 class BodyProtocol(HttpToolsProtocol):
@@ -155,9 +145,7 @@ async def _run_pump(sock: socket.socket | None, early: bytes, remaining: int, si
     """Run ``_pump`` on a body thread. Cancelled, it returns only once the thread has
     stopped (its socket shut down so that a pending read ends at once): whoever cleans up
     behind the sink (closing the file it writes to) must find no slice being handed over."""
-    pump = asyncio.get_running_loop().run_in_executor(
-        _pump_executor(), _pump, sock, early, remaining, sink
-    )
+    pump = asyncio.get_running_loop().run_in_executor(_PUMPS, _pump, sock, early, remaining, sink)
     try:
         await asyncio.shield(pump)
     except asyncio.CancelledError:
