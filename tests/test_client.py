@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from tests.uploading import one_part_session
 from tracestore import errors, jsontext
 from tracestore.client import Client, ProgressEvent, UploadInterrupted
 from tracestore.server import db
@@ -239,20 +240,10 @@ def test_resume_of_a_changed_file_fails_at_completion(
 
 
 def test_low_level_upload_and_repeated_completion(client: Client, tmp_path: Path) -> None:
-    from tracestore import schemas
-
     data = os.urandom(3000)
-    session = client.start_upload(
-        schemas.UploadRequest(
-            name="low level",
-            files=[schemas.UploadFileSpec(name="a.bin", size=len(data), role="supporting")],
-        )
-    )
-    (part,) = session.files[0].parts
-    response = client.http.put(part.url, content=data)
-    etag = response.headers["etag"].strip('"')
-    first = client.complete_upload(session.upload_id, {"a.bin": {1: etag}})
-    again = client.complete_upload(session.upload_id, {"a.bin": {1: etag}})
+    upload_id, etag = one_part_session(client, data)
+    first = client.complete_upload(upload_id, {"a.bin": {1: etag}})
+    again = client.complete_upload(upload_id, {"a.bin": {1: etag}})
     assert first == again
     assert first.files[0].hash == f"sha256:{sha256(data)}"
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.uploading import one_part_session
 from tracestore import errors, schemas, uploader
 from tracestore.client import Client, RetryPolicy
 from tracestore.server.app import create_app
@@ -299,15 +300,8 @@ def test_complete_upload_sends_a_declared_sha256_for_the_service_to_verify(
     client: Client, recorder: Recorder
 ) -> None:
     data = os.urandom(3000)
-    session = client.start_upload(
-        schemas.UploadRequest(
-            name="low level",
-            files=[schemas.UploadFileSpec(name="a.bin", size=len(data), role="supporting")],
-        )
-    )
-    (part,) = session.files[0].parts
-    etag = client.http.put(part.url, content=data).headers["etag"].strip('"')
+    upload_id, etag = one_part_session(client, data)
     with pytest.raises(errors.ValidationError, match=r"SHA-256 of file 'a\.bin'"):
-        client.complete_upload(session.upload_id, {"a.bin": {1: etag}}, {"a.bin": "0" * 64})
-    done = client.complete_upload(session.upload_id, {"a.bin": {1: etag}}, {"a.bin": sha256(data)})
+        client.complete_upload(upload_id, {"a.bin": {1: etag}}, {"a.bin": "0" * 64})
+    done = client.complete_upload(upload_id, {"a.bin": {1: etag}}, {"a.bin": sha256(data)})
     assert done.files[0].hash == f"sha256:{sha256(data)}"

@@ -123,6 +123,12 @@ def read_responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str,
     return answers
 
 
+def put_head(path: str, length: int, *headers: bytes) -> bytes:
+    """A PUT's request line and headers, as a raw socket sends them."""
+    lines = [b"PUT %s HTTP/1.1" % path.encode(), b"Host: x", *headers]
+    return b"\r\n".join([*lines, b"Content-Length: %d" % length, b"", b""])
+
+
 def expected(body: bytes) -> dict[str, Any]:
     return {"sha256": hashlib.sha256(body).hexdigest(), "length": len(body), "via": "into"}
 
@@ -150,7 +156,7 @@ def test_a_body_sent_in_small_pieces_arrives_whole(served: tuple[int, HashingApp
     port, _ = served
     body = os.urandom(200_000)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        sock.sendall(put_head("/sink", len(body)))
         for start in range(0, len(body), 7_000):
             sock.sendall(body[start : start + 7_000])
             time.sleep(0.002)
@@ -166,9 +172,8 @@ def test_requests_pipelined_behind_a_body_are_answered_in_order(
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         # A whole request (headers and body) and another behind it in one packet, then a
         # large body with a request behind it: the next request's bytes wait on the socket.
-        head = b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
-        sock.sendall(head % len(small) + small + get)
-        sock.sendall(head % len(large) + large + get)
+        sock.sendall(put_head("/sink", len(small)) + small + get)
+        sock.sendall(put_head("/sink", len(large)) + large + get)
         assert read_responses(sock, 4) == [
             (200, expected(small)),
             (200, {"ok": True}),
@@ -183,10 +188,7 @@ def test_expect_100_continue_is_answered_before_the_body_is_read(
     port, _ = served
     body = os.urandom(2 * 1024 * 1024)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(
-            b"PUT /sink HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)
-        )
+        sock.sendall(put_head("/sink", len(body), b"Expect: 100-continue"))
         interim = b""
         while not interim.endswith(b"\r\n\r\n"):
             interim += sock.recv(1)
@@ -207,7 +209,7 @@ def test_a_client_gone_mid_body_is_a_disconnect_and_the_server_goes_on(
 ) -> None:
     port, app = served
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n")
+        sock.sendall(put_head("/sink", 4_000_000))
         sock.sendall(os.urandom(1_500_000))
         time.sleep(0.2)
     wait_for(app, "disconnect")
@@ -222,7 +224,7 @@ def test_a_failed_sink_closes_the_connection_after_its_answer(
     port, app = served
     body = os.urandom(3 * 1024 * 1024)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(b"PUT /fail HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        sock.sendall(put_head("/fail", len(body)))
         sock.sendall(body)
         assert read_responses(sock, 1) == [(500, {"error": "disk full"})]
         # The rest of the body may still be unread: the server serves this connection no more
@@ -245,7 +247,7 @@ def test_a_chunked_body_takes_the_ordinary_path(served: tuple[int, HashingApp]) 
 def test_a_client_that_resets_mid_body_is_a_disconnect(served: tuple[int, HashingApp]) -> None:
     port, app = served
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n")
+    sock.sendall(put_head("/sink", 4_000_000))
     sock.sendall(os.urandom(300_000))
     time.sleep(0.2)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tracestore import schemas
+from tracestore.client import Client
 from tracestore.server import completion, db
 from tracestore.server.auth import authenticate_api_token
 from tracestore.server.services import Services
@@ -49,6 +50,19 @@ def put_parts(
                 {"partNumber": part["partNumber"], "etag": response.headers["etag"]}
             )
     return etags
+
+
+def one_part_session(client: Client, data: bytes) -> tuple[str, str]:
+    """A one-file (supporting) upload started through the client's low-level calls, its
+    only part sent; the upload id and the part's ETag."""
+    session = client.start_upload(
+        schemas.UploadRequest(
+            name="low level",
+            files=[schemas.UploadFileSpec(name="a.bin", size=len(data), role="supporting")],
+        )
+    )
+    (part,) = session.files[0].parts
+    return session.upload_id, client.http.put(part.url, content=data).headers["etag"].strip('"')
 
 
 def complete(
