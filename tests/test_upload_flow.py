@@ -7,6 +7,7 @@ import hashlib
 import os
 import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -434,3 +435,24 @@ def test_a_purge_racing_a_completion_never_leaves_a_ready_traceset_without_bytes
     assert purges and purges[0][0] == 0, "the blob being completed must not be purged"
     digest = hashlib.sha256(data).hexdigest()
     assert _read_back(http, services, digest) == data
+
+
+def test_record_counts_waits_for_the_background_removal_of_staging(
+    http: TestClient, services: Services
+) -> None:
+    # Counting walked the staging tree while the background worker deleted a completed
+    # upload's staging, and failed with FileNotFoundError in CI; it now waits for the worker.
+    files = {"a.et": (b"a" * 100, "primary")}
+    upload(http, files, {"shape": {"rankCount": 1}})
+    services.wait_for_background()
+    settled = record_counts(services)
+    staging = services.settings.data_dir / "blobs" / "staging" / "upload_late" / "0"
+    staging.mkdir(parents=True)
+    (staging / "data").write_bytes(b"x")
+
+    def remove_later() -> None:
+        time.sleep(0.3)  # still at work when the count starts
+        (staging / "data").unlink()
+
+    services.run_in_background(remove_later)
+    assert record_counts(services)["files on disk"] == settled["files on disk"]

@@ -124,7 +124,10 @@ def raw_post(http: httpx.Client, url: str, text: str) -> httpx.Response:
 
 
 def record_counts(services: Services) -> dict[str, int]:
-    """How many records of each kind exist, and how many staged or stored byte files."""
+    """How many records of each kind exist, and how many staged or stored byte files, once
+    the background work handed over so far is done (it removes completed uploads' staging;
+    walking the tree while it runs would see entries vanish)."""
+    services.wait_for_background()
     counts: dict[str, int] = {}
     with services.db.session(write=False) as session:
         for table in (db.Traceset, db.TracesetFile, db.UploadSession, db.Blob):
