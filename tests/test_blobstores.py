@@ -1,5 +1,6 @@
-"""One contract for every BlobStore: the embedded LocalBlobStore (its part and download URLs
-served by the app itself) and S3BlobStore on a real S3-protocol server (moto, presigned URLs).
+"""One contract for every store, both its StagingArea and its ContentStore side: the embedded
+LocalBlobStore (its part and download URLs served by the app itself) and S3BlobStore on a
+real S3-protocol server (moto, presigned URLs).
 
 Each store is driven through its protocol, with real HTTP PUTs to the part URLs it hands out.
 Files are staged by the upload use case (which calls ``stage_file``), so the embedded store's
@@ -27,9 +28,11 @@ from tracestore.errors import ValidationError
 from tracestore.server import db, uploads
 from tracestore.server.blobs import (
     BlobStore,
+    ContentStore,
     FileLargerThanDeclared,
     LocalBlobStore,
     StagedFile,
+    StagingArea,
     normalise_etag,
 )
 from tracestore.server.s3blobs import S3BlobStore
@@ -144,6 +147,21 @@ def _bytes(size: int, seed: int = 1) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
+def test_each_store_implements_both_protocols(harness: Harness) -> None:
+    store = harness.store
+    assert isinstance(store, StagingArea)
+    assert isinstance(store, ContentStore)
+    assert isinstance(store, BlobStore)
+
+
+def _as_each_protocol(
+    store: LocalBlobStore | S3BlobStore,
+) -> tuple[StagingArea, ContentStore, BlobStore]:
+    """Never called: mypy checks both stores against each protocol, signatures included
+    (``isinstance`` on a runtime-checkable protocol looks at member names only)."""
+    return store, store, store
+
+
 def test_parts_out_of_order_are_listed_and_committed_content_addressed(harness: Harness) -> None:
     data = _bytes(2 * PART + 12345)
     (staged,) = harness.stage(len(data))
@@ -240,8 +258,9 @@ def test_committing_more_bytes_than_declared_is_refused(harness: Harness) -> Non
     if answer.status_code != 200:
         assert answer.status_code == 413
         pytest.skip("this store refuses an oversize part at PUT time")
-    with pytest.raises(FileLargerThanDeclared):
+    with pytest.raises(FileLargerThanDeclared) as refused:
         harness.store.seal_file(staged, {1: answer.headers["etag"]})
+    assert refused.value.size == 11  # the true byte count, for completion's message
     harness.store.discard_staging(staged)
     assert harness.keys("staging") == [] and harness.keys("blobs") == []
 
@@ -266,7 +285,6 @@ def test_open_blob_reads_from_where_it_seeks(harness: Harness) -> None:
 
 def test_staged_uploads_names_the_sessions_holding_staged_bytes(harness: Harness) -> None:
     store = harness.store
-    assert isinstance(store, LocalBlobStore | S3BlobStore)
     first, second = harness.stage(10), harness.stage(PART + 1)
     harness.put_all(second[0], _bytes(PART + 1))
     upload_ids = {first[0].upload_id, second[0].upload_id}

@@ -14,7 +14,14 @@ import pytest
 import zstandard
 
 from tests.inspect_fixtures import TESTDATA, chakra_allreduce, chakra_trace, kineto_trace
-from tracestore.inspect import FileInspection, RankCensus, RankRange, inspect_path, rank_census
+from tracestore.inspect import (
+    FileInspection,
+    RankCensus,
+    RankRange,
+    inspect_path,
+    rank_census,
+    validation_checks,
+)
 
 
 def census_of(
@@ -97,7 +104,7 @@ def test_complete_eight_rank_set(tmp_path: Path) -> None:
     assert census.rank_count_matches.message == (
         "ranks 0..7 each recorded by one file, matching the declared rank count 8"
     )
-    assert [c["name"] for c in census.validation_checks()] == [
+    assert [c["name"] for c in validation_checks(census.to_json())] == [
         "rank_census",
         "parallelism_consistency",
     ]

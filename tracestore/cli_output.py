@@ -62,10 +62,7 @@ def echo_json(value: Any) -> None:
 
 def wire(model: schemas.WireModel | schemas.SnakeWireModel) -> Any:
     """A response model back to its wire JSON (camelCase), metadata kept as given."""
-    data: dict[str, Any] = model.model_dump(mode="json", by_alias=True)
-    if isinstance(model, schemas.Traceset):
-        data["workloadMetadata"] = model.workload_metadata
-    return data
+    return schemas.wire_dict(model)
 
 
 def size_text(size: int | None) -> str:

@@ -321,10 +321,7 @@ class Client:
 
     def start_upload(self, request: schemas.UploadRequest) -> schemas.UploadUrlResponse:
         """``POST /api/v1/tracesets/upload-url``: create the traceset, get part URLs."""
-        body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
-        body.pop("workloadMetadata", None)
-        if request.workload_metadata is not None:
-            body["workloadMetadata"] = request.workload_metadata
+        body = schemas.wire_dict(request, exclude_none=True)
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
         return _answer(response, schemas.UploadUrlResponse)
 

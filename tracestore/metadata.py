@@ -19,19 +19,21 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from tracestore.errors import UnprocessableEntity, ValidationError
 from tracestore.jsontext import value_text
 
+# The parallelism degrees whose product is the rank count, in the order messages name them.
 DEGREES: tuple[str, ...] = ("dp", "tp", "sp", "ep", "pp")
 MAX_RANK_COUNT = 2_147_483_647
 MAX_METADATA_BYTES = 65_536
 MISSING_RANK_COUNT_MESSAGE = (
     "Uploads with primary trace files must declare a rank count: "
     "set workloadMetadata.shape.rankCount, "
-    "or workloadMetadata.parallelism degrees (dp, tp, sp, ep, pp)"
+    f"or workloadMetadata.parallelism degrees ({', '.join(DEGREES)})"
 )
 
 _ROOT = "workloadMetadata"
 _SHAPE = f"{_ROOT}.shape"
 _PARALLELISM = f"{_ROOT}.parallelism"
-_PRODUCT = "the parallelism product (dp × tp × sp × ep × pp)"
+_FORMULA = " × ".join(DEGREES)
+_PRODUCT = f"the parallelism product ({_FORMULA})"
 _SHOWN_CHARS = 80
 _RULE_ERROR = "promotion_rule"
 
@@ -56,6 +58,19 @@ def _shown(value: object) -> str:
 def metadata_size(metadata: object) -> int:
     """Bytes of ``metadata`` as compact JSON with non-ASCII kept as UTF-8 (SPEC 4 rule 2)."""
     return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def check_metadata_size(metadata: object) -> None:
+    """The size rule (SPEC 4 rule 2, which promotion applies too): at most
+    ``MAX_METADATA_BYTES`` serialized. Raises ``ValidationError`` naming the size."""
+    try:
+        size = metadata_size(metadata)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValidationError(f"{_ROOT} cannot be serialized as JSON: {exc}") from exc
+    if size > MAX_METADATA_BYTES:
+        raise ValidationError(
+            f"{_ROOT} is {size} bytes when serialized; the limit is {MAX_METADATA_BYTES} bytes"
+        )
 
 
 def _member_objects(metadata: object) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -101,16 +116,17 @@ def declared_rank_count(metadata: object) -> int | None:
 
     if rank_count is not None and rank_count > MAX_RANK_COUNT:
         raise ValidationError(
-            f"{_SHAPE}.rankCount must be at most 2,147,483,647, got {_shown(rank_count)}"
+            f"{_SHAPE}.rankCount must be at most {MAX_RANK_COUNT:,}, got {_shown(rank_count)}"
         )
     if product is not None and product > MAX_RANK_COUNT:
         raise ValidationError(
-            f"{_PRODUCT} of {_PARALLELISM} must be at most 2,147,483,647, got {_shown(product)}"
+            f"{_PRODUCT} of {_PARALLELISM} must be at most {MAX_RANK_COUNT:,}, "
+            f"got {_shown(product)}"
         )
     if rank_count is not None and product is not None and rank_count != product:
         raise ValidationError(
             f"{_SHAPE}.rankCount {rank_count} differs from the parallelism product {product}"
-            " (dp × tp × sp × ep × pp)"
+            f" ({_FORMULA})"
         )
     return rank_count if rank_count is not None else product
 
@@ -122,14 +138,7 @@ def check_upload_metadata(metadata: object, *, has_primary_files: bool) -> int |
     ``ValidationError`` (400) for the first rule broken.
     """
     _member_objects(metadata)
-    try:
-        size = metadata_size(metadata)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise ValidationError(f"{_ROOT} cannot be serialized as JSON: {exc}") from exc
-    if size > MAX_METADATA_BYTES:
-        raise ValidationError(
-            f"{_ROOT} is {size} bytes when serialized; the limit is {MAX_METADATA_BYTES} bytes"
-        )
+    check_metadata_size(metadata)
     rank_count = declared_rank_count(metadata)
     if rank_count is None and has_primary_files:
         raise ValidationError(MISSING_RANK_COUNT_MESSAGE)
@@ -187,7 +196,8 @@ class PromotionParallelism(BaseModel):
     @property
     def product(self) -> int | None:
         """dp × tp × sp × ep × pp over the degrees given, or None when none is given."""
-        degrees = [d for d in (self.dp, self.tp, self.sp, self.ep, self.pp) if d is not None]
+        given: list[int | None] = [getattr(self, name) for name in DEGREES]
+        degrees = [d for d in given if d is not None]
         return math.prod(degrees) if degrees else None
 
     @model_validator(mode="after")
@@ -195,7 +205,8 @@ class PromotionParallelism(BaseModel):
         if self.product is None:
             given = self.model_dump(exclude_none=True)
             raise _rule_error(
-                f"{_PARALLELISM} must hold at least one of dp, tp, sp, ep, pp, got {_shown(given)}"
+                f"{_PARALLELISM} must hold at least one of {', '.join(DEGREES)}, "
+                f"got {_shown(given)}"
             )
         if self.fsdp is not None:
             dp = 1 if self.dp is None else self.dp
@@ -229,7 +240,7 @@ class PromotionMetadata(BaseModel):
         if rank_count is not None and product is not None and rank_count != product:
             raise _rule_error(
                 f"{_SHAPE}.rank_count {rank_count} differs from the parallelism product"
-                f" {product} (dp × tp × sp × ep × pp)"
+                f" {product} ({_FORMULA})"
             )
         return self
 

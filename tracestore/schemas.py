@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from tracestore.metadata import MAX_RANK_COUNT
+
 MAX_FILE_SIZE = 5 * 1024**4  # 5 TiB, as S3
 MAX_NAME_BYTES = 1024
 _SEGMENT = re.compile(r"[A-Za-z0-9._+=@-]+")
@@ -82,7 +84,7 @@ class WorkloadShape(WireModel):
     rankCount: int | None = Field(
         default=None,
         ge=1,
-        le=2_147_483_647,
+        le=MAX_RANK_COUNT,
         description="Total rank count. When parallelism degrees are also given, "
         "their product must equal it",
     )
@@ -134,6 +136,22 @@ _METADATA_SCHEMA = WithJsonSchema(
 )
 # Any JSON at parse time: the metadata rules, not pydantic, judge it and word the errors.
 MetadataField = Annotated[Any, _METADATA_SCHEMA]
+_METADATA_MEMBER = "workload_metadata"
+
+
+def wire_dict(model: BaseModel, *, exclude_none: bool = False) -> dict[str, Any]:
+    """``model`` as its wire JSON (camelCase members), its workloadMetadata exactly as given.
+
+    pydantic's JSON mode turns a ``jsontext.RawNumber`` into a float and a ``RawJSON`` into
+    a string; the member is put back as the model holds it, for ``jsontext.dumps`` to write
+    as it was written.
+    """
+    data: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=exclude_none)
+    if _METADATA_MEMBER in type(model).model_fields:
+        value = getattr(model, _METADATA_MEMBER)
+        if value is not None or not exclude_none:
+            data["workloadMetadata"] = value
+    return data
 
 
 # --- upload ---

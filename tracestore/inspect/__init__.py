@@ -16,6 +16,7 @@ from tracestore.inspect.census import (
     RankRange,
     parallelism_degrees,
     rank_census,
+    validation_checks,
 )
 from tracestore.inspect.files import Opener, inspect_file, inspect_path, sniff_format
 from tracestore.inspect.model import FileInspection, ProcessGroup, TimeSpan
@@ -35,4 +36,5 @@ __all__ = [
     "parallelism_degrees",
     "rank_census",
     "sniff_format",
+    "validation_checks",
 ]

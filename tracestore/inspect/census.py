@@ -17,8 +17,8 @@ from typing import Any, Literal
 from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
 from tracestore.inspect.chakra import rank_from_name
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, FileInspection
+from tracestore.metadata import DEGREES
 
-DEGREES = ("dp", "tp", "sp", "ep", "pp")
 MAX_DUPLICATES_SHOWN = 5
 ExpectedFrom = Literal["declared", "worldSize", "ranks"]
 
@@ -72,13 +72,6 @@ class RankCensus:
         """How many ranks are missing."""
         return sum(r.end - r.start + 1 for r in self.ranks_missing)
 
-    def validation_checks(self) -> list[dict[str, Any]]:
-        """The two checks as ``validate`` reports them: ``[{name, passed, message}]``."""
-        return [
-            {"name": "rank_census", **self.rank_count_matches.to_json()},
-            {"name": "parallelism_consistency", **self.parallelism_consistent.to_json()},
-        ]
-
     def to_json(self) -> dict[str, Any]:
         """The camelCase, JSON-safe form (the ``inspection`` member of a traceset)."""
         return {
@@ -111,6 +104,21 @@ class RankCensus:
                 "parallelismConsistent": self.parallelism_consistent.to_json(),
             },
         }
+
+
+# The validate check each census check is reported as, by its key in ``to_json()["checks"]``.
+VALIDATION_CHECK_NAMES = {
+    "rankCountMatches": "rank_census",
+    "parallelismConsistent": "parallelism_consistency",
+}
+
+
+def validation_checks(census: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The two checks of a census in its JSON form (``RankCensus.to_json()``, what a
+    traceset's ``inspection`` stores) as ``validate`` reports them:
+    ``[{name, passed, message}]``."""
+    checks = census["checks"]
+    return [{"name": name, **checks[key]} for key, name in VALIDATION_CHECK_NAMES.items()]
 
 
 def parallelism_degrees(workload_metadata: object) -> dict[str, int]:
@@ -345,7 +353,7 @@ def _parallelism_check(
     by_rank: Mapping[int, list[str]],
 ) -> CensusCheck:
     if product is None:
-        return CensusCheck(True, "no parallelism degrees (dp, tp, sp, ep, pp) declared")
+        return CensusCheck(True, f"no parallelism degrees ({', '.join(DEGREES)}) declared")
     formula = " × ".join(f"{k} {v}" for k, v in degrees.items())
     what = f"parallelism product {product} ({formula})"
     problems: list[str] = []

@@ -1,9 +1,11 @@
-"""Where bytes live: the BlobStore protocol and the embedded LocalBlobStore.
+"""Where bytes live: the store protocols and the embedded LocalBlobStore.
 
-Blobs are content-addressed by SHA-256 and shared by every file whose bytes are equal. An
-upload first lands in a *staging* area, one part at a time, in any order; completion seals
-each file (hashes its staged bytes) and places it in the content-addressed area. The S3 store
-(``s3blobs.py``) implements the same protocol with real multipart uploads.
+A store has two concerns, each a small protocol. ``StagingArea`` holds an upload's bytes
+while it is open: each file staged in parts, in any order, then sealed (its staged bytes
+hashed). ``ContentStore`` holds blobs, content-addressed by SHA-256 and shared by every file
+whose bytes are equal. ``BlobStore`` is one backend doing both, plus the two operations
+that span them. Code that needs only one concern is typed with the narrow protocol. The S3
+store (``s3blobs.py``) implements the same protocols with real multipart uploads.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import quote, urlencode
 
-from tracestore.errors import Forbidden, PayloadTooLarge, ValidationError
+from tracestore.errors import Forbidden, ValidationError
 from tracestore.server.staging import (
     CLAIM_FILE,
     DATA_FILE,
@@ -72,29 +74,86 @@ class CommittedBlob:
     size: int
 
 
-class FileLargerThanDeclared(PayloadTooLarge):
-    """The staged bytes of a file exceed its declared size."""
+class FileLargerThanDeclared(Exception):
+    """The staged bytes of a file exceed its declared size (``size`` is how many there are).
+
+    Internal to the server, not a ``TracestoreError``: completion, which knows the file's
+    name, turns it into the ``PayloadTooLarge`` the caller sees."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the staged file is {size} bytes, larger than declared")
+        self.size = size
 
 
-class BlobStore(Protocol):
-    """What the service needs from a place that keeps bytes."""
-
-    kind: str
+@runtime_checkable
+class StagingArea(Protocol):
+    """Where an upload's files are staged, part by part, until completion seals them."""
 
     def stage_file(
         self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
-    ) -> StagedFile: ...
+    ) -> StagedFile:
+        """Make room for one file of an upload; the handle every other call takes."""
+        ...
 
-    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str: ...
+    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
+        """A presigned URL the client PUTs one part's bytes to."""
+        ...
 
-    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]: ...
+    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
+        """The parts received so far, by number."""
+        ...
 
     def seal_file(
         self, staged: StagedFile, etags: Mapping[int, str], *, heartbeat: Callable[[], None] = ...
     ) -> CommittedBlob:
         """Assemble and hash the staged bytes (the parts named by ``etags``); nothing is
-        placed yet. Repeatable: a completion cut off anywhere seals again."""
+        placed yet. Repeatable: a completion cut off anywhere seals again. Raises
+        ``FileLargerThanDeclared`` when the bytes exceed the file's size."""
         ...
+
+    def discard_staging(self, staged: StagedFile) -> None:
+        """Remove every staged byte of the file; harmless when there are none."""
+        ...
+
+    def staged_uploads(self) -> Iterator[str]:
+        """Upload ids that hold staged state (for the sweeper's orphan check)."""
+        ...
+
+
+@runtime_checkable
+class ContentStore(Protocol):
+    """Blobs by SHA-256: each stored once, read, handed out by URL, deleted by the purge."""
+
+    def blob_exists(self, sha256: str) -> bool: ...
+
+    def open_blob(self, sha256: str) -> BinaryIO:
+        """The blob's bytes, seekable; FileNotFoundError when it is not stored."""
+        ...
+
+    def delete_blob(self, sha256: str) -> None: ...
+
+    def blob_key(self, sha256: str) -> str:
+        """The blob's key inside the store (what ``resolve`` reports)."""
+        ...
+
+    def blob_uri(self, sha256: str) -> str:
+        """Where a host that reads the store directly finds the blob."""
+        ...
+
+    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str:
+        """A presigned URL that answers the blob as an attachment named ``filename``."""
+        ...
+
+
+@runtime_checkable
+class BlobStore(StagingArea, ContentStore, Protocol):
+    """One backend holding both areas: what ``Services.store`` is.
+
+    ``place_file`` lives here, not on either narrow protocol, because it is the one step
+    that reads the staging area and writes the content area (a local link, an S3 copy); a
+    store that kept the two areas apart would have to implement it across both. ``check``
+    lives here because readiness is the backend's as a whole, not either area's.
+    """
 
     def place_file(
         self, staged: StagedFile, blob: CommittedBlob, *, heartbeat: Callable[[], None] = ...
@@ -104,21 +163,9 @@ class BlobStore(Protocol):
         every sealed blob before it places any)."""
         ...
 
-    def discard_staging(self, staged: StagedFile) -> None: ...
-
-    def blob_exists(self, sha256: str) -> bool: ...
-
-    def open_blob(self, sha256: str) -> BinaryIO: ...
-
-    def delete_blob(self, sha256: str) -> None: ...
-
-    def blob_key(self, sha256: str) -> str: ...
-
-    def blob_uri(self, sha256: str) -> str: ...
-
-    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str: ...
-
-    def check(self) -> None: ...
+    def check(self) -> None:
+        """Raise unless the backend answers (the readiness probe)."""
+        ...
 
 
 def normalise_etag(etag: str) -> str:
@@ -152,8 +199,6 @@ class LocalBlobStore:
     each part a file ``<number>.<etag>`` written under a temporary name and renamed into
     place, so a failed PUT never replaces a good part.
     """
-
-    kind = "local"
 
     def __init__(self, root: Path, public_url: str, signer: UrlSigner) -> None:
         self.root = root.resolve()
@@ -276,8 +321,9 @@ class LocalBlobStore:
                 separate = part_dir / f"{etag}{SEPARATE_SUFFIX}"
                 if separate.is_file():
                     # A part sent again: copy its bytes over the first send's.
-                    if separate.stat().st_size > staged.part_length(number):
-                        raise FileLargerThanDeclared(f"{staged.size + 1}")
+                    sent, expected = separate.stat().st_size, staged.part_length(number)
+                    if sent > expected:
+                        raise FileLargerThanDeclared(staged.size - expected + sent)
                     with open(separate, "rb") as source:
                         data.seek((number - 1) * staged.part_size)
                         shutil.copyfileobj(source, data, CHUNK)
@@ -285,7 +331,7 @@ class LocalBlobStore:
                     raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
         total = data_path.stat().st_size
         if total > staged.size:
-            raise FileLargerThanDeclared(f"{total}")
+            raise FileLargerThanDeclared(total)
         running = self._digests.get(directory)
         chosen = {n: normalise_etag(etags[n]) for n in range(1, staged.part_count + 1)}
         # The digest taken while the parts arrived holds when it chained exactly these
@@ -330,9 +376,6 @@ class LocalBlobStore:
 
     def blob_exists(self, sha256: str) -> bool:
         return self._blob_path(sha256).is_file()
-
-    def blob_size(self, sha256: str) -> int:
-        return self._blob_path(sha256).stat().st_size
 
     def open_blob(self, sha256: str) -> BinaryIO:
         return open(self._blob_path(sha256), "rb")

@@ -74,12 +74,13 @@ def complete_upload(
     stages = {f.position: staged_file(upload, f) for f in files}
     try:
         committed = _commit_files(services, upload.id, files, stages, etags, declared, owner)
-    except FileLargerThanDeclared as exc:
+    except PayloadTooLarge:
+        # More bytes than declared can never complete: the session fails.
         with services.db.session() as session:
             upload = session.get(db.UploadSession, upload.id)  # type: ignore[assignment]
             traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
             _fail_session(session, services, upload, traceset, "failed")
-        raise PayloadTooLarge(exc.message) from None
+        raise
     except BaseException:
         _release_lease(services, upload.id, owner)
         raise
@@ -206,7 +207,8 @@ def _commit_files(
     declared: dict[int, str | None],
     owner: str,
 ) -> dict[int, str]:
-    """Move every file's staged bytes into blobs; the SHA-256 per file position."""
+    """Move every file's staged bytes into blobs; the SHA-256 per file position. Raises
+    PayloadTooLarge when a file holds more bytes than it declared."""
     store = services.store
     # Check every file's parts before moving any bytes.
     for file in files:
@@ -234,7 +236,7 @@ def _commit_files(
                 )
             expected = stage.part_length(number)
             if part.size > expected:
-                raise FileLargerThanDeclared(
+                raise PayloadTooLarge(
                     f"File {file.name} is larger than its declared size of {file.size} bytes "
                     f"(part {number} has {part.size} bytes, {expected} expected)"
                 )
@@ -251,8 +253,8 @@ def _commit_files(
                 stages[file.position], etags[file.position], heartbeat=lease.renew
             )
         except FileLargerThanDeclared as exc:
-            raise FileLargerThanDeclared(
-                f"File {file.name} is {exc.message} bytes, larger than its declared size of "
+            raise PayloadTooLarge(
+                f"File {file.name} is {exc.size} bytes, larger than its declared size of "
                 f"{file.size} bytes"
             ) from None
         expected = declared[file.position]

@@ -18,7 +18,7 @@ from tracestore.errors import Conflict, NotFound
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import BlobStore, UrlSigner
+from tracestore.server.blobs import ContentStore, UrlSigner
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.lifecycle import record_use
 from tracestore.server.services import Services
@@ -125,7 +125,7 @@ def resolve_traceset(
 ) -> schemas.ResolveAnswer:
     """Where the bytes of every file are, for a host that reads the store directly.
     Counts as a use: the traceset's TTL starts again."""
-    store = services.store
+    store: ContentStore = services.store
     with services.db.session() as session:
         traceset = _ready(session, principal, traceset_id, "resolved")
         files = [f for f in files_of(session, traceset_id) if f.sha256 is not None]
@@ -172,7 +172,7 @@ def validate_traceset(
 
 
 def validate_checks(
-    store: BlobStore,
+    store: ContentStore,
     files: Sequence[db.TracesetFile],
     rank_count: int | None,
     *,
@@ -197,7 +197,9 @@ def validate_checks(
     )
 
 
-def file_integrity(store: BlobStore, files: Sequence[db.TracesetFile]) -> schemas.ValidationCheck:
+def file_integrity(
+    store: ContentStore, files: Sequence[db.TracesetFile]
+) -> schemas.ValidationCheck:
     """Every file's blob is present, and its size and SHA-256 are what was recorded."""
     problems: list[str] = []
     read: dict[str, int | str] = {}  # per blob: the bytes read, or what is wrong with it
@@ -225,7 +227,7 @@ def file_integrity(store: BlobStore, files: Sequence[db.TracesetFile]) -> schema
     )
 
 
-def _reread_blob(store: BlobStore, sha256: str) -> int | str:
+def _reread_blob(store: ContentStore, sha256: str) -> int | str:
     """The blob's size after hashing it whole, or why it is not the recorded blob."""
     digest = hashlib.sha256()
     size = 0

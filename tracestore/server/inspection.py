@@ -13,7 +13,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from tracestore.inspect import FileInspection, RankCensus, inspect_file, rank_census
+from tracestore.inspect import (
+    FileInspection,
+    RankCensus,
+    inspect_file,
+    rank_census,
+    validation_checks,
+)
 from tracestore.server import db
 from tracestore.server.services import Services
 
@@ -114,11 +120,7 @@ def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
     inspection = traceset.inspection
     if not isinstance(inspection, dict) or inspection.get("status") != "complete":
         return None
-    checks = inspection["census"]["checks"]
-    return [
-        {"name": "rank_census", **checks["rankCountMatches"]},
-        {"name": "parallelism_consistency", **checks["parallelismConsistent"]},
-    ]
+    return validation_checks(inspection["census"])
 
 
 def inspect_abandoned(services: Services) -> int:

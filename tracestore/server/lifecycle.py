@@ -22,7 +22,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from tracestore import schemas
 from tracestore.errors import Gone
 from tracestore.server import db
-from tracestore.server.blobs import StagedFile
+from tracestore.server.blobs import StagedFile, StagingArea
 from tracestore.server.inspection import inspect_abandoned
 from tracestore.server.services import Services
 from tracestore.server.tracesets import files_of, mark_unreferenced_blobs
@@ -167,20 +167,17 @@ def expire_sessions(
 
 def clean_finished_staging(services: Services) -> int:
     """Staged parts left behind by a finished session (a process stopped before it removed
-    them), in stores that can list their staging area (both built-in stores can)."""
-    store = services.store
-    listed: Callable[[], Iterator[str]] | None = getattr(store, "staged_uploads", None)
-    if listed is None:
-        return 0
+    them)."""
+    staging: StagingArea = services.store
     cleaned = 0
-    for upload_id in list(listed()):
+    for upload_id in list(staging.staged_uploads()):
         with services.db.session(write=False) as session:
             upload = session.get(db.UploadSession, upload_id)
             if upload is None or upload.state not in FINISHED:
                 continue
             stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
         for stage in stages:
-            store.discard_staging(stage)
+            staging.discard_staging(stage)
         cleaned += 1
     return cleaned
 

@@ -24,7 +24,7 @@ from tracestore.errors import (
 )
 from tracestore.server.auth import Principal
 from tracestore.server.services import Services
-from tracestore.server.tracesets import find_writable
+from tracestore.server.tracesets import find_writable, store_metadata
 from tracestore.server.validation import parse_json_body
 
 TARGETS: dict[str, schemas.Scope] = {"tenant": "tenant", "public": "public"}
@@ -48,14 +48,9 @@ def _checked_new_metadata(given: Any, traceset_id: str, held: int | None) -> Non
     """The metadata checks (422): size as at upload, then the typed model and the guard."""
     if isinstance(given, dict):
         try:
-            size = metadata.metadata_size(given)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise UnprocessableEntity(f"workloadMetadata cannot be serialized: {exc}") from None
-        if size > metadata.MAX_METADATA_BYTES:
-            raise UnprocessableEntity(
-                f"workloadMetadata is {size} bytes when serialized; "
-                f"the limit is {metadata.MAX_METADATA_BYTES} bytes"
-            )
+            metadata.check_metadata_size(given)
+        except ValidationError as exc:
+            raise UnprocessableEntity(exc.message) from None
     metadata.check_promotion_metadata(given, traceset_id=traceset_id, held_rank_count=held)
 
 
@@ -106,8 +101,7 @@ def promote_traceset(
             )
         else:
             _checked_new_metadata(given, traceset.id, traceset.rank_count)
-            traceset.metadata_text = jsontext.dumps(given)
-            traceset.workload_metadata = jsontext.plain(given)
+            store_metadata(traceset, given)
 
         if request.description is not None:
             traceset.description = request.description

@@ -1,4 +1,5 @@
-"""S3BlobStore: the BlobStore protocol on any S3-compatible object store.
+"""S3BlobStore: the store protocols (``StagingArea``, ``ContentStore``, ``BlobStore``) on any
+S3-compatible object store.
 
 Each staged file is one S3 multipart upload on ``<prefix>/staging/<upload>/<position>``; the
 client PUTs its parts straight to presigned ``UploadPart`` URLs, so bytes never pass through
@@ -62,7 +63,6 @@ def _expires_in(expires_at: datetime) -> int:
 class S3BlobStore:
     """Blobs in an S3 bucket under a key prefix; part and download URLs are S3 presigned URLs."""
 
-    kind = "s3"
     list_page_size = 1000
 
     def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
@@ -204,7 +204,7 @@ class S3BlobStore:
         if parts is not None:
             total = sum(part.size for part in parts.values())
             if total > staged.size:
-                raise FileLargerThanDeclared(f"{total}")
+                raise FileLargerThanDeclared(total)
             manifest: dict[str, Any] = {
                 "size": total,
                 "parts": [[p.part_number, p.size, p.etag] for _, p in sorted(parts.items())],
@@ -232,7 +232,7 @@ class S3BlobStore:
         if size is None:
             raise ValidationError("The staged bytes of this file are gone; start a new upload")
         if size > staged.size:
-            raise FileLargerThanDeclared(f"{size}")
+            raise FileLargerThanDeclared(size)
         sha256 = self._hash_object(staging_key, heartbeat)
         manifest.update(sha256=sha256, size=size)
         self._write_manifest(staged, manifest)
@@ -333,7 +333,7 @@ class S3BlobStore:
     def blob_exists(self, sha256: str) -> bool:
         return self._size(self.blob_key(sha256)) is not None
 
-    def blob_size(self, sha256: str) -> int:
+    def _blob_size(self, sha256: str) -> int:
         size = self._size(self.blob_key(sha256))
         if size is None:
             raise FileNotFoundError(self.blob_uri(sha256))
@@ -341,7 +341,7 @@ class S3BlobStore:
 
     def open_blob(self, sha256: str) -> BinaryIO:
         key = self.blob_key(sha256)
-        reader = _ObjectReader(self.client, self.bucket, key, self.blob_size(sha256))
+        reader = _ObjectReader(self.client, self.bucket, key, self._blob_size(sha256))
         return io.BufferedReader(reader, buffer_size=CHUNK)
 
     def delete_blob(self, sha256: str) -> None:

@@ -41,6 +41,13 @@ def find_writable(session: Session, principal: Principal, traceset_id: str) -> d
     return traceset
 
 
+def store_metadata(traceset: db.Traceset, value: Any) -> None:
+    """Keep ``value`` as the traceset's workloadMetadata, in both columns: the exact text
+    (what the API answers) and plain JSON (what listing filters query)."""
+    traceset.metadata_text = None if value is None else jsontext.dumps(value)
+    traceset.workload_metadata = jsontext.plain(value)
+
+
 def _rank_range(
     file: db.TracesetFile, primaries: int, rank_count: int | None
 ) -> schemas.RankRange | None:
@@ -104,9 +111,7 @@ def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
 
 def render_traceset(view: schemas.Traceset) -> str:
     """The traceset as JSON text, its workloadMetadata exactly as it was given."""
-    data: dict[str, Any] = view.model_dump(mode="json", by_alias=True)
-    data["workloadMetadata"] = view.workload_metadata
-    return jsontext.dumps(data)
+    return jsontext.dumps(schemas.wire_dict(view))
 
 
 def get_traceset(services: Services, principal: Principal, traceset_id: str) -> schemas.Traceset:

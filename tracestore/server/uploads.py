@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from tracestore import jsontext, metadata, schemas
+from tracestore import metadata, schemas
 from tracestore.errors import (
     Conflict,
     Gone,
@@ -28,7 +28,7 @@ from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services
 from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
 from tracestore.server.staging import PartWriter
-from tracestore.server.tracesets import files_of
+from tracestore.server.tracesets import files_of, store_metadata
 from tracestore.server.validation import parse_json_body
 
 
@@ -81,34 +81,27 @@ def start_upload(
                 )
             )
         with services.db.session() as session:
-            metadata_text = (
-                None
-                if request.workload_metadata is None
-                else jsontext.dumps(request.workload_metadata)
+            traceset = db.Traceset(
+                id=traceset_id,
+                tenant_id=principal.tenant_id,
+                workspace_id=workspace_id,
+                created_by=principal.user_id,
+                name=request.name,
+                description=request.description,
+                tags=list(request.tags),
+                status="uploading",
+                scope="workspace",
+                created_at=now,
+                updated_at=now,
+                expires_at=now + timedelta(days=ttl_days),
+                ttl_days=ttl_days,
+                rank_count=rank_count,
+                total_size=sum(f.size for f in request.files),
+                file_count=len(request.files),
+                hash=None,
             )
-            session.add(
-                db.Traceset(
-                    id=traceset_id,
-                    tenant_id=principal.tenant_id,
-                    workspace_id=workspace_id,
-                    created_by=principal.user_id,
-                    name=request.name,
-                    description=request.description,
-                    tags=list(request.tags),
-                    status="uploading",
-                    scope="workspace",
-                    created_at=now,
-                    updated_at=now,
-                    expires_at=now + timedelta(days=ttl_days),
-                    ttl_days=ttl_days,
-                    rank_count=rank_count,
-                    total_size=sum(f.size for f in request.files),
-                    file_count=len(request.files),
-                    hash=None,
-                    metadata_text=metadata_text,
-                    workload_metadata=jsontext.plain(request.workload_metadata),
-                )
-            )
+            store_metadata(traceset, request.workload_metadata)
+            session.add(traceset)
             session.flush()
             for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True)):
                 session.add(
