@@ -23,14 +23,10 @@ from urllib.parse import quote, urlencode
 import httpx
 from pydantic import BaseModel
 
-from tracestore import downloader, jsontext, metadata, schemas, uploader
-from tracestore.errors import (
-    Conflict,
-    InternalError,
-    ValidationError,
-)
-from tracestore.sendfile import default_transport
-from tracestore.transfers import (
+from tracestore import jsontext, metadata, schemas
+from tracestore.client import downloader, uploader
+from tracestore.client.sendfile import default_transport
+from tracestore.client.transfers import (
     RETRY_STATUSES,
     ProgressCallback,
     ProgressEvent,
@@ -41,6 +37,11 @@ from tracestore.transfers import (
     check_names,
     collect_files,
     network_error,
+)
+from tracestore.errors import (
+    Conflict,
+    InternalError,
+    ValidationError,
 )
 
 __all__ = ["Client", "ProgressCallback", "ProgressEvent", "RetryPolicy", "UploadInterrupted"]
@@ -114,7 +115,7 @@ class Client:
         self.http = http or httpx.Client(
             timeout=self._timeout,
             limits=limits,
-            # Part bodies over http:// go out with sendfile (tracestore/sendfile.py).
+            # Part bodies over http:// go out with sendfile (tracestore/client/sendfile.py).
             transport=default_transport(limits),
             follow_redirects=True,
         )

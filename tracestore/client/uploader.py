@@ -8,16 +8,16 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from tracestore import schemas
-from tracestore.errors import IntegrityError, TracestoreError, UploadIncomplete, ValidationError
-from tracestore.filedigest import FileDigest
-from tracestore.parts import PartJob, hash_held_part, put_part, read_back
-from tracestore.transfers import (
+from tracestore.client.parts import PartJob, hash_held_part, put_part, read_back
+from tracestore.client.transfers import (
     LocalFile,
     ProgressCallback,
     ProgressEvent,
     UploadInterrupted,
     sha256_of,
 )
+from tracestore.errors import IntegrityError, TracestoreError, UploadIncomplete, ValidationError
+from tracestore.filedigest import FileDigest
 
 if TYPE_CHECKING:
     from tracestore.client import Client

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracestore import schemas
+from tracestore.client.transfers import ProgressCallback, download_to
 from tracestore.errors import IntegrityError
-from tracestore.transfers import ProgressCallback, download_to
 
 if TYPE_CHECKING:
     from tracestore.client import Client
