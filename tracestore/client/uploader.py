@@ -1,11 +1,17 @@
-"""Sending an upload session's parts in parallel and completing it (used by ``Client``)."""
+"""Sending an upload session's parts in parallel and completing it (used by ``Client``).
+
+The ``Uploader`` is handed what it needs (the http client, the retry policy and the two
+session calls), never the ``Client``, so this module does not import the client back.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+
+import httpx
 
 from tracestore import schemas
 from tracestore.client.parts import PartJob, hash_held_part, put_part, read_back
@@ -13,14 +19,15 @@ from tracestore.client.transfers import (
     LocalFile,
     ProgressCallback,
     ProgressEvent,
+    RetryPolicy,
     UploadInterrupted,
     sha256_of,
 )
 from tracestore.errors import IntegrityError, TracestoreError, UploadIncomplete, ValidationError
 from tracestore.filedigest import FileDigest
 
-if TYPE_CHECKING:
-    from tracestore.client import Client
+ResumeCall = Callable[[str], schemas.UploadSessionResponse]
+CompleteCall = Callable[[str, Mapping[str, Mapping[int, str]], Mapping[str, str]], schemas.Traceset]
 
 
 def received_parts(
@@ -55,51 +62,121 @@ def received_parts(
     return {e.name: {p.part_number: p.etag for p in e.received_parts} for e in session.files}
 
 
-def send_and_complete(
-    client: Client,
-    session: schemas.UploadUrlResponse,
-    files: list[LocalFile],
-    received: dict[str, dict[int, str]],
-    concurrency: int,
-    progress: ProgressCallback | None,
-) -> schemas.Traceset:
-    """Send the parts still missing, ``concurrency`` at a time, hashing each file as its
-    parts pass, then complete the upload with each file's SHA-256."""
-    stop = threading.Event()
-    local = {f.name: f for f in files}
-    digests = {
-        e.name: FileDigest(e.size, _part_size(e), read_back(local[e.name].path, stop))
-        for e in session.files
-    }
-    jobs = _part_jobs(session, local, digests, received)
-    etags: dict[str, dict[int, str]] = {f.name: dict(received.get(f.name, {})) for f in files}
-    total = sum(f.size for f in files)
-    if progress:
-        done = total - sum(job.size for job in jobs if job.held_etag is None)
-        progress(ProgressEvent("upload", "", done, total))
-    changed: list[LocalFile] = []
-    try:
-        _send_parts(client, session, jobs, etags, concurrency, progress, total, stop)
-        hashes = {f.name: _sha256(f, digests[f.name], etags[f.name], changed) for f in files}
+@dataclass(frozen=True)
+class Uploader:
+    """Sends a session's parts through ``http`` with ``retry``; ``resume`` is
+    ``Client.resume_upload`` (fresh URLs when one expires) and ``complete`` is
+    ``Client.complete_upload``."""
+
+    http: httpx.Client
+    retry: RetryPolicy
+    resume: ResumeCall
+    complete: CompleteCall
+
+    def send_and_complete(
+        self,
+        session: schemas.UploadUrlResponse,
+        files: list[LocalFile],
+        received: dict[str, dict[int, str]],
+        concurrency: int,
+        progress: ProgressCallback | None,
+    ) -> schemas.Traceset:
+        """Send the parts still missing, ``concurrency`` at a time, hashing each file as its
+        parts pass, then complete the upload with each file's SHA-256."""
+        stop = threading.Event()
+        local = {f.name: f for f in files}
+        digests = {
+            e.name: FileDigest(e.size, _part_size(e), read_back(local[e.name].path, stop))
+            for e in session.files
+        }
+        jobs = _part_jobs(session, local, digests, received)
+        etags: dict[str, dict[int, str]] = {f.name: dict(received.get(f.name, {})) for f in files}
+        total = sum(f.size for f in files)
         if progress:
-            progress(ProgressEvent("complete", "", 0, total))
-        traceset = client.complete_upload(session.upload_id, etags, hashes)
-        if progress:
-            progress(ProgressEvent("complete", "", total, total))
-        return traceset
-    except KeyboardInterrupt:
-        raise UploadInterrupted(session.upload_id, session.traceset_id) from None
-    except (TracestoreError, OSError) as exc:
-        cause = exc if isinstance(exc, TracestoreError) else None
-        message = cause.message if cause else str(exc)
-        if changed:
-            message += f" ({', '.join(str(f.path) for f in changed)} changed during the upload)"
-        raise UploadIncomplete(
-            f"Upload {session.upload_id} did not finish: {message}",
-            upload_id=session.upload_id,
-            traceset_id=session.traceset_id,
-            cause=cause,
-        ) from exc
+            done = total - sum(job.size for job in jobs if job.held_etag is None)
+            progress(ProgressEvent("upload", "", done, total))
+        changed: list[LocalFile] = []
+        try:
+            self._send_parts(session, jobs, etags, concurrency, progress, total, stop)
+            hashes = {f.name: _sha256(f, digests[f.name], etags[f.name], changed) for f in files}
+            if progress:
+                progress(ProgressEvent("complete", "", 0, total))
+            traceset = self.complete(session.upload_id, etags, hashes)
+            if progress:
+                progress(ProgressEvent("complete", "", total, total))
+            return traceset
+        except KeyboardInterrupt:
+            raise UploadInterrupted(session.upload_id, session.traceset_id) from None
+        except (TracestoreError, OSError) as exc:
+            cause = exc if isinstance(exc, TracestoreError) else None
+            message = cause.message if cause else str(exc)
+            if changed:
+                message += f" ({', '.join(str(f.path) for f in changed)} changed during the upload)"
+            raise UploadIncomplete(
+                f"Upload {session.upload_id} did not finish: {message}",
+                upload_id=session.upload_id,
+                traceset_id=session.traceset_id,
+                cause=cause,
+            ) from exc
+
+    def _send_parts(
+        self,
+        session: schemas.UploadUrlResponse,
+        jobs: list[PartJob],
+        etags: dict[str, dict[int, str]],
+        concurrency: int,
+        progress: ProgressCallback | None,
+        total: int,
+        stop: threading.Event,
+    ) -> None:
+        lock = threading.Lock()
+        fresh: dict[tuple[str, int], str] = {}
+
+        def fresh_url(job: PartJob) -> str:
+            with lock:
+                if (job.file.name, job.part_number) not in fresh:
+                    for entry in self.resume(session.upload_id).files:
+                        for part in entry.parts:
+                            fresh[(entry.name, part.part_number)] = part.url
+                url = fresh.get((job.file.name, job.part_number))
+            if url is None:
+                raise IntegrityError(f"Part {job.part_number} of {job.file.name} has no URL")
+            return url
+
+        def send(job: PartJob) -> None:
+            if job.held_etag is not None:
+                hash_held_part(job, stop)
+                return
+            etag = put_part(
+                self.http,
+                job,
+                retry=self.retry,
+                stop=stop,
+                progress=progress,
+                total=total,
+                fresh_url=fresh_url,
+            )
+            with lock:
+                etags[job.file.name][job.part_number] = etag
+
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ts-put")
+        futures: list[Future[None]] = []
+        try:
+            futures = [pool.submit(send, job) for job in jobs]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                error = future.exception()
+                if error is not None:
+                    raise error
+        except BaseException:
+            stop.set()
+            for future in futures:
+                future.cancel()
+            raise
+        finally:
+            # Workers see ``stop`` within one chunk; waiting for them keeps the session's
+            # state settled (no PUT still in flight) when this returns or raises.
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _sha256(
@@ -113,66 +190,6 @@ def _sha256(
         return sha256_of(file.path)
     # None when a read-back failed and broke the chain: hash the file once more.
     return digest.hexdigest(etags) or sha256_of(file.path)
-
-
-def _send_parts(
-    client: Client,
-    session: schemas.UploadUrlResponse,
-    jobs: list[PartJob],
-    etags: dict[str, dict[int, str]],
-    concurrency: int,
-    progress: ProgressCallback | None,
-    total: int,
-    stop: threading.Event,
-) -> None:
-    lock = threading.Lock()
-    fresh: dict[tuple[str, int], str] = {}
-
-    def fresh_url(job: PartJob) -> str:
-        with lock:
-            if (job.file.name, job.part_number) not in fresh:
-                for entry in client.resume_upload(session.upload_id).files:
-                    for part in entry.parts:
-                        fresh[(entry.name, part.part_number)] = part.url
-            url = fresh.get((job.file.name, job.part_number))
-        if url is None:
-            raise IntegrityError(f"Part {job.part_number} of {job.file.name} has no URL")
-        return url
-
-    def send(job: PartJob) -> None:
-        if job.held_etag is not None:
-            hash_held_part(job, stop)
-            return
-        etag = put_part(
-            client.http,
-            job,
-            retry=client.retry,
-            stop=stop,
-            progress=progress,
-            total=total,
-            fresh_url=fresh_url,
-        )
-        with lock:
-            etags[job.file.name][job.part_number] = etag
-
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ts-put")
-    futures: list[Future[None]] = []
-    try:
-        futures = [pool.submit(send, job) for job in jobs]
-        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in finished:
-            error = future.exception()
-            if error is not None:
-                raise error
-    except BaseException:
-        stop.set()
-        for future in futures:
-            future.cancel()
-        raise
-    finally:
-        # Workers see ``stop`` within one chunk; waiting for them keeps the session's
-        # state settled (no PUT still in flight) when this returns or raises.
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _part_jobs(
