@@ -51,15 +51,13 @@ class PartJob:
     held_etag: str | None = None
 
 
-def read_range(
-    path: Path, offset: int, size: int, stop: threading.Event | None = None
-) -> Iterator[bytes]:
+def read_range(path: Path, offset: int, size: int, stop: threading.Event) -> Iterator[bytes]:
     """The bytes of ``path`` in ``[offset, offset + size)``, in ``SEND_CHUNK`` pieces."""
     fd = os.open(path, os.O_RDONLY)
     try:
         end = offset + size
         while offset < end:
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 raise Stopped
             chunk = os.pread(fd, min(SEND_CHUNK, end - offset), offset)
             if not chunk:
