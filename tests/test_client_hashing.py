@@ -16,8 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.uploading import one_part_session
-from tracestore import errors, schemas, uploader
-from tracestore.client import Client, RetryPolicy
+from tracestore import errors, schemas
+from tracestore.client import Client, RetryPolicy, uploader
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB

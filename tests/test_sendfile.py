@@ -1,4 +1,4 @@
-"""tracestore/sendfile.py: part bodies sent with ``sendfile`` on the client's own kept-alive
+"""tracestore/client/sendfile.py: part bodies sent with ``sendfile`` on the client's own kept-alive
 connections, against a small real HTTP server that can misbehave on cue (drop a connection
 mid-body, answer 503, close an idle connection), through ``put_part`` as the uploader calls
 it. The other paths (httpx's transport, a caller's own ``httpx.Client``) are the ones
@@ -21,11 +21,11 @@ import httpx
 import pytest
 
 from tracestore.client import Client
+from tracestore.client.parts import PartBody, PartJob, put_part, read_back
+from tracestore.client.sendfile import SendfileTransport, default_transport
+from tracestore.client.transfers import LocalFile, RetryPolicy, Stopped
 from tracestore.errors import IntegrityError, TracestoreError
 from tracestore.filedigest import FileDigest
-from tracestore.parts import PartBody, PartJob, put_part, read_back
-from tracestore.sendfile import SendfileTransport, default_transport
-from tracestore.transfers import LocalFile, RetryPolicy, Stopped
 
 MIB = 1024 * 1024
 

@@ -24,9 +24,9 @@ from tracestore.cli_common import (
     read_metadata,
 )
 from tracestore.client import Client
+from tracestore.client.transfers import UploadInterrupted
 from tracestore.errors import UploadIncomplete, ValidationError
 from tracestore.schemas import UploadUrlResponse
-from tracestore.transfers import UploadInterrupted
 
 
 @click.command()

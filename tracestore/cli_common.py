@@ -101,9 +101,9 @@ def census_problems(
 ) -> list[str]:
     """What a quick local inspection finds wrong with the primary files (empty if none)."""
     try:
+        from tracestore.client.transfers import collect_files
         from tracestore.inspect.census import rank_census
         from tracestore.inspect.files import inspect_path
-        from tracestore.transfers import collect_files
     except ImportError:  # pragma: no cover - inspection not installed
         return []
     if role != "primary":

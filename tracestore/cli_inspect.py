@@ -11,9 +11,9 @@ import click
 
 from tracestore import cli_output, metadata
 from tracestore.cli_common import json_option, read_metadata
+from tracestore.client.transfers import collect_files
 from tracestore.errors import ValidationError
 from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
-from tracestore.transfers import collect_files
 
 
 @click.command("inspect")

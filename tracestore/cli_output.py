@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from tracestore import jsontext, schemas
+from tracestore.client.transfers import ProgressCallback, ProgressEvent
 from tracestore.errors import TracestoreError, UploadIncomplete
-from tracestore.transfers import ProgressCallback, ProgressEvent
 
 # One line per error code: what to do next. The message itself comes from the service.
 NEXT_STEPS: dict[str, str] = {

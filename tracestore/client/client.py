@@ -23,27 +23,27 @@ from urllib.parse import quote, urlencode
 import httpx
 from pydantic import BaseModel
 
-from tracestore import downloader, jsontext, metadata, schemas, uploader
-from tracestore.errors import (
-    Conflict,
-    InternalError,
-    ValidationError,
-)
-from tracestore.sendfile import default_transport
-from tracestore.transfers import (
+from tracestore import jsontext, metadata, schemas
+from tracestore.client.downloader import Downloader
+from tracestore.client.sendfile import default_transport
+from tracestore.client.transfers import (
     RETRY_STATUSES,
     ProgressCallback,
-    ProgressEvent,
     RetryPolicy,
-    UploadInterrupted,
     api_error,
     body_text,
     check_names,
     collect_files,
     network_error,
 )
+from tracestore.client.uploader import Uploader, received_parts
+from tracestore.errors import (
+    Conflict,
+    InternalError,
+    ValidationError,
+)
 
-__all__ = ["Client", "ProgressCallback", "ProgressEvent", "RetryPolicy", "UploadInterrupted"]
+__all__ = ["Client"]
 
 API = "/api/v1/tracesets"
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -114,7 +114,7 @@ class Client:
         self.http = http or httpx.Client(
             timeout=self._timeout,
             limits=limits,
-            # Part bodies over http:// go out with sendfile (tracestore/sendfile.py).
+            # Part bodies over http:// go out with sendfile (tracestore/client/sendfile.py).
             transport=default_transport(limits),
             follow_redirects=True,
         )
@@ -180,6 +180,13 @@ class Client:
                     raise api_error(response)
             time.sleep(self.retry.delay(attempt))
         raise AssertionError("unreachable")
+
+    def _uploader(self) -> Uploader:
+        # Built per upload: ``http`` and ``retry`` are the client's as they are now.
+        return Uploader(self.http, self.retry, self.resume_upload, self.complete_upload)
+
+    def _downloader(self) -> Downloader:
+        return Downloader(self.http, self.retry, self.download_url)
 
     # --- tracesets ---
 
@@ -293,7 +300,7 @@ class Client:
         entry = next((f for f in traceset.files if f.name == name), None)
         if entry is None:
             raise ValidationError(f"Traceset {traceset_id} has no file named {name!r}")
-        return downloader.fetch(self, traceset_id, entry, Path(destination), progress, entry.size)
+        return self._downloader().fetch(traceset_id, entry, Path(destination), progress, entry.size)
 
     def download_traceset(
         self,
@@ -313,8 +320,8 @@ class Client:
             raise ValidationError(
                 f"Traceset {traceset_id} has no file named {sorted(missing)[0]!r}"
             )
-        return downloader.fetch_all(
-            self, traceset_id, wanted, Path(directory), concurrency, progress
+        return self._downloader().fetch_all(
+            traceset_id, wanted, Path(directory), concurrency, progress
         )
 
     # --- uploads, low level ---
@@ -401,10 +408,12 @@ class Client:
         check_names(files)
         if resume_upload_id is not None:
             session = self.resume_upload(resume_upload_id)
-            received = uploader.received_parts(session, files)
+            received = received_parts(session, files)
             if on_started:
                 on_started(session)
-            return uploader.send_and_complete(self, session, files, received, concurrency, progress)
+            return self._uploader().send_and_complete(
+                session, files, received, concurrency, progress
+            )
         metadata.check_upload_metadata(
             workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
         )
@@ -420,4 +429,4 @@ class Client:
         started = self.start_upload(request)
         if on_started:
             on_started(started)
-        return uploader.send_and_complete(self, started, files, {}, concurrency, progress)
+        return self._uploader().send_and_complete(started, files, {}, concurrency, progress)

@@ -221,8 +221,6 @@ def download_to(
         headers = {"Range": f"bytes={have}-"} if have else {}
         try:
             with http.stream("GET", current, headers=headers) as response:
-                if response.status_code == 403:
-                    raise api_error_after_read(response)
                 if response.status_code not in (200, 206):
                     response.read()
                     raise api_error(response)
@@ -273,11 +271,6 @@ def download_to(
         )
     os.replace(partial, destination)
     return destination
-
-
-def api_error_after_read(response: httpx.Response) -> TracestoreError:
-    response.read()
-    return api_error(response)
 
 
 def body_text(value: object) -> bytes:

@@ -2,7 +2,7 @@
 running SHA-256 on the way (``FileDigest``), PUT with retries and backoff.
 
 A body (``PartBody``) goes out one of two ways. The client's own transport
-(tracestore/sendfile.py) reads each ``SEND_CHUNK`` into one reused buffer, hashes it and has
+(tracestore/client/sendfile.py) reads each ``SEND_CHUNK`` into one reused buffer, hashes it and has
 the kernel send the same range from the file (``sendfile``): each byte copied in once and
 hashed once. Any other httpx transport iterates the body: one ``os.pread`` per chunk handed
 over as ``bytes`` (h11 passes ``bytes`` to the socket as they are but joins, i.e. copies, any
@@ -21,9 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from tracestore.errors import IntegrityError, TracestoreError
-from tracestore.filedigest import FileDigest, PartTransfer, ReadBack
-from tracestore.transfers import (
+from tracestore.client.transfers import (
     RETRY_STATUSES,
     LocalFile,
     ProgressCallback,
@@ -33,6 +31,8 @@ from tracestore.transfers import (
     api_error,
     network_error,
 )
+from tracestore.errors import IntegrityError, TracestoreError
+from tracestore.filedigest import FileDigest, PartTransfer, ReadBack
 
 SEND_CHUNK = 1024 * 1024
 
@@ -51,15 +51,13 @@ class PartJob:
     held_etag: str | None = None
 
 
-def read_range(
-    path: Path, offset: int, size: int, stop: threading.Event | None = None
-) -> Iterator[bytes]:
+def read_range(path: Path, offset: int, size: int, stop: threading.Event) -> Iterator[bytes]:
     """The bytes of ``path`` in ``[offset, offset + size)``, in ``SEND_CHUNK`` pieces."""
     fd = os.open(path, os.O_RDONLY)
     try:
         end = offset + size
         while offset < end:
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 raise Stopped
             chunk = os.pread(fd, min(SEND_CHUNK, end - offset), offset)
             if not chunk:
@@ -103,7 +101,7 @@ class SendFailed(Exception):
 class PartBody(httpx.SyncByteStream):
     """A part's bytes on their way out, each hashed into the file's running digest and
     counted as it goes. Any httpx transport iterates it (one ``os.pread`` per chunk); the
-    client's own transport (tracestore/sendfile.py) calls ``send_to`` instead, which sends
+    client's own transport (tracestore/client/sendfile.py) calls ``send_to`` instead, which sends
     the bytes with ``sendfile`` and so never copies them into the socket itself."""
 
     def __init__(

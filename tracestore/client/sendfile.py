@@ -2,7 +2,7 @@
 
 Through httpx a part's bytes are copied from the page cache into Python and again into the
 socket; most of a fast upload's client CPU went there. For a request whose body is a
-``PartBody`` (tracestore/parts.py) and whose URL is ``http://``, this transport writes the
+``PartBody`` (tracestore/client/parts.py) and whose URL is ``http://``, this transport writes the
 request line and headers itself on a kept-alive ``http.client`` connection, lets the body
 send itself (read and hashed chunk by chunk, sent from the file by the kernel), and reads
 the answer into an ``httpx.Response``. Every other request (the API, downloads, ``https``
@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from tracestore.parts import PartBody, SendFailed
+from tracestore.client.parts import PartBody, SendFailed
 
 # Idle connections kept per host; more than the uploader's default concurrency.
 MAX_IDLE = 16
