@@ -20,7 +20,6 @@ from tracestore.errors import TracestoreError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_API_ERROR = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
