@@ -1,7 +1,8 @@
-"""The ``tracestore`` command: run the service, administer it, and work with tracesets.
+"""The commands that run and administer a service on its data directory: ``serve``,
+``token``, ``workspace``, ``gc``.
 
-Server commands (``serve``, ``token``, ``workspace``, ``gc``) need the ``server`` extra and
-import it only when they run; the rest work with the client alone.
+They need the ``server`` extra and import it only when they run, so the client commands
+work with the client alone.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracestore import cli_output
-from tracestore.cli_client import COMMANDS as CLIENT_COMMANDS
-from tracestore.cli_common import json_option
-from tracestore.cli_inspect import inspect_command
+from tracestore.cli.common import json_option
+from tracestore.cli.output import echo_json, timestamp, wire
 from tracestore.errors import TracestoreError
 
 if TYPE_CHECKING:
@@ -59,17 +58,7 @@ data_dir_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tracestore")
-def main() -> None:
-    """tracestore: keep, find and fetch the trace files of distributed training runs."""
-
-
-for _command in (*CLIENT_COMMANDS, inspect_command):
-    main.add_command(_command)
-
-
-@main.command()
+@click.command()
 @click.option("--host", default=None, help="Interface to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to listen on (default 8000).")
 @data_dir_option
@@ -133,7 +122,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
 # --- administration on a data directory ---
 
 
-@main.group()
+@click.group()
 def token() -> None:
     """Create, list and revoke API tokens (on the server's data directory)."""
 
@@ -164,7 +153,7 @@ def token_create(
             services, user_id=user_id, name=name, expires_in_days=expires_in_days
         )
     if as_json:
-        cli_output.echo_json(cli_output.wire(issued))
+        echo_json(wire(issued))
     else:
         click.echo(f"{issued.token}\n(id {issued.id}, user {issued.user_id}; shown once)")
 
@@ -179,11 +168,11 @@ def token_list(data_dir: Path | None, as_json: bool) -> None:
     with _services(data_dir) as services:
         tokens = admin.list_tokens(services)
     if as_json:
-        cli_output.echo_json([cli_output.wire(item) for item in tokens])
+        echo_json([wire(item) for item in tokens])
         return
     for item in tokens:
         state = "revoked" if item.revoked_at else "active"
-        expires = f"  expires {cli_output.timestamp(item.expires_at)}" if item.expires_at else ""
+        expires = f"  expires {timestamp(item.expires_at)}" if item.expires_at else ""
         click.echo(f"{item.id}  {item.name:<20}  {item.user_id}  {state}{expires}")
 
 
@@ -199,7 +188,7 @@ def token_revoke(data_dir: Path | None, token_id: str) -> None:
     click.echo(f"revoked {token_id}")
 
 
-@main.group()
+@click.group()
 def workspace() -> None:
     """Create and list workspaces (on the server's data directory)."""
 
@@ -223,7 +212,7 @@ def workspace_create(
     with _services(data_dir) as services:
         created = admin.create_workspace(services, name, members)
     if as_json:
-        cli_output.echo_json(cli_output.wire(created))
+        echo_json(wire(created))
     else:
         click.echo(f"{created.id}  {created.name}")
 
@@ -238,13 +227,13 @@ def workspace_list(data_dir: Path | None, as_json: bool) -> None:
     with _services(data_dir) as services:
         workspaces = admin.list_workspaces(services)
     if as_json:
-        cli_output.echo_json([cli_output.wire(item) for item in workspaces])
+        echo_json([wire(item) for item in workspaces])
         return
     for item in workspaces:
         click.echo(f"{item.id}  {item.name}")
 
 
-@main.command()
+@click.command()
 @data_dir_option
 @json_option
 def gc(data_dir: Path | None, as_json: bool) -> None:
@@ -257,7 +246,7 @@ def gc(data_dir: Path | None, as_json: bool) -> None:
     with _services(data_dir) as services:
         report = sweep(services)
     if as_json:
-        cli_output.echo_json(report.as_json())
+        echo_json(report.as_json())
         return
     click.echo(
         f"expired {report.expired_tracesets} tracesets, failed {report.failed_sessions} upload "
@@ -266,5 +255,4 @@ def gc(data_dir: Path | None, as_json: bool) -> None:
     )
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+COMMANDS: tuple[click.Command, ...] = (serve, token, workspace, gc)
