@@ -1,4 +1,4 @@
-"""What every client command shares: --url/--token, finding the local admin token, reading
+"""What the commands share: --url/--token, finding the local admin token, --json, reading
 a metadata file, the quick local inspection before an upload, and the error exit."""
 
 from __future__ import annotations
