@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import TESTDATA, FakeClock
 from tracestore.cli import main
-from tracestore.cli_output import NEXT_STEPS
+from tracestore.cli.output import NEXT_STEPS
 from tracestore.errors import ERRORS_BY_CODE
 from tracestore.server.app import create_app
 from tracestore.server.services import Services

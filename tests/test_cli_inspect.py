@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tests.conftest import TESTDATA
 from tracestore.cli import main
-from tracestore.cli_inspect import ranges_text
+from tracestore.cli.inspect import ranges_text
 
 KINETO = TESTDATA / "kineto-dlrm-8ranks"
 CHAKRA = TESTDATA / "chakra-allreduce-4ranks"

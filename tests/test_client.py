@@ -350,7 +350,7 @@ def test_download_verifies_and_resumes(
 
 def test_import_loads_no_server_dependency() -> None:
     code = (
-        "import sys, tracestore.client, tracestore.cli_client\n"
+        "import sys, tracestore.client, tracestore.cli.client\n"
         "heavy = {'fastapi', 'sqlalchemy', 'boto3', 'uvicorn', 'starlette', 'alembic'}\n"
         "loaded = sorted(m for m in heavy if m in sys.modules)\n"
         "assert not loaded, loaded\n"

@@ -434,3 +434,33 @@ class PromoteAnswer(WireModel):
     id: str
     scope: Scope
     promotion_applied: bool
+
+
+# --- what the admin commands print with --json (tracestore token|workspace) ---
+
+
+class NewApiToken(WireModel):
+    """An API token just issued; ``token`` is its secret, shown this once."""
+
+    id: str
+    token: str
+    user_id: str
+    name: str
+    expires_at: Timestamp | None
+
+
+class ApiToken(WireModel):
+    """An API token as listed: never its secret."""
+
+    id: str
+    name: str
+    user_id: str
+    created_at: Timestamp
+    expires_at: Timestamp | None
+    revoked_at: Timestamp | None
+
+
+class Workspace(WireModel):
+    id: str
+    name: str
+    tenant_id: str

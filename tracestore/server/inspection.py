@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from tracestore import schemas
 from tracestore.inspect import (
     FileInspection,
     RankCensus,
@@ -108,7 +109,7 @@ def inspection_view(
     """The ``inspection`` member of a traceset: the census and what each file holds."""
     return {
         "status": "complete",
-        "inspectedAt": now.isoformat().replace("+00:00", "Z"),
+        "inspectedAt": schemas.format_timestamp(now),
         "census": census.to_json(),
         "files": [inspection.to_json() for _, inspection in found],
     }

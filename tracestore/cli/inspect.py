@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from tracestore import cli_output, metadata
-from tracestore.cli_common import json_option, read_metadata
+from tracestore import metadata
+from tracestore.cli.common import json_option, read_metadata
+from tracestore.cli.output import echo_json, table
 from tracestore.client.transfers import collect_files
 from tracestore.errors import ValidationError
 from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
@@ -45,11 +46,9 @@ def inspect_command(
     found = [(f.name, inspect_path(f.path, f.name, quick=quick)) for f in files]
     census = rank_census(found, declared_rank_count=declared, workload_metadata=workload_metadata)
     if as_json:
-        cli_output.echo_json(
-            {"files": [result.to_json() for _, result in found], "census": census.to_json()}
-        )
+        echo_json({"files": [result.to_json() for _, result in found], "census": census.to_json()})
     else:
-        click.echo(cli_output.table(HEADERS, [_row(result) for _, result in found]))
+        click.echo(table(HEADERS, [_row(result) for _, result in found]))
         click.echo("")
         for line in census_lines(census):
             click.echo(line)

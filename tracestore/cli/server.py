@@ -1,28 +1,26 @@
-"""The ``tracestore`` command: run the service, administer it, and work with tracesets.
+"""The commands that run and administer a service on its data directory: ``serve``,
+``token``, ``workspace``, ``gc``.
 
-Server commands (``serve``, ``token``, ``workspace``, ``gc``) need the ``server`` extra and
-import it only when they run; the rest work with the client alone.
+They need the ``server`` extra and import it only when they run, so the client commands
+work with the client alone.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracestore.cli_client import COMMANDS as CLIENT_COMMANDS
-from tracestore.cli_inspect import inspect_command
+from tracestore.cli.common import json_option
+from tracestore.cli.output import echo_json, timestamp, wire
+from tracestore.errors import TracestoreError
 
 if TYPE_CHECKING:
     from tracestore.server.services import Services
     from tracestore.server.settings import Settings
-
-EXIT_API_ERROR = 1
-EXIT_USAGE = 2
 
 
 def _server_settings(data_dir: Path | None, **overrides: Any) -> Settings:
@@ -35,13 +33,21 @@ def _server_settings(data_dir: Path | None, **overrides: Any) -> Settings:
     return Settings.load(data_dir=data_dir, **overrides)
 
 
-def _open_services(data_dir: Path | None) -> Services:
+@contextmanager
+def _services(data_dir: Path | None) -> Iterator[Services]:
+    """The service's parts on ``data_dir`` (bootstrapped on first use), closed afterwards;
+    a domain error becomes the command's error message."""
     from tracestore.server.auth import bootstrap
     from tracestore.server.services import build_services
 
     services = build_services(_server_settings(data_dir))
-    bootstrap(services.db, services.settings.data_dir, services.now())
-    return services
+    try:
+        bootstrap(services.db, services.settings.data_dir, services.now())
+        yield services
+    except TracestoreError as exc:
+        raise click.ClickException(exc.message) from None
+    finally:
+        services.close()
 
 
 data_dir_option = click.option(
@@ -52,17 +58,7 @@ data_dir_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tracestore")
-def main() -> None:
-    """tracestore: keep, find and fetch the trace files of distributed training runs."""
-
-
-for _command in (*CLIENT_COMMANDS, inspect_command):
-    main.add_command(_command)
-
-
-@main.command()
+@click.command()
 @click.option("--host", default=None, help="Interface to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to listen on (default 8000).")
 @data_dir_option
@@ -126,7 +122,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
 # --- administration on a data directory ---
 
 
-@main.group()
+@click.group()
 def token() -> None:
     """Create, list and revoke API tokens (on the server's data directory)."""
 
@@ -141,7 +137,7 @@ def token() -> None:
     default=None,
     help="Expire the token after this many days.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def token_create(
     data_dir: Path | None,
     user_id: str | None,
@@ -150,70 +146,34 @@ def token_create(
     as_json: bool,
 ) -> None:
     """Issue an API token; it is shown once."""
-    from sqlalchemy import select
+    from tracestore.server import admin
 
-    from tracestore.server import db
-    from tracestore.server.auth import issue_token
-
-    services = _open_services(data_dir)
-    now = services.now()
-    expires = now + timedelta(days=expires_in_days) if expires_in_days else None
-    with services.db.session() as session:
-        if user_id is None:
-            user_id = session.scalar(
-                select(db.User.id)
-                .where(db.User.is_tenant_admin)
-                .order_by(db.User.created_at)
-                .limit(1)
-            )
-            if user_id is None:
-                raise click.ClickException("No admin user exists")
-        issued = issue_token(session, user_id, name, now, expires)
-    payload = {
-        "id": issued.id,
-        "token": issued.token,
-        "userId": issued.user_id,
-        "name": issued.name,
-        "expiresAt": expires.isoformat().replace("+00:00", "Z") if expires else None,
-    }
+    with _services(data_dir) as services:
+        issued = admin.create_token(
+            services, user_id=user_id, name=name, expires_in_days=expires_in_days
+        )
     if as_json:
-        click.echo(json.dumps(payload))
+        echo_json(wire(issued))
     else:
         click.echo(f"{issued.token}\n(id {issued.id}, user {issued.user_id}; shown once)")
 
 
 @token.command("list")
 @data_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def token_list(data_dir: Path | None, as_json: bool) -> None:
     """List API tokens (never their secret)."""
-    from sqlalchemy import select
+    from tracestore.server import admin
 
-    from tracestore.server import db
-
-    services = _open_services(data_dir)
-    with services.db.session(write=False) as session:
-        rows = session.scalars(select(db.ApiToken).order_by(db.ApiToken.created_at)).all()
-        items = [
-            {
-                "id": r.id,
-                "name": r.name,
-                "userId": r.user_id,
-                "createdAt": _ts(r.created_at),
-                "expiresAt": _ts(r.expires_at),
-                "revokedAt": _ts(r.revoked_at),
-            }
-            for r in rows
-        ]
+    with _services(data_dir) as services:
+        tokens = admin.list_tokens(services)
     if as_json:
-        click.echo(json.dumps(items))
+        echo_json([wire(item) for item in tokens])
         return
-    for item in items:
-        state = "revoked" if item["revokedAt"] else "active"
-        click.echo(
-            f"{item['id']}  {item['name']:<20}  {item['userId']}  {state}"
-            f"{'  expires ' + str(item['expiresAt']) if item['expiresAt'] else ''}"
-        )
+    for item in tokens:
+        state = "revoked" if item.revoked_at else "active"
+        expires = f"  expires {timestamp(item.expires_at)}" if item.expires_at else ""
+        click.echo(f"{item.id}  {item.name:<20}  {item.user_id}  {state}{expires}")
 
 
 @token.command("revoke")
@@ -221,19 +181,14 @@ def token_list(data_dir: Path | None, as_json: bool) -> None:
 @click.argument("token_id")
 def token_revoke(data_dir: Path | None, token_id: str) -> None:
     """Revoke an API token by its id."""
-    from tracestore.errors import NotFound
-    from tracestore.server.auth import revoke_token
+    from tracestore.server import admin
 
-    services = _open_services(data_dir)
-    try:
-        with services.db.session() as session:
-            revoke_token(session, token_id, services.now())
-    except NotFound as exc:
-        raise click.ClickException(exc.message) from None
+    with _services(data_dir) as services:
+        admin.revoke_token(services, token_id)
     click.echo(f"revoked {token_id}")
 
 
-@main.group()
+@click.group()
 def workspace() -> None:
     """Create and list workspaces (on the server's data directory)."""
 
@@ -247,56 +202,40 @@ def workspace() -> None:
     multiple=True,
     help="User id to add (repeatable); the admin user is always added.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def workspace_create(
     data_dir: Path | None, name: str, members: tuple[str, ...], as_json: bool
 ) -> None:
     """Create a workspace in the admin's tenant."""
-    from sqlalchemy import select
+    from tracestore.server import admin
 
-    from tracestore.errors import TracestoreError
-    from tracestore.server import db
-    from tracestore.server.auth import add_member, create_workspace
-
-    services = _open_services(data_dir)
-    try:
-        with services.db.session() as session:
-            admin = session.scalars(
-                select(db.User).where(db.User.is_tenant_admin).order_by(db.User.created_at).limit(1)
-            ).one()
-            created = create_workspace(session, admin.tenant_id, name, services.now())
-            session.flush()
-            for user_id in (admin.id, *members):
-                add_member(session, user_id, created.id)
-            result = {"id": created.id, "name": created.name, "tenantId": created.tenant_id}
-    except TracestoreError as exc:
-        raise click.ClickException(exc.message) from None
-    click.echo(json.dumps(result) if as_json else f"{result['id']}  {result['name']}")
+    with _services(data_dir) as services:
+        created = admin.create_workspace(services, name, members)
+    if as_json:
+        echo_json(wire(created))
+    else:
+        click.echo(f"{created.id}  {created.name}")
 
 
 @workspace.command("list")
 @data_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def workspace_list(data_dir: Path | None, as_json: bool) -> None:
     """List workspaces."""
-    from sqlalchemy import select
+    from tracestore.server import admin
 
-    from tracestore.server import db
-
-    services = _open_services(data_dir)
-    with services.db.session(write=False) as session:
-        rows = session.scalars(select(db.Workspace).order_by(db.Workspace.created_at)).all()
-        items = [{"id": w.id, "name": w.name, "tenantId": w.tenant_id} for w in rows]
+    with _services(data_dir) as services:
+        workspaces = admin.list_workspaces(services)
     if as_json:
-        click.echo(json.dumps(items))
+        echo_json([wire(item) for item in workspaces])
         return
-    for item in items:
-        click.echo(f"{item['id']}  {item['name']}")
+    for item in workspaces:
+        click.echo(f"{item.id}  {item.name}")
 
 
-@main.command()
+@click.command()
 @data_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def gc(data_dir: Path | None, as_json: bool) -> None:
     """Sweep once: delete expired tracesets, fail expired uploads, purge unused bytes.
 
@@ -304,13 +243,10 @@ def gc(data_dir: Path | None, as_json: bool) -> None:
     """
     from tracestore.server.lifecycle import sweep
 
-    services = _open_services(data_dir)
-    try:
+    with _services(data_dir) as services:
         report = sweep(services)
-    finally:
-        services.close()
     if as_json:
-        click.echo(json.dumps(report.as_json()))
+        echo_json(report.as_json())
         return
     click.echo(
         f"expired {report.expired_tracesets} tracesets, failed {report.failed_sessions} upload "
@@ -319,9 +255,4 @@ def gc(data_dir: Path | None, as_json: bool) -> None:
     )
 
 
-def _ts(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+COMMANDS: tuple[click.Command, ...] = (serve, token, workspace, gc)

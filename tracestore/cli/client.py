@@ -7,6 +7,7 @@ files, metadata that breaks the upload rules before anything is sent).
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,14 +15,22 @@ from typing import Any
 
 import click
 
-from tracestore import cli_output
-from tracestore.cli_common import (
+from tracestore.cli.common import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
     census_problems,
     connection,
     json_option,
     read_metadata,
+)
+from tracestore.cli.output import (
+    echo_json,
+    error_lines,
+    list_rows,
+    progress_bars,
+    size_text,
+    traceset_text,
+    wire,
 )
 from tracestore.client import Client
 from tracestore.client.transfers import UploadInterrupted
@@ -93,7 +102,7 @@ def upload(
             raise click.UsageError("local inspection disagrees with the metadata (--strict)")
 
     try:
-        with cli_output.progress_bars() as report:
+        with progress_bars() as report:
 
             def started(session: UploadUrlResponse) -> None:
                 report.note(
@@ -120,7 +129,7 @@ def upload(
         click.echo(f"\nInterrupted; {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except UploadIncomplete as exc:
-        for line in cli_output.error_lines(exc):
+        for line in error_lines(exc):
             click.echo(line, err=True)
         click.echo(f"  {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
         sys.exit(EXIT_API_ERROR)
@@ -129,11 +138,11 @@ def upload(
             raise click.UsageError(exc.message) from None
         raise
     if as_json:
-        cli_output.echo_json(cli_output.wire(traceset))
+        echo_json(wire(traceset))
     else:
         click.echo(
             f"{traceset.id}  {traceset.status}  {traceset.file_count} files  "
-            f"{cli_output.size_text(traceset.total_size)}  {traceset.hash}"
+            f"{size_text(traceset.total_size)}  {traceset.hash}"
         )
 
 
@@ -141,13 +150,7 @@ def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Pat
     words = ["tracestore", "upload", "--resume", upload_id, *map(str, paths)]
     for extra in supporting:
         words += ["--supporting", str(extra)]
-    return "resume with: " + " ".join(_quote(w) for w in words)
-
-
-def _quote(word: str) -> str:
-    import shlex
-
-    return shlex.quote(word)
+    return "resume with: " + shlex.join(words)
 
 
 def _parse_filters(pairs: Sequence[str]) -> dict[str, Any]:
@@ -210,9 +213,9 @@ def ls(
         )
     )
     if as_json:
-        cli_output.echo_json([cli_output.wire(item) for item in items])
+        echo_json([wire(item) for item in items])
     elif items:
-        click.echo(cli_output.list_rows(items))
+        click.echo(list_rows(items))
     else:
         click.echo("No tracesets.", err=True)
 
@@ -225,9 +228,9 @@ def show(client: Client, traceset_id: str, as_json: bool) -> None:
     """Show a traceset: status, rank count, workload metadata and files."""
     traceset = client.get_traceset(traceset_id)
     if as_json:
-        cli_output.echo_json(cli_output.wire(traceset))
+        echo_json(wire(traceset))
     else:
-        click.echo(cli_output.traceset_text(traceset))
+        click.echo(traceset_text(traceset))
 
 
 @click.command()
@@ -263,7 +266,7 @@ def promote(
         tags=list(tags) if tags else None,
     )
     if as_json:
-        cli_output.echo_json(cli_output.wire(answer))
+        echo_json(wire(answer))
     elif answer.promotion_applied:
         click.echo(f"{answer.id} promoted to {answer.scope}")
     else:
@@ -294,7 +297,7 @@ def download(
 ) -> None:
     """Download a traceset's files (resumes partial files, verifies every SHA-256)."""
     try:
-        with cli_output.progress_bars() as report:
+        with progress_bars() as report:
             written = client.download_traceset(
                 traceset_id,
                 output,
@@ -306,7 +309,7 @@ def download(
         click.echo("\nInterrupted; run the same command again to resume.", err=True)
         sys.exit(EXIT_INTERRUPTED)
     if as_json:
-        cli_output.echo_json([str(path) for path in written])
+        echo_json([str(path) for path in written])
     else:
         for path in written:
             click.echo(str(path))
@@ -320,7 +323,7 @@ def validate(client: Client, traceset_id: str, as_json: bool) -> None:
     """Re-verify a traceset on the service; exit 1 when a check fails."""
     answer = client.validate_traceset(traceset_id)
     if as_json:
-        cli_output.echo_json(cli_output.wire(answer))
+        echo_json(wire(answer))
     else:
         for check in answer.checks:
             mark = {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
@@ -338,7 +341,7 @@ def rm(client: Client, traceset_id: str, as_json: bool) -> None:
     """Delete a traceset (soft: its bytes are purged after a grace period)."""
     client.delete_traceset(traceset_id)
     if as_json:
-        cli_output.echo_json({"id": traceset_id, "status": "deleted"})
+        echo_json({"id": traceset_id, "status": "deleted"})
     else:
         click.echo(f"deleted {traceset_id}")
 

@@ -1,4 +1,4 @@
-"""What every client command shares: --url/--token, finding the local admin token, reading
+"""What the commands share: --url/--token, finding the local admin token, --json, reading
 a metadata file, the quick local inspection before an upload, and the error exit."""
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from urllib.parse import urlsplit
 
 import click
 
-from tracestore import cli_output, jsontext
+from tracestore import jsontext
+from tracestore.cli.output import error_lines
 from tracestore.client import Client
+from tracestore.client.transfers import collect_files
 from tracestore.errors import TracestoreError
+from tracestore.inspect import inspect_path, rank_census
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_API_ERROR = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,7 +73,7 @@ def connection(command: F) -> F:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:
-                for line in cli_output.error_lines(exc):
+                for line in error_lines(exc):
                     click.echo(line, err=True)
                 sys.exit(EXIT_API_ERROR)
 
@@ -100,12 +102,6 @@ def census_problems(
     paths: Sequence[Path], role: str, metadata: Any, declared: int | None
 ) -> list[str]:
     """What a quick local inspection finds wrong with the primary files (empty if none)."""
-    try:
-        from tracestore.client.transfers import collect_files
-        from tracestore.inspect.census import rank_census
-        from tracestore.inspect.files import inspect_path
-    except ImportError:  # pragma: no cover - inspection not installed
-        return []
     if role != "primary":
         return []
     try:

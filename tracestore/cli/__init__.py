@@ -1,0 +1,26 @@
+"""The ``tracestore`` command: run the service, administer it, and work with tracesets.
+
+``client`` holds the commands that talk to a service over HTTP, ``inspect`` the local
+inspection, ``server`` those that run or administer a service on its data directory (they
+import the server only when they run); ``common`` and ``output`` are what they share.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tracestore.cli.client import COMMANDS as CLIENT_COMMANDS
+from tracestore.cli.inspect import inspect_command
+from tracestore.cli.server import COMMANDS as SERVER_COMMANDS
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracestore")
+def main() -> None:
+    """tracestore: keep, find and fetch the trace files of distributed training runs."""
+
+
+for _command in (*SERVER_COMMANDS, *CLIENT_COMMANDS, inspect_command):
+    main.add_command(_command)

@@ -1,0 +1,7 @@
+"""``python -m tracestore.cli``: the ``tracestore`` command."""
+
+from __future__ import annotations
+
+from tracestore.cli import main
+
+main()
