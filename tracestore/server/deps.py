@@ -28,6 +28,6 @@ def authenticated(
     token = credentials.credentials.strip()
     verifier = services.jwt_verifier
     if verifier is not None and token.count(".") == 2:
-        return verifier.authenticate(services, token)
+        return verifier.authenticate(services.db, token, services.now())
     with services.db.session(write=False) as session:
         return authenticate_api_token(session, token, services.now())
