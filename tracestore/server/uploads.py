@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from tracestore import jsontext, metadata, schemas
 from tracestore.errors import (
     Conflict,
-    Gone,
     NotFound,
     PayloadTooLarge,
     ValidationError,
@@ -26,16 +24,15 @@ from tracestore.server.blobs import (
 from tracestore.server.ids import new_id
 from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services
-from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
+from tracestore.server.sessions import (
+    check_not_expired,
+    part_size_for,
+    staged_file,
+    visible_session,
+)
 from tracestore.server.staging import PartWriter
 from tracestore.server.tracesets import files_of
 from tracestore.server.validation import parse_json_body
-
-
-def part_size_for(size: int, base: int) -> int:
-    """The session's part size, raised (to whole MiB) so no file needs over 10,000 parts."""
-    needed = -(-size // MAX_PARTS_PER_FILE)
-    return max(base, -(-needed // MIB) * MIB)
 
 
 def parse_upload_request(body: bytes) -> tuple[schemas.UploadRequest, int | None]:
@@ -147,7 +144,7 @@ def resume_upload(
     """The session as it stands: parts received, and fresh URLs for the parts missing."""
     with services.db.session(write=False) as session:
         upload, _traceset = visible_session(session, principal, upload_id)
-        _check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
+        check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
         files = files_of(session, upload.traceset_id)
         view = _session_view(services, upload, files, with_received=True)
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
@@ -195,31 +192,6 @@ def _session_view(
     )
 
 
-def staged_file(upload: db.UploadSession, file: db.TracesetFile) -> StagedFile:
-    return StagedFile(
-        upload.id,
-        file.position,
-        file.size,
-        part_size_for(file.size, upload.part_size),
-        file.staging_handle,
-    )
-
-
-def visible_session(
-    session: Session, principal: Principal, upload_id: str
-) -> tuple[db.UploadSession, db.Traceset]:
-    upload = session.get(db.UploadSession, upload_id)
-    traceset = session.get(db.Traceset, upload.traceset_id) if upload else None
-    if upload is None or traceset is None or not principal.can_write(traceset):
-        raise NotFound(f"Upload session '{upload_id}' not found")
-    return upload, traceset
-
-
-def _check_not_expired(upload_id: str, state: str, expires_at: datetime, now: datetime) -> None:
-    if state == "expired" or (state in ("open", "completing") and now >= expires_at):
-        raise Gone(f"Upload session '{upload_id}' has expired")
-
-
 # --- receiving a part (embedded store only; S3 receives parts itself) ---
 
 
@@ -261,7 +233,7 @@ def open_part(
     if row is None:
         raise NotFound(f"Upload session '{upload_id}' not found")
     state, expires_at, session_part_size, file_size, handle = row
-    _check_not_expired(upload_id, state, expires_at, now)
+    check_not_expired(upload_id, state, expires_at, now)
     if state not in ("open", "completing"):
         raise Conflict(f"Upload session '{upload_id}' is {state}; it takes no parts")
     stage = StagedFile(
