@@ -23,9 +23,18 @@ from tracestore.errors import (
     PayloadTooLarge,
     TracestoreError,
 )
-from tracestore.server import lifecycle, routes, routes_bytes, routes_listing, routes_promotion
+from tracestore.server import lifecycle
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.heap import keep_heap_warm
+from tracestore.server.routes import (
+    blobs,
+    downloads,
+    health,
+    listing,
+    promotion,
+    tracesets,
+    uploads,
+)
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
@@ -215,12 +224,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     )
     app.state.services = services
     install_error_handlers(app)
-    app.include_router(routes_listing.router)
-    app.include_router(routes.api)
-    app.include_router(routes_promotion.router)
-    app.include_router(routes_bytes.router)
-    app.include_router(routes.blobs)
-    app.include_router(routes.health)
+    # The order of the OpenAPI document's paths.
+    for resource in (listing, uploads, tracesets, promotion, downloads, blobs, health):
+        app.include_router(resource.router)
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(RequestContext, max_body=settings.max_json_body)
     return app

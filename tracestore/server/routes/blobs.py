@@ -1,0 +1,100 @@
+"""The presigned routes the service answers itself (no bearer token: the signature is the
+grant): the archive of a traceset, and the embedded store's part PUT and content GET."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import FileResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from tracestore.errors import NotImplementedByService
+from tracestore.server import downloads, uploads
+from tracestore.server.blobs import LocalBlobStore, content_disposition
+from tracestore.server.deps import ServicesDep
+from tracestore.server.protocol import receive_into
+
+router = APIRouter(prefix="/blobs", tags=["embedded blob store"])
+
+
+@router.get(
+    "/archive/{traceset_id}",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/zip": {}}, "description": "The ZIP archive"}},
+)
+def get_archive(
+    traceset_id: str, services: ServicesDep, expires: int, signature: str
+) -> StreamingResponse:
+    """Stream the ZIP of every file of a traceset through a presigned archive URL."""
+    archive = downloads.open_archive(services, traceset_id, expires, signature)
+    return StreamingResponse(
+        archive.chunks,
+        media_type="application/zip",
+        headers={
+            "Content-Length": str(archive.size),
+            "Content-Disposition": content_disposition(archive.filename),
+        },
+    )
+
+
+@router.put(
+    "/parts/{upload_id}/{position}/{part_number}",
+    status_code=200,
+    responses={200: {"description": "Stored; the ETag header names the part"}},
+)
+async def put_part(
+    request: Request,
+    services: ServicesDep,
+    upload_id: str,
+    position: int,
+    part_number: int,
+    size: int,
+    expires: int,
+    signature: str,
+    part_size: Annotated[int, Query(alias="partSize")],
+    checksum: Annotated[str | None, Header(alias="x-amz-checksum-sha256")] = None,
+) -> Response:
+    """Receive one part of an upload, written to disk as it arrives."""
+    writer = await run_in_threadpool(
+        uploads.open_part,
+        services,
+        upload_id,
+        position,
+        part_number,
+        size,
+        part_size,
+        expires,
+        signature,
+        request.headers.get("content-length"),
+    )
+    etag = await uploads.receive_part(
+        writer, request.stream(), checksum, into=receive_into(request.scope)
+    )
+    return Response(status_code=200, headers={"ETag": f'"{etag}"'})
+
+
+class BlobResponse(FileResponse):
+    # Each chunk is a thread hop; Starlette's 64 KiB default spends more on hops than on bytes.
+    chunk_size = 1024 * 1024
+
+
+@router.get("/content/{sha256}", response_class=FileResponse)
+def get_blob(
+    sha256: str, services: ServicesDep, name: str, expires: int, signature: str
+) -> FileResponse:
+    """Serve a blob through a presigned download URL (range requests supported)."""
+    store = services.store
+    if not isinstance(store, LocalBlobStore):
+        raise NotImplementedByService("This service does not serve blobs itself")
+    store.verify_download_url(sha256, name, expires, signature, services.now())
+    path = store.root / store.blob_key(sha256)
+    return BlobResponse(
+        path,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": content_disposition(name),
+            "ETag": f'"{sha256}"',
+            "x-amz-meta-sha256": sha256,
+        },
+    )
