@@ -1,25 +1,35 @@
 """The presigned routes the service answers itself (no bearer token: the signature is the
-grant): the archive of a traceset, and the embedded store's part PUT and content GET."""
+grant; paths and signatures are ``presigned.py``): the archive of a traceset, whatever the
+store, and the embedded store's part PUT and content GET, mounted only when the bytes are
+in the embedded store."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from tracestore.errors import NotImplementedByService
-from tracestore.server import downloads, uploads
+from tracestore.server import downloads, presigned, receiving
 from tracestore.server.blobs import LocalBlobStore, content_disposition
 from tracestore.server.deps import ServicesDep
 from tracestore.server.protocol import receive_into
 
-router = APIRouter(prefix="/blobs", tags=["embedded blob store"])
+router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
+local_store_router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
+
+
+def _local_store(services: ServicesDep) -> LocalBlobStore:
+    # app.create_app mounts local_store_router only when the store is the embedded one.
+    return cast(LocalBlobStore, services.store)
+
+
+LocalStoreDep = Annotated[LocalBlobStore, Depends(_local_store)]
 
 
 @router.get(
-    "/archive/{traceset_id}",
+    presigned.ARCHIVE,
     response_class=StreamingResponse,
     responses={200: {"content": {"application/zip": {}}, "description": "The ZIP archive"}},
 )
@@ -38,14 +48,15 @@ def get_archive(
     )
 
 
-@router.put(
-    "/parts/{upload_id}/{position}/{part_number}",
+@local_store_router.put(
+    presigned.PART,
     status_code=200,
     responses={200: {"description": "Stored; the ETag header names the part"}},
 )
 async def put_part(
     request: Request,
     services: ServicesDep,
+    store: LocalStoreDep,
     upload_id: str,
     position: int,
     part_number: int,
@@ -57,8 +68,9 @@ async def put_part(
 ) -> Response:
     """Receive one part of an upload, written to disk as it arrives."""
     writer = await run_in_threadpool(
-        uploads.open_part,
+        receiving.open_part,
         services,
+        store,
         upload_id,
         position,
         part_number,
@@ -68,7 +80,7 @@ async def put_part(
         signature,
         request.headers.get("content-length"),
     )
-    etag = await uploads.receive_part(
+    etag = await receiving.receive_part(
         writer, request.stream(), checksum, into=receive_into(request.scope)
     )
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
@@ -79,18 +91,19 @@ class BlobResponse(FileResponse):
     chunk_size = 1024 * 1024
 
 
-@router.get("/content/{sha256}", response_class=FileResponse)
+@local_store_router.get(presigned.CONTENT, response_class=FileResponse)
 def get_blob(
-    sha256: str, services: ServicesDep, name: str, expires: int, signature: str
+    sha256: str,
+    services: ServicesDep,
+    store: LocalStoreDep,
+    name: str,
+    expires: int,
+    signature: str,
 ) -> FileResponse:
     """Serve a blob through a presigned download URL (range requests supported)."""
-    store = services.store
-    if not isinstance(store, LocalBlobStore):
-        raise NotImplementedByService("This service does not serve blobs itself")
-    store.verify_download_url(sha256, name, expires, signature, services.now())
-    path = store.root / store.blob_key(sha256)
+    services.signer.verify_content(sha256, name, expires, signature, services.now())
     return BlobResponse(
-        path,
+        store.blob_path(sha256),
         media_type="application/octet-stream",
         headers={
             "Content-Disposition": content_disposition(name),
