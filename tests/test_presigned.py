@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tracestore.errors import Forbidden
-from tracestore.server.presigned import UrlSigner
+from tracestore.server.presigned import PartGrant, UrlSigner
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EXPIRES = int(NOW.timestamp()) + 60
@@ -22,10 +22,16 @@ def _query(path: str) -> dict[str, str]:
 
 def test_each_kind_of_url_has_its_path_and_verifies_until_it_expires() -> None:
     signer = UrlSigner(b"key")
-    part = signer.part_path("upload_a", 2, 3, 100, 5 << 20, EXPIRES)
+    grant = PartGrant("upload_a", 2, 3, 100, 5 << 20, EXPIRES)
+    part = signer.part_path(grant)
     assert urlparse(part).path == "/blobs/parts/upload_a/2/3"
-    assert _query(part).keys() == {"size", "partSize", "expires", "signature"}
-    signer.verify_part("upload_a", 2, 3, 100, 5 << 20, EXPIRES, _query(part)["signature"], NOW)
+    assert _query(part) == {
+        "size": "100",
+        "partSize": str(5 << 20),
+        "expires": str(EXPIRES),
+        "signature": _query(part)["signature"],
+    }
+    signer.verify_part(grant, _query(part)["signature"], NOW)
     content = signer.content_path(SHA, "a b.txt", EXPIRES)
     assert urlparse(content).path == f"/blobs/content/{SHA}"
     signer.verify_content(SHA, "a b.txt", EXPIRES, _query(content)["signature"], NOW)
@@ -49,3 +55,7 @@ def test_a_signature_grants_only_what_it_was_made_for() -> None:
     content = _query(signer.content_path(SHA, "x", EXPIRES))["signature"]
     with pytest.raises(Forbidden, match="does not match"):
         signer.verify_content(SHA, "y", EXPIRES, content, NOW)
+    grant = PartGrant("upload_a", 0, 1, 100, 100, EXPIRES)
+    part = _query(signer.part_path(grant))["signature"]
+    with pytest.raises(Forbidden, match="does not match"):
+        signer.verify_part(PartGrant("upload_a", 0, 1, 99, 100, EXPIRES), part, NOW)

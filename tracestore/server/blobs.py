@@ -22,7 +22,7 @@ from typing import BinaryIO, Protocol
 from urllib.parse import quote
 
 from tracestore.errors import PayloadTooLarge, ValidationError
-from tracestore.server.presigned import UrlSigner
+from tracestore.server.presigned import PartGrant, UrlSigner
 from tracestore.server.staging import (
     CLAIM_FILE,
     DATA_FILE,
@@ -162,7 +162,7 @@ class LocalBlobStore:
         return StagedFile(upload_id, position, size, part_size)
 
     def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
-        path = self.signer.part_path(
+        grant = PartGrant(
             staged.upload_id,
             staged.position,
             part_number,
@@ -170,7 +170,7 @@ class LocalBlobStore:
             staged.part_size,
             int(expires_at.timestamp()),
         )
-        return self.public_url + path
+        return self.public_url + self.signer.part_path(grant)
 
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
         found: dict[int, StoredPart] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -21,6 +22,19 @@ CONTENT = "/content/{sha256}"
 ARCHIVE = "/archive/{traceset_id}"
 
 
+@dataclass(frozen=True)
+class PartGrant:
+    """What a part URL grants: a PUT of ``size`` bytes as part ``part_number`` of the file
+    at ``position`` of an upload (whose files have parts of ``part_size``), until ``expires``."""
+
+    upload_id: str
+    position: int
+    part_number: int
+    size: int
+    part_size: int
+    expires: int
+
+
 class UrlSigner:
     """Signs and checks the service's presigned URLs; one per service (``Services.signer``),
     keyed by the settings' signing key. ``expires`` is a Unix time in seconds."""
@@ -28,40 +42,22 @@ class UrlSigner:
     def __init__(self, key: bytes) -> None:
         self._key = key
 
-    def part_path(
-        self,
-        upload_id: str,
-        position: int,
-        part_number: int,
-        size: int,
-        part_size: int,
-        expires: int,
-    ) -> str:
-        """The path and query of a part PUT of ``size`` bytes."""
-        fields = (upload_id, position, part_number, size, part_size)
+    def part_path(self, grant: PartGrant) -> str:
+        """The path and query of a part PUT."""
         query = {
-            "size": size,
-            "partSize": part_size,
-            "expires": expires,
-            "signature": self._sign(expires, "PUT", *fields),
+            "size": grant.size,
+            "partSize": grant.part_size,
+            "expires": grant.expires,
+            "signature": self._sign(grant.expires, "PUT", *_signed_part_fields(grant)),
         }
-        path = PART.format(upload_id=upload_id, position=position, part_number=part_number)
+        path = PART.format(
+            upload_id=grant.upload_id, position=grant.position, part_number=grant.part_number
+        )
         return f"{PREFIX}{path}?{urlencode(query)}"
 
-    def verify_part(
-        self,
-        upload_id: str,
-        position: int,
-        part_number: int,
-        size: int,
-        part_size: int,
-        expires: int,
-        signature: str,
-        now: datetime,
-    ) -> None:
+    def verify_part(self, grant: PartGrant, signature: str, now: datetime) -> None:
         """Raise Forbidden unless the part URL's signature holds and it has not expired."""
-        fields = (upload_id, position, part_number, size, part_size)
-        self._verify(signature, expires, now, "PUT", *fields)
+        self._verify(signature, grant.expires, now, "PUT", *_signed_part_fields(grant))
 
     def content_path(self, sha256: str, filename: str, expires: int) -> str:
         """The path and query of a blob GET that names its download ``filename``."""
@@ -96,3 +92,7 @@ class UrlSigner:
             raise Forbidden("The URL signature does not match; request a new URL")
         if now.timestamp() >= expires:
             raise Forbidden("The URL has expired; request a new URL")
+
+
+def _signed_part_fields(grant: PartGrant) -> tuple[str | int, ...]:
+    return (grant.upload_id, grant.position, grant.part_number, grant.size, grant.part_size)

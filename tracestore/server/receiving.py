@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from tracestore.errors import Conflict, NotFound, PayloadTooLarge, ValidationError
 from tracestore.server import db
 from tracestore.server.blobs import LocalBlobStore, StagedFile
+from tracestore.server.presigned import PartGrant
 from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services
 from tracestore.server.sessions import check_not_expired, part_size_for
@@ -21,12 +22,7 @@ from tracestore.server.staging import PartWriter
 def open_part(
     services: Services,
     store: LocalBlobStore,
-    upload_id: str,
-    position: int,
-    part_number: int,
-    size: int,
-    part_size: int,
-    expires: int,
+    grant: PartGrant,
     signature: str,
     content_length: str | None,
 ) -> PartWriter:
@@ -34,9 +30,8 @@ def open_part(
     declared length (refused before a byte is written); the part's writer. One call, so
     one thread hop per part PUT."""
     now = services.now()
-    services.signer.verify_part(
-        upload_id, position, part_number, size, part_size, expires, signature, now
-    )
+    services.signer.verify_part(grant, signature, now)
+    upload_id, position, part_number = grant.upload_id, grant.position, grant.part_number
     # Every part PUT asks this: one narrow query, no ORM objects.
     query = (
         select(

@@ -67,16 +67,12 @@ async def put_part(
     checksum: Annotated[str | None, Header(alias="x-amz-checksum-sha256")] = None,
 ) -> Response:
     """Receive one part of an upload, written to disk as it arrives."""
+    grant = presigned.PartGrant(upload_id, position, part_number, size, part_size, expires)
     writer = await run_in_threadpool(
         receiving.open_part,
         services,
         store,
-        upload_id,
-        position,
-        part_number,
-        size,
-        part_size,
-        expires,
+        grant,
         signature,
         request.headers.get("content-length"),
     )
