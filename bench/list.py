@@ -337,7 +337,7 @@ def bench_engine(
             seconds = load(database, count, seed=count)
             print(f"[{engine}] loaded {count:,} tracesets in {seconds:.1f} s", flush=True)
             settings = Settings(data_dir=workdir / "data", database_url=url, signing_key="bench")
-            sized[count] = Services(settings=settings, db=database, store=None)  # type: ignore[arg-type]
+            sized[count] = Services(settings=settings, db=database, store=None, signer=None)  # type: ignore[arg-type]
         return measure(sized, repeats)
     finally:
         for services in sized.values():

@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from tests.s3server import with_s3_bytes
 from tracestore.errors import ValidationError
-from tracestore.server import db, uploads
+from tracestore.server import db, sessions
 from tracestore.server.blobs import (
     BlobStore,
     ContentStore,
@@ -82,7 +82,7 @@ class Harness:
                 .where(db.TracesetFile.traceset_id == upload.traceset_id)
                 .order_by(db.TracesetFile.position)
             ).all()
-            return [uploads.staged_file(upload, file) for file in files]
+            return [sessions.staged_file(upload, file) for file in files]
 
     def put(self, staged: StagedFile, number: int, data: bytes) -> httpx.Response:
         url = self.store.part_url(staged, number, self.services.now() + timedelta(hours=1))

@@ -193,7 +193,11 @@ def test_json_bodies_over_the_limit_answer_413_before_being_read(
     small = Settings(**{**services.settings.model_dump(), "max_json_body": 4096})
     app = create_app(
         services=Services(
-            settings=small, db=services.db, store=services.store, clock=services.clock
+            settings=small,
+            db=services.db,
+            store=services.store,
+            signer=services.signer,
+            clock=services.clock,
         )
     )
     with TestClient(app) as http:

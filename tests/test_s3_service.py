@@ -113,6 +113,22 @@ def test_upload_complete_download_resolve_and_validate_through_s3(
     assert {c["name"]: c["passed"] for c in checks}["file_integrity"] is True
 
 
+def test_with_the_bytes_in_s3_the_embedded_store_routes_are_not_mounted(
+    http: TestClient,
+) -> None:
+    paths = http.get("/openapi.json").json()["paths"]
+    assert "/blobs/archive/{traceset_id}" in paths  # the archive streams through the service
+    assert not [p for p in paths if p.startswith(("/blobs/parts/", "/blobs/content/"))]
+    query = "size=1&partSize=1&expires=9999999999&signature=x"
+    for method, path in (
+        ("PUT", f"/blobs/parts/upload_x/0/1?{query}"),
+        ("GET", "/blobs/content/x"),
+    ):
+        response = http.request(method, path, content=b"x" if method == "PUT" else None)
+        assert response.status_code == 404, response.text
+        assert response.json()["error"]["code"] == "NOT_FOUND"
+
+
 def test_an_oversize_part_fails_the_session_and_leaves_no_bytes(
     http: TestClient, services: Services, s3http: httpx.Client
 ) -> None:

@@ -23,10 +23,19 @@ from tracestore.errors import (
     PayloadTooLarge,
     TracestoreError,
 )
-from tracestore.server import lifecycle, routes, routes_bytes, routes_listing, routes_promotion
+from tracestore.server import lifecycle, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.heap import keep_heap_warm
-from tracestore.server.services import Services, build_services
+from tracestore.server.routes import (
+    blobs,
+    downloads,
+    health,
+    listing,
+    promotion,
+    tracesets,
+    uploads,
+)
+from tracestore.server.services import Services, build_services, stores_bytes_locally
 from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
 
@@ -78,7 +87,7 @@ class RequestContext:
                 message["headers"] = headers
             await send(message)
 
-        if str(scope.get("path", "")).startswith("/blobs/"):
+        if str(scope.get("path", "")).startswith(presigned.PREFIX + "/"):
             await self.app(scope, receive, send_with_id)
             return
         limit = self.max_body
@@ -215,12 +224,12 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     )
     app.state.services = services
     install_error_handlers(app)
-    app.include_router(routes_listing.router)
-    app.include_router(routes.api)
-    app.include_router(routes_promotion.router)
-    app.include_router(routes_bytes.router)
-    app.include_router(routes.blobs)
-    app.include_router(routes.health)
+    # Included in the order of the OpenAPI document's paths.
+    for resource in (listing, uploads, tracesets, promotion, downloads, blobs):
+        app.include_router(resource.router)
+    if stores_bytes_locally(settings):  # an object store answers its own part and blob URLs
+        app.include_router(blobs.local_store_router)
+    app.include_router(health.router)
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(RequestContext, max_body=settings.max_json_body)
     return app

@@ -56,16 +56,6 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def bearer_token(authorization: str | None) -> str:
-    if not authorization:
-        raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or " " in token:
-        raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    return token
-
-
 def principal_for_user(session: Session, user: db.User) -> Principal:
     workspaces = session.scalars(
         select(db.Membership.workspace_id).where(db.Membership.user_id == user.id)

@@ -10,10 +10,8 @@ store (``s3blobs.py``) implements the same protocols with real multipart uploads
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
-import hmac
 import os
 import re
 import secrets
@@ -23,9 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
-from tracestore.errors import Forbidden, ValidationError
+from tracestore.errors import ValidationError
+from tracestore.server.presigned import PartGrant, UrlSigner
 from tracestore.server.staging import (
     CLAIM_FILE,
     DATA_FILE,
@@ -172,26 +171,6 @@ def normalise_etag(etag: str) -> str:
     return etag.strip().strip('"')
 
 
-class UrlSigner:
-    """HMAC-SHA256 signatures for the embedded store's presigned URLs."""
-
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-
-    def sign(self, *fields: str | int) -> str:
-        message = "\n".join(str(f) for f in fields).encode()
-        digest = hmac.new(self._key, message, hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-    def verify(self, signature: str, expires: int, now: datetime, *fields: str | int) -> None:
-        """Raise Forbidden unless ``signature`` matches and ``expires`` is in the future."""
-        expected = self.sign(expires, *fields)
-        if not hmac.compare_digest(expected, signature):
-            raise Forbidden("The URL signature does not match; request a new URL")
-        if now.timestamp() >= expires:
-            raise Forbidden("The URL has expired; request a new URL")
-
-
 class LocalBlobStore:
     """Blobs in a directory; the service itself serves the presigned part and download URLs.
 
@@ -228,36 +207,15 @@ class LocalBlobStore:
         return StagedFile(upload_id, position, size, part_size)
 
     def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
-        size = staged.part_length(part_number)
-        expires = int(expires_at.timestamp())
-        fields = (staged.upload_id, staged.position, part_number, size, staged.part_size)
-        query = urlencode(
-            {
-                "size": size,
-                "partSize": staged.part_size,
-                "expires": expires,
-                "signature": self.signer.sign(expires, "PUT", *fields),
-            }
+        grant = PartGrant(
+            staged.upload_id,
+            staged.position,
+            part_number,
+            staged.part_length(part_number),
+            staged.part_size,
+            int(expires_at.timestamp()),
         )
-        return (
-            f"{self.public_url}/blobs/parts/{staged.upload_id}/{staged.position}/"
-            f"{part_number}?{query}"
-        )
-
-    def verify_part_url(
-        self,
-        upload_id: str,
-        position: int,
-        part_number: int,
-        size: int,
-        part_size: int,
-        expires: int,
-        signature: str,
-        now: datetime,
-    ) -> None:
-        self.signer.verify(
-            signature, expires, now, "PUT", upload_id, position, part_number, size, part_size
-        )
+        return self.public_url + self.signer.part_path(grant)
 
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
         found: dict[int, StoredPart] = {}
@@ -354,7 +312,7 @@ class LocalBlobStore:
         # Linked, not moved, so a completion that dies before the database records it can
         # be retried from the staged bytes.
         data_path = self._staging_dir(staged.upload_id, staged.position) / DATA_FILE
-        target = self._blob_path(blob.sha256)
+        target = self.blob_path(blob.sha256)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):
@@ -369,36 +327,30 @@ class LocalBlobStore:
 
     # --- blobs ---
 
-    def _blob_path(self, sha256: str) -> Path:
+    def blob_path(self, sha256: str) -> Path:
+        """The file that holds a blob's bytes."""
         if not _SHA256.fullmatch(sha256):
             raise ValidationError(f"Invalid blob id {sha256!r}")
         return self._blobs / sha256[:2] / sha256[2:4] / sha256
 
     def blob_exists(self, sha256: str) -> bool:
-        return self._blob_path(sha256).is_file()
+        return self.blob_path(sha256).is_file()
 
     def open_blob(self, sha256: str) -> BinaryIO:
-        return open(self._blob_path(sha256), "rb")
+        return open(self.blob_path(sha256), "rb")
 
     def delete_blob(self, sha256: str) -> None:
-        self._blob_path(sha256).unlink(missing_ok=True)
+        self.blob_path(sha256).unlink(missing_ok=True)
 
     def blob_key(self, sha256: str) -> str:
-        return str(self._blob_path(sha256).relative_to(self.root))
+        return str(self.blob_path(sha256).relative_to(self.root))
 
     def blob_uri(self, sha256: str) -> str:
-        return self._blob_path(sha256).as_uri()
+        return self.blob_path(sha256).as_uri()
 
     def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str:
-        expires = int(expires_at.timestamp())
-        signature = self.signer.sign(expires, "GET", sha256, filename)
-        query = urlencode({"name": filename, "expires": expires, "signature": signature})
-        return f"{self.public_url}/blobs/content/{sha256}?{query}"
-
-    def verify_download_url(
-        self, sha256: str, filename: str, expires: int, signature: str, now: datetime
-    ) -> None:
-        self.signer.verify(signature, expires, now, "GET", sha256, filename)
+        path = self.signer.content_path(sha256, filename, int(expires_at.timestamp()))
+        return self.public_url + path
 
     def check(self) -> None:
         probe = self._staging / f".probe-{secrets.token_hex(4)}"

@@ -33,8 +33,8 @@ from tracestore.server.blobs import (
 )
 from tracestore.server.inspection import schedule_inspection
 from tracestore.server.services import Services
+from tracestore.server.sessions import staged_file, visible_session
 from tracestore.server.tracesets import files_of, manifest_hash, traceset_view
-from tracestore.server.uploads import staged_file, visible_session
 
 log = logging.getLogger("tracestore.completion")
 

@@ -1,12 +1,14 @@
-"""FastAPI dependencies: the services of the running app, and the authenticated caller."""
+"""What every route shares, once: the dependency aliases (the services of the running app,
+the authenticated caller) and the error responses every API route documents."""
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from tracestore import schemas
 from tracestore.errors import Unauthorized
 from tracestore.server.auth import UNAUTHORIZED_MESSAGE, Principal, authenticate_api_token
 from tracestore.server.services import Services
@@ -28,6 +30,24 @@ def authenticated(
     token = credentials.credentials.strip()
     verifier = services.jwt_verifier
     if verifier is not None and token.count(".") == 2:
-        return verifier.authenticate(services, token)
+        return verifier.authenticate(services.db, token, services.now())
     with services.db.session(write=False) as session:
         return authenticate_api_token(session, token, services.now())
+
+
+ServicesDep = Annotated[Services, Depends(services_of)]
+PrincipalDep = Annotated[Principal, Depends(authenticated)]
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": schemas.ErrorEnvelope, "description": description}
+    for status, description in (
+        (400, "Validation error"),
+        (401, "Invalid or missing authentication token"),
+        (403, "Forbidden"),
+        (404, "Not found"),
+        (409, "Conflict"),
+        (410, "Gone"),
+        (413, "Payload too large"),
+        (500, "Internal error"),
+    )
+}

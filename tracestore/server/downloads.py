@@ -8,7 +8,6 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from urllib.parse import urlencode
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -18,14 +17,13 @@ from tracestore.errors import Conflict, NotFound
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import ContentStore, UrlSigner
+from tracestore.server.blobs import ContentStore
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.lifecycle import record_use
 from tracestore.server.services import Services
 from tracestore.server.tracesets import files_of, find_visible
 
 CHUNK = 4 * 1024 * 1024
-ARCHIVE_PATH = "/blobs/archive"
 NOT_EVALUATED = "Not evaluated yet: trace inspection has not reported on this traceset"
 
 
@@ -36,10 +34,6 @@ def _ready(session: Session, principal: Principal, traceset_id: str, doing: str)
             f"Traceset '{traceset_id}' is {traceset.status}; only a ready traceset can be {doing}"
         )
     return traceset
-
-
-def _signer(services: Services) -> UrlSigner:
-    return UrlSigner(services.settings.signing_key_bytes())
 
 
 # --- download ---
@@ -73,10 +67,10 @@ def download_url(
 
 
 def archive_url(services: Services, traceset_id: str, expires: int) -> str:
-    # The archive always streams through the service: an object store cannot zip.
-    signature = _signer(services).sign(expires, "ARCHIVE", traceset_id)
-    query = urlencode({"expires": expires, "signature": signature})
-    return f"{services.settings.resolved_public_url}{ARCHIVE_PATH}/{traceset_id}?{query}"
+    """The presigned URL of a traceset's ZIP, on the service itself whatever the store
+    (an object store cannot zip)."""
+    path = services.signer.archive_path(traceset_id, expires)
+    return services.settings.resolved_public_url + path
 
 
 @dataclass(frozen=True)
@@ -91,7 +85,7 @@ def open_archive(
 ) -> ArchiveStream:
     """Check an archive URL's signature and answer the traceset's ZIP as a stream of chunks
     (read blob by blob, never held whole)."""
-    _signer(services).verify(signature, expires, services.now(), "ARCHIVE", traceset_id)
+    services.signer.verify_archive(traceset_id, expires, signature, services.now())
     with services.db.session(write=False) as session:
         traceset = session.get(db.Traceset, traceset_id)
         if traceset is None:

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -38,10 +38,8 @@ from sqlalchemy.orm import Session
 
 from tracestore.errors import ServiceUnavailable, Unauthorized
 from tracestore.server import auth, db
+from tracestore.server.db import Database
 from tracestore.server.settings import Settings
-
-if TYPE_CHECKING:
-    from tracestore.server.services import Services
 
 log = logging.getLogger("tracestore.jwt")
 
@@ -253,17 +251,17 @@ class JwtVerifier:
             subject, str(name)[:255] or subject, tenant, tuple(dict.fromkeys(workspaces)), admin
         )
 
-    def authenticate(self, services: Services, token: str) -> auth.Principal:
-        """The caller a JWT names: its user created or refreshed from the claims."""
-        identity = self.identity(self.verified_claims(token, services.now()))
+    def authenticate(self, database: Database, token: str, now: datetime) -> auth.Principal:
+        """The caller a JWT names at ``now``: its user created or refreshed from the claims."""
+        identity = self.identity(self.verified_claims(token, now))
         for attempt in range(2):
             try:
-                with services.db.session(write=False) as session:
+                with database.session(write=False) as session:
                     current = _unchanged_principal(session, identity)
                 if current is not None:
                     return current
-                with services.db.session() as session:
-                    return _sync_user(session, identity, services.now())
+                with database.session() as session:
+                    return _sync_user(session, identity, now)
             except IntegrityError:
                 # A first login of the same subject raced this one; the next pass finds it.
                 if attempt:

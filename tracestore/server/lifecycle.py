@@ -25,8 +25,8 @@ from tracestore.server import db
 from tracestore.server.blobs import StagedFile, StagingArea
 from tracestore.server.inspection import inspect_abandoned
 from tracestore.server.services import Services
+from tracestore.server.sessions import staged_file
 from tracestore.server.tracesets import files_of, mark_unreferenced_blobs
-from tracestore.server.uploads import staged_file
 
 log = logging.getLogger("tracestore.sweeper")
 

@@ -13,9 +13,10 @@ from urllib.parse import unquote, urlparse
 from sqlalchemy import text
 
 from tracestore.errors import ServiceUnavailable
-from tracestore.server.blobs import BlobStore, LocalBlobStore, UrlSigner
+from tracestore.server.blobs import BlobStore, LocalBlobStore
 from tracestore.server.db import Database, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
+from tracestore.server.presigned import UrlSigner
 from tracestore.server.settings import Settings
 
 Clock = Callable[[], datetime]
@@ -26,6 +27,7 @@ class Services:
     settings: Settings
     db: Database
     store: BlobStore
+    signer: UrlSigner  # every presigned URL the service answers itself (the store's too)
     clock: Clock = field(default=utcnow)
     jwt_verifier: JwtVerifier | None = None  # set when a JWKS is configured
 
@@ -79,23 +81,31 @@ def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     database = Database(settings.resolved_database_url)
     database.migrate()
+    signer = UrlSigner(settings.signing_key_bytes())
     return Services(
         settings=settings,
         db=database,
-        store=open_blob_store(settings),
+        store=open_blob_store(settings, signer),
+        signer=signer,
         clock=clock,
         jwt_verifier=verifier,
     )
 
 
-def open_blob_store(settings: Settings) -> BlobStore:
+def stores_bytes_locally(settings: Settings) -> bool:
+    """Whether the bytes are in the embedded store (``file://``), whose part and content
+    URLs the service answers itself."""
+    return settings.resolved_blob_url.startswith("file://")
+
+
+def open_blob_store(settings: Settings, signer: UrlSigner) -> BlobStore:
+    """The store ``settings`` name; the embedded one presigns with ``signer``."""
     url = settings.resolved_blob_url
     if url.startswith("s3://"):
         from tracestore.server.s3blobs import S3BlobStore
 
         return S3BlobStore.from_url(url, endpoint_url=settings.s3_endpoint_url)
-    if url.startswith("file://"):
+    if stores_bytes_locally(settings):
         root = Path(unquote(urlparse(url).path))
-        signer = UrlSigner(settings.signing_key_bytes())
         return LocalBlobStore(root, settings.resolved_public_url, signer)
     raise ValueError(f"TRACESTORE_BLOB_URL must start with file:// or s3://, got {url!r}")

@@ -1,41 +1,26 @@
-"""Use cases of an upload: start, resume, receive a part (embedded store), complete."""
+"""Use cases of an upload: start it, resume it (receiving parts is ``receiving.py``,
+completing ``completion.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
+from collections.abc import Sequence
+from datetime import timedelta
 
 from tracestore import metadata, schemas
-from tracestore.errors import (
-    Conflict,
-    Gone,
-    NotFound,
-    PayloadTooLarge,
-    ValidationError,
-)
+from tracestore.errors import ValidationError
 from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import (
-    LocalBlobStore,
-    StagedFile,
-)
+from tracestore.server.blobs import StagedFile
 from tracestore.server.ids import new_id
-from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services
-from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
-from tracestore.server.staging import PartWriter
+from tracestore.server.sessions import (
+    check_not_expired,
+    part_size_for,
+    staged_file,
+    visible_session,
+)
 from tracestore.server.tracesets import files_of, store_metadata
 from tracestore.server.validation import parse_json_body
-
-
-def part_size_for(size: int, base: int) -> int:
-    """The session's part size, raised (to whole MiB) so no file needs over 10,000 parts."""
-    needed = -(-size // MAX_PARTS_PER_FILE)
-    return max(base, -(-needed // MIB) * MIB)
 
 
 def parse_upload_request(body: bytes) -> tuple[schemas.UploadRequest, int | None]:
@@ -140,7 +125,7 @@ def resume_upload(
     """The session as it stands: parts received, and fresh URLs for the parts missing."""
     with services.db.session(write=False) as session:
         upload, _traceset = visible_session(session, principal, upload_id)
-        _check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
+        check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
         files = files_of(session, upload.traceset_id)
         view = _session_view(services, upload, files, with_received=True)
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
@@ -186,125 +171,3 @@ def _session_view(
         part_size=upload.part_size,
         files=out,
     )
-
-
-def staged_file(upload: db.UploadSession, file: db.TracesetFile) -> StagedFile:
-    return StagedFile(
-        upload.id,
-        file.position,
-        file.size,
-        part_size_for(file.size, upload.part_size),
-        file.staging_handle,
-    )
-
-
-def visible_session(
-    session: Session, principal: Principal, upload_id: str
-) -> tuple[db.UploadSession, db.Traceset]:
-    upload = session.get(db.UploadSession, upload_id)
-    traceset = session.get(db.Traceset, upload.traceset_id) if upload else None
-    if upload is None or traceset is None or not principal.can_write(traceset):
-        raise NotFound(f"Upload session '{upload_id}' not found")
-    return upload, traceset
-
-
-def _check_not_expired(upload_id: str, state: str, expires_at: datetime, now: datetime) -> None:
-    if state == "expired" or (state in ("open", "completing") and now >= expires_at):
-        raise Gone(f"Upload session '{upload_id}' has expired")
-
-
-# --- receiving a part (embedded store only; S3 receives parts itself) ---
-
-
-def open_part(
-    services: Services,
-    upload_id: str,
-    position: int,
-    part_number: int,
-    size: int,
-    part_size: int,
-    expires: int,
-    signature: str,
-    content_length: str | None,
-) -> PartWriter:
-    """Check a part URL's signature, that its session still takes parts and the body's
-    declared length (refused before a byte is written); the part's writer. One call, so
-    one thread hop per part PUT."""
-    store = services.store
-    if not isinstance(store, LocalBlobStore):
-        raise NotFound("This service does not receive parts itself")
-    now = services.now()
-    store.verify_part_url(
-        upload_id, position, part_number, size, part_size, expires, signature, now
-    )
-    # Every part PUT asks this: one narrow query, no ORM objects.
-    query = (
-        select(
-            db.UploadSession.state,
-            db.UploadSession.expires_at,
-            db.UploadSession.part_size,
-            db.TracesetFile.size,
-            db.TracesetFile.staging_handle,
-        )
-        .join(db.TracesetFile, db.TracesetFile.traceset_id == db.UploadSession.traceset_id)
-        .where(db.UploadSession.id == upload_id, db.TracesetFile.position == position)
-    )
-    with services.db.session(write=False) as session:
-        row = session.execute(query).one_or_none()
-    if row is None:
-        raise NotFound(f"Upload session '{upload_id}' not found")
-    state, expires_at, session_part_size, file_size, handle = row
-    _check_not_expired(upload_id, state, expires_at, now)
-    if state not in ("open", "completing"):
-        raise Conflict(f"Upload session '{upload_id}' is {state}; it takes no parts")
-    stage = StagedFile(
-        upload_id, position, file_size, part_size_for(file_size, session_part_size), handle
-    )
-    expected = stage.part_length(part_number)
-    if content_length is not None and content_length.isdigit():
-        if int(content_length) > expected:
-            raise PayloadTooLarge(
-                f"Part {part_number} is {content_length} bytes, larger than its size of {expected}"
-            )
-        if int(content_length) < expected:
-            raise ValidationError(
-                f"Part {part_number} is {content_length} bytes; its size is {expected}"
-            )
-    return store.open_part_writer(stage, part_number, length_known=content_length is not None)
-
-
-# Each batch is one thread hop (and one pwritev); 4 MiB per hop measured ~0.5 CPU-s per
-# 2 GiB cheaper than 1 MiB, and bounds what a request holds in memory.
-_WRITE_BATCH = 4 * 1024 * 1024
-
-
-async def receive_part(
-    writer: PartWriter,
-    body: AsyncIterator[bytes],
-    checksum: str | None,
-    into: ReceiveInto | None = None,
-) -> str:
-    """Write one part's body (of the length ``open_part`` checked) as it arrives; the part's
-    ETag. ``into``, when the server offers it, receives the body in a worker thread
-    instead of through ``body``."""
-    verify = checksum is not None
-    try:
-        if into is not None:
-            # Straight from the socket in a worker thread (server/protocol.py).
-            await into(lambda view: writer.write((view,), checksum=verify))
-            return await run_in_threadpool(writer.finish, checksum)
-        # Bodies arrive in small messages; each batch is written with one thread hop.
-        pending: list[bytes] = []
-        pending_size = 0
-        async for chunk in body:
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size >= _WRITE_BATCH:
-                await run_in_threadpool(writer.write, pending, checksum=verify)
-                pending, pending_size = [], 0
-        if pending:
-            await run_in_threadpool(writer.write, pending, checksum=verify)
-        return await run_in_threadpool(writer.finish, checksum)
-    except BaseException:
-        writer.abort()
-        raise

@@ -1,4 +1,4 @@
-"""HTTP routes for listing (see the owning use-case module, ``listing``)."""
+"""The listing and search of tracesets (the use case is ``listing.list_tracesets``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 
 from tracestore import schemas
 from tracestore.server import listing
+from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
 from tracestore.server.listing_query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -16,7 +17,6 @@ from tracestore.server.listing_query import (
     STATUSES,
     parse_list_query,
 )
-from tracestore.server.routes import ERROR_RESPONSES, PrincipalDep, ServicesDep
 
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 

@@ -1,18 +1,13 @@
-"""HTTP routes for promotion (the use case is ``promotion.promote_traceset``)."""
+"""Promotion of a traceset one scope up (the use case is ``promotion.promote_traceset``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.server import promotion
-from tracestore.server.auth import Principal
-from tracestore.server.deps import authenticated, services_of
-from tracestore.server.routes import ERROR_RESPONSES
-from tracestore.server.services import Services
+from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
 
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 
@@ -46,8 +41,8 @@ _PROMOTE_ERRORS: dict[int | str, dict[str, object]] = {
 async def promote_traceset(
     traceset_id: str,
     request: Request,
-    services: Annotated[Services, Depends(services_of)],
-    principal: Annotated[Principal, Depends(authenticated)],
+    services: ServicesDep,
+    principal: PrincipalDep,
 ) -> schemas.PromoteAnswer:
     """Promote a ready traceset one scope up (workspace → tenant → public), optionally
     replacing its workloadMetadata, description and tags; a promoted traceset no longer

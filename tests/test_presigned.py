@@ -1,0 +1,61 @@
+"""The one signer of the presigned URLs the service answers: each kind of URL verifies
+against its own fields only, and only until it expires."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tracestore.errors import Forbidden
+from tracestore.server.presigned import PartGrant, UrlSigner
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+EXPIRES = int(NOW.timestamp()) + 60
+SHA = "ab" * 32
+
+
+def _query(path: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlparse(path).query).items()}
+
+
+def test_each_kind_of_url_has_its_path_and_verifies_until_it_expires() -> None:
+    signer = UrlSigner(b"key")
+    grant = PartGrant("upload_a", 2, 3, 100, 5 << 20, EXPIRES)
+    part = signer.part_path(grant)
+    assert urlparse(part).path == "/blobs/parts/upload_a/2/3"
+    assert _query(part) == {
+        "size": "100",
+        "partSize": str(5 << 20),
+        "expires": str(EXPIRES),
+        "signature": _query(part)["signature"],
+    }
+    signer.verify_part(grant, _query(part)["signature"], NOW)
+    content = signer.content_path(SHA, "a b.txt", EXPIRES)
+    assert urlparse(content).path == f"/blobs/content/{SHA}"
+    signer.verify_content(SHA, "a b.txt", EXPIRES, _query(content)["signature"], NOW)
+    archive = signer.archive_path("ts_a", EXPIRES)
+    assert urlparse(archive).path == "/blobs/archive/ts_a"
+    signature = _query(archive)["signature"]
+    signer.verify_archive("ts_a", EXPIRES, signature, NOW)
+    with pytest.raises(Forbidden, match="expired"):
+        signer.verify_archive("ts_a", EXPIRES, signature, datetime.fromtimestamp(EXPIRES, UTC))
+
+
+def test_a_signature_grants_only_what_it_was_made_for() -> None:
+    signer = UrlSigner(b"key")
+    signature = _query(signer.archive_path("ts_a", EXPIRES))["signature"]
+    with pytest.raises(Forbidden, match="does not match"):
+        signer.verify_archive("ts_b", EXPIRES, signature, NOW)
+    with pytest.raises(Forbidden, match="does not match"):
+        signer.verify_archive("ts_a", EXPIRES + 1, signature, NOW)
+    with pytest.raises(Forbidden, match="does not match"):
+        UrlSigner(b"other").verify_archive("ts_a", EXPIRES, signature, NOW)
+    content = _query(signer.content_path(SHA, "x", EXPIRES))["signature"]
+    with pytest.raises(Forbidden, match="does not match"):
+        signer.verify_content(SHA, "y", EXPIRES, content, NOW)
+    grant = PartGrant("upload_a", 0, 1, 100, 100, EXPIRES)
+    part = _query(signer.part_path(grant))["signature"]
+    with pytest.raises(Forbidden, match="does not match"):
+        signer.verify_part(PartGrant("upload_a", 0, 1, 99, 100, EXPIRES), part, NOW)

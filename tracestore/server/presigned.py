@@ -1,0 +1,98 @@
+"""The presigned URLs the service answers itself, all under ``/blobs``: the embedded store's
+part PUT and content GET, and the archive GET of a traceset (whatever the store: an object
+store cannot zip). Their paths and HMAC-SHA256 signatures are here and nowhere else; the
+routes that answer them are ``routes/blobs.py``. The host in front is the service's public
+URL, which the caller adds."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlencode
+
+from tracestore.errors import Forbidden
+
+PREFIX = "/blobs"
+# Route paths, relative to PREFIX.
+PART = "/parts/{upload_id}/{position}/{part_number}"
+CONTENT = "/content/{sha256}"
+ARCHIVE = "/archive/{traceset_id}"
+
+
+@dataclass(frozen=True)
+class PartGrant:
+    """What a part URL grants: a PUT of ``size`` bytes as part ``part_number`` of the file
+    at ``position`` of an upload (whose files have parts of ``part_size``), until ``expires``."""
+
+    upload_id: str
+    position: int
+    part_number: int
+    size: int
+    part_size: int
+    expires: int
+
+
+class UrlSigner:
+    """Signs and checks the service's presigned URLs; one per service (``Services.signer``),
+    keyed by the settings' signing key. ``expires`` is a Unix time in seconds."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def part_path(self, grant: PartGrant) -> str:
+        """The path and query of a part PUT."""
+        query = {
+            "size": grant.size,
+            "partSize": grant.part_size,
+            "expires": grant.expires,
+            "signature": self._sign(grant.expires, "PUT", *_signed_part_fields(grant)),
+        }
+        path = PART.format(
+            upload_id=grant.upload_id, position=grant.position, part_number=grant.part_number
+        )
+        return f"{PREFIX}{path}?{urlencode(query)}"
+
+    def verify_part(self, grant: PartGrant, signature: str, now: datetime) -> None:
+        """Raise Forbidden unless the part URL's signature holds and it has not expired."""
+        self._verify(signature, grant.expires, now, "PUT", *_signed_part_fields(grant))
+
+    def content_path(self, sha256: str, filename: str, expires: int) -> str:
+        """The path and query of a blob GET that names its download ``filename``."""
+        signature = self._sign(expires, "GET", sha256, filename)
+        query = urlencode({"name": filename, "expires": expires, "signature": signature})
+        return f"{PREFIX}{CONTENT.format(sha256=sha256)}?{query}"
+
+    def verify_content(
+        self, sha256: str, filename: str, expires: int, signature: str, now: datetime
+    ) -> None:
+        """Raise Forbidden unless the blob URL's signature holds and it has not expired."""
+        self._verify(signature, expires, now, "GET", sha256, filename)
+
+    def archive_path(self, traceset_id: str, expires: int) -> str:
+        """The path and query of the GET of a traceset's ZIP."""
+        signature = self._sign(expires, "ARCHIVE", traceset_id)
+        query = urlencode({"expires": expires, "signature": signature})
+        return f"{PREFIX}{ARCHIVE.format(traceset_id=traceset_id)}?{query}"
+
+    def verify_archive(self, traceset_id: str, expires: int, signature: str, now: datetime) -> None:
+        """Raise Forbidden unless the archive URL's signature holds and it has not expired."""
+        self._verify(signature, expires, now, "ARCHIVE", traceset_id)
+
+    def _sign(self, *fields: str | int) -> str:
+        message = "\n".join(str(f) for f in fields).encode()
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+    def _verify(self, signature: str, expires: int, now: datetime, *fields: str | int) -> None:
+        expected = self._sign(expires, *fields)
+        if not hmac.compare_digest(expected, signature):
+            raise Forbidden("The URL signature does not match; request a new URL")
+        if now.timestamp() >= expires:
+            raise Forbidden("The URL has expired; request a new URL")
+
+
+def _signed_part_fields(grant: PartGrant) -> tuple[str | int, ...]:
+    return (grant.upload_id, grant.position, grant.part_number, grant.size, grant.part_size)

@@ -1,0 +1,109 @@
+"""The presigned routes the service answers itself (no bearer token: the signature is the
+grant; paths and signatures are ``presigned.py``): the archive of a traceset, whatever the
+store, and the embedded store's part PUT and content GET, mounted only when the bytes are
+in the embedded store."""
+
+from __future__ import annotations
+
+from typing import Annotated, cast
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import FileResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from tracestore.server import downloads, presigned, receiving
+from tracestore.server.blobs import LocalBlobStore, content_disposition
+from tracestore.server.deps import ServicesDep
+from tracestore.server.protocol import receive_into
+
+router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
+local_store_router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
+
+
+def _local_store(services: ServicesDep) -> LocalBlobStore:
+    # app.create_app mounts local_store_router only when the store is the embedded one.
+    return cast(LocalBlobStore, services.store)
+
+
+LocalStoreDep = Annotated[LocalBlobStore, Depends(_local_store)]
+
+
+@router.get(
+    presigned.ARCHIVE,
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/zip": {}}, "description": "The ZIP archive"}},
+)
+def get_archive(
+    traceset_id: str, services: ServicesDep, expires: int, signature: str
+) -> StreamingResponse:
+    """Stream the ZIP of every file of a traceset through a presigned archive URL."""
+    archive = downloads.open_archive(services, traceset_id, expires, signature)
+    return StreamingResponse(
+        archive.chunks,
+        media_type="application/zip",
+        headers={
+            "Content-Length": str(archive.size),
+            "Content-Disposition": content_disposition(archive.filename),
+        },
+    )
+
+
+@local_store_router.put(
+    presigned.PART,
+    status_code=200,
+    responses={200: {"description": "Stored; the ETag header names the part"}},
+)
+async def put_part(
+    request: Request,
+    services: ServicesDep,
+    store: LocalStoreDep,
+    upload_id: str,
+    position: int,
+    part_number: int,
+    size: int,
+    expires: int,
+    signature: str,
+    part_size: Annotated[int, Query(alias="partSize")],
+    checksum: Annotated[str | None, Header(alias="x-amz-checksum-sha256")] = None,
+) -> Response:
+    """Receive one part of an upload, written to disk as it arrives."""
+    grant = presigned.PartGrant(upload_id, position, part_number, size, part_size, expires)
+    writer = await run_in_threadpool(
+        receiving.open_part,
+        services,
+        store,
+        grant,
+        signature,
+        request.headers.get("content-length"),
+    )
+    etag = await receiving.receive_part(
+        writer, request.stream(), checksum, into=receive_into(request.scope)
+    )
+    return Response(status_code=200, headers={"ETag": f'"{etag}"'})
+
+
+class BlobResponse(FileResponse):
+    # Each chunk is a thread hop; Starlette's 64 KiB default spends more on hops than on bytes.
+    chunk_size = 1024 * 1024
+
+
+@local_store_router.get(presigned.CONTENT, response_class=FileResponse)
+def get_blob(
+    sha256: str,
+    services: ServicesDep,
+    store: LocalStoreDep,
+    name: str,
+    expires: int,
+    signature: str,
+) -> FileResponse:
+    """Serve a blob through a presigned download URL (range requests supported)."""
+    services.signer.verify_content(sha256, name, expires, signature, services.now())
+    return BlobResponse(
+        store.blob_path(sha256),
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": content_disposition(name),
+            "ETag": f'"{sha256}"',
+            "x-amz-meta-sha256": sha256,
+        },
+    )

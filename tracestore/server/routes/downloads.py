@@ -1,0 +1,47 @@
+"""Bytes going out, through the API: download URLs, resolve, validate (the use cases are in
+``downloads.py``; the archive stream itself is a presigned route, ``routes/blobs.py``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from tracestore import schemas
+from tracestore.server import downloads
+from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+
+router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES, tags=["downloads"])
+
+
+@router.get("/tracesets/{traceset_id}/download", response_model=schemas.DownloadAnswer)
+def download_traceset(
+    traceset_id: str,
+    services: ServicesDep,
+    principal: PrincipalDep,
+    file: Annotated[
+        str | None,
+        Query(description="A file of the traceset; without it, a URL for a ZIP of every file"),
+    ] = None,
+) -> schemas.DownloadAnswer:
+    """A presigned URL to GET one file, or a ZIP (zip64, stored) of the whole traceset.
+    The URL needs no bearer token; it expires. Resets the traceset's TTL."""
+    return downloads.download_url(services, principal, traceset_id, file)
+
+
+@router.get("/tracesets/{traceset_id}/resolve", response_model=schemas.ResolveAnswer)
+def resolve_traceset(
+    traceset_id: str, services: ServicesDep, principal: PrincipalDep
+) -> schemas.ResolveAnswer:
+    """Where each file's bytes are (``s3://`` or ``file://``), for a host that reads the
+    store directly. Resets the traceset's TTL."""
+    return downloads.resolve_traceset(services, principal, traceset_id)
+
+
+@router.post("/tracesets/{traceset_id}/validate", response_model=schemas.ValidateAnswer)
+def validate_traceset(
+    traceset_id: str, services: ServicesDep, principal: PrincipalDep
+) -> schemas.ValidateAnswer:
+    """Re-read every blob and re-verify sizes and SHA-256; check the metadata declares a
+    rank count; report inspection's rank census (``passed: null`` until it has run)."""
+    return downloads.validate_traceset(services, principal, traceset_id)

@@ -1,0 +1,43 @@
+"""A traceset by id: read, delete (and the refusal to create one outside an upload)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from tracestore import schemas
+from tracestore.errors import NotImplementedByService
+from tracestore.server import tracesets
+from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+
+router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
+
+
+class TracesetResponse(Response):
+    media_type = "application/json"
+
+
+def traceset_response(view: schemas.Traceset, status: int = 200) -> Response:
+    """A traceset as JSON, its workloadMetadata exactly as given (see render_traceset)."""
+    return TracesetResponse(tracesets.render_traceset(view), status_code=status)
+
+
+@router.post("/tracesets", status_code=501, tags=["tracesets"])
+def create_traceset_directly(principal: PrincipalDep) -> None:
+    """Not offered: tracesets are created through ``POST /api/v1/tracesets/upload-url``."""
+    raise NotImplementedByService(
+        "Create tracesets with POST /api/v1/tracesets/upload-url, then complete the upload "
+        "with POST /api/v1/tracesets/upload-url/complete"
+    )
+
+
+@router.get("/tracesets/{traceset_id}", response_model=schemas.Traceset, tags=["tracesets"])
+def get_traceset(traceset_id: str, services: ServicesDep, principal: PrincipalDep) -> Response:
+    """A traceset with its files and its workloadMetadata exactly as given."""
+    return traceset_response(tracesets.get_traceset(services, principal, traceset_id))
+
+
+@router.delete("/tracesets/{traceset_id}", status_code=204, tags=["tracesets"])
+def delete_traceset(traceset_id: str, services: ServicesDep, principal: PrincipalDep) -> Response:
+    """Soft-delete a traceset; bytes no other live traceset uses are purged after a grace."""
+    tracesets.delete_traceset(services, principal, traceset_id)
+    return Response(status_code=204)

@@ -1,0 +1,63 @@
+"""An upload: start it (part URLs), resume it, complete it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from tracestore import schemas
+from tracestore.server import completion, uploads
+from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+from tracestore.server.routes.tracesets import traceset_response
+
+router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/UploadRequest"}}},
+    }
+}
+
+
+@router.post(
+    "/tracesets/upload-url",
+    response_model=schemas.UploadUrlResponse,
+    openapi_extra=_UPLOAD_BODY,
+    tags=["uploads"],
+)
+async def request_upload_urls(
+    request: Request, services: ServicesDep, principal: PrincipalDep
+) -> schemas.UploadUrlResponse:
+    """Start an upload: check the request and its workloadMetadata, create the traceset
+    (status ``uploading``) and answer presigned part URLs for every file."""
+    body = await request.body()
+    return await run_in_threadpool(uploads.start_upload, services, principal, body)
+
+
+@router.post(
+    "/tracesets/upload-url/complete",
+    response_model=schemas.Traceset,
+    status_code=201,
+    tags=["uploads"],
+    responses={200: {"model": schemas.Traceset, "description": "Already completed (retry)"}},
+)
+def complete_upload(
+    body: schemas.CompleteRequest, services: ServicesDep, principal: PrincipalDep
+) -> Response:
+    """Complete an upload: verify every part and file, store the bytes, set ``ready``.
+    201 the first time, 200 with the same body on a retry."""
+    view, created = completion.complete_upload(services, principal, body)
+    return traceset_response(view, 201 if created else 200)
+
+
+@router.get(
+    "/tracesets/upload-url/{upload_id}",
+    response_model=schemas.UploadSessionResponse,
+    tags=["uploads"],
+)
+def resume_upload(
+    upload_id: str, services: ServicesDep, principal: PrincipalDep
+) -> schemas.UploadSessionResponse:
+    """Resume an upload: the parts already received, and fresh URLs for those missing."""
+    return uploads.resume_upload(services, principal, upload_id)
