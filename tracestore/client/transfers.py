@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import BinaryIO, Literal, NamedTuple
 
 import httpx
 
@@ -166,14 +166,20 @@ def check_names(files: Sequence[LocalFile]) -> None:
 
 
 def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file, read once in large chunks into one reused buffer."""
+    """Hex SHA-256 of a file."""
+    return file_digest(path).hexdigest()
+
+
+def file_digest(path: Path) -> hashlib._Hash:
+    """The SHA-256 state after a file's bytes, read once in large chunks into one reused
+    buffer (a download resumed from a partial file goes on from it)."""
     digest = hashlib.sha256()
     buffer = bytearray(HASH_CHUNK)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as source:
         while n := source.readinto(view):
             digest.update(view[:n])
-    return digest.hexdigest()
+    return digest
 
 
 class Stopped(Exception):
@@ -181,6 +187,76 @@ class Stopped(Exception):
 
 
 # --- downloads ---
+
+# A GET carrying this request extension may have its 200/206 body handed straight to the
+# ``BodySink`` by a transport that can (the client's own, sendfile.py); the response then
+# says so with the same extension set to True and carries no content.
+BODY_SINK = "tracestore.body_sink"
+
+
+class BodySink:
+    """One file's bytes as they arrive: written to its ``.partial`` file, hashed and counted
+    against the size the service recorded."""
+
+    def __init__(
+        self,
+        partial: Path,
+        size: int,
+        *,
+        name: str,
+        stop: threading.Event | None,
+        progress: ProgressCallback | None,
+        label: str,
+        total: int,
+    ) -> None:
+        self.partial = partial
+        self.size = size
+        self.name = name
+        self.stop = stop
+        self.progress = progress
+        self.label = label
+        self.total = total
+        self.digest = hashlib.sha256()
+        self.have = 0
+        self._out: BinaryIO | None = None
+        if partial.exists():
+            if partial.stat().st_size > size:
+                partial.unlink()
+            else:
+                # The bytes already there count towards the hash: read them once.
+                self.digest = file_digest(partial)
+                self.have = partial.stat().st_size
+        if progress and self.have:
+            progress(ProgressEvent("download", label, self.have, total))
+
+    def begin(self, status: int) -> None:
+        """The answer is ``status`` (200 or 206): open the partial file to take its body."""
+        self.close()
+        if self.have and status == 200:
+            # The server ignored the range: start over.
+            if self.progress:
+                self.progress(ProgressEvent("download", self.label, -self.have, self.total))
+            self.digest, self.have = hashlib.sha256(), 0
+        self._out = open(self.partial, "ab" if self.have else "wb")  # noqa: SIM115
+
+    def write(self, block: bytes | memoryview) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped
+        if self.have + len(block) > self.size:
+            raise IntegrityError(
+                f"{self.name} is larger than the {self.size} bytes the service recorded"
+            )
+        assert self._out is not None, "begin() first"
+        self._out.write(block)
+        self.digest.update(block)
+        self.have += len(block)
+        if self.progress:
+            self.progress(ProgressEvent("download", self.label, len(block), self.total))
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
 
 
 def download_to(
@@ -201,51 +277,38 @@ def download_to(
     ``stop`` ends the transfer after the current block (the partial file stays)."""
     partial = destination.with_name(destination.name + ".partial")
     destination.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    have = 0
-    if partial.exists():
-        if partial.stat().st_size > size:
-            partial.unlink()
-        else:
-            # The bytes already there count towards the hash: read them once.
-            with open(partial, "rb") as existing:
-                while block := existing.read(HASH_CHUNK):
-                    digest.update(block)
-                    have += len(block)
-    if progress and have:
-        progress(ProgressEvent("download", label, have, total))
+    sink = BodySink(
+        partial,
+        size,
+        name=label or destination.name,
+        stop=stop,
+        progress=progress,
+        label=label,
+        total=total,
+    )
     current = url()
     last: TracestoreError | None = None
     attempt = 0
-    while have < size or (size == 0 and not partial.exists()):
-        headers = {"Range": f"bytes={have}-"} if have else {}
+    while sink.have < size or (size == 0 and not partial.exists()):
+        headers = {"Range": f"bytes={sink.have}-"} if sink.have else {}
         try:
-            with http.stream("GET", current, headers=headers) as response:
+            request = http.build_request(
+                "GET", current, headers=headers, extensions={BODY_SINK: sink}
+            )
+            response = http.send(request, stream=True)
+            try:
                 if response.status_code not in (200, 206):
                     response.read()
                     raise api_error(response)
-                if have and response.status_code == 200:
-                    # The server ignored the range: start over.
-                    if progress:
-                        progress(ProgressEvent("download", label, -have, total))
-                    digest, have = hashlib.sha256(), 0
-                mode = "ab" if have else "wb"
-                with open(partial, mode) as out:
+                if response.extensions.get(BODY_SINK) is not True:
+                    # A transport that streams through httpx (a caller's own client).
+                    sink.begin(response.status_code)
                     for block in response.iter_bytes(CHUNK):
-                        if stop is not None and stop.is_set():
-                            raise Stopped
-                        if have + len(block) > size:
-                            raise IntegrityError(
-                                f"{label or destination.name} is larger than the {size} bytes "
-                                "the service recorded"
-                            )
-                        out.write(block)
-                        digest.update(block)
-                        have += len(block)
-                        if progress:
-                            progress(ProgressEvent("download", label, len(block), total))
-            if have < size:
-                raise NetworkError(f"The download of {label} ended early at {have} bytes")
+                        sink.write(block)
+            finally:
+                response.close()
+            if sink.have < size:
+                raise NetworkError(f"The download of {label} ended early at {sink.have} bytes")
             last = None
         except httpx.TransportError as exc:
             last = network_error(exc, current)
@@ -258,16 +321,19 @@ def download_to(
                 last = exc
             else:
                 raise
+        finally:
+            sink.close()
         if last is not None:
             attempt += 1
             if attempt >= retry.attempts:
                 raise last
             time.sleep(retry.delay(attempt))
-    if sha256 is not None and digest.hexdigest() != sha256:
+    if sha256 is not None and sink.digest.hexdigest() != sha256:
         partial.unlink(missing_ok=True)
         raise IntegrityError(
-            f"SHA-256 of the downloaded {label or destination.name} is {digest.hexdigest()}, "
-            f"not the {sha256} the service recorded; the download was discarded"
+            f"SHA-256 of the downloaded {label or destination.name} is "
+            f"{sink.digest.hexdigest()}, not the {sha256} the service recorded; the download "
+            "was discarded"
         )
     os.replace(partial, destination)
     return destination
