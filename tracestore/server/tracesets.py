@@ -111,7 +111,7 @@ def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
 
 def render_traceset(view: schemas.Traceset) -> str:
     """The traceset as JSON text, its workloadMetadata exactly as it was given."""
-    return jsontext.dumps(schemas.wire_dict(view))
+    return schemas.wire_json(view)
 
 
 def get_traceset(services: Services, principal: Principal, traceset_id: str) -> schemas.Traceset:
