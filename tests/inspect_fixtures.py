@@ -132,6 +132,52 @@ def kineto_trace(
     return head + b",\n".join([block] * blocks) + tail
 
 
+CommRows = list[list[object]]
+
+
+def comms_values(
+    rank: int,
+    collective: str = "allreduce",
+    *,
+    pg: tuple[str, str] = ("0", "default_pg"),
+    world_size: int = 8,
+    start: int = 0,
+    stride: int = 1,
+) -> list[object]:
+    """The ``inputs.values`` of a record_param_comms node as PyTorch 2.x writes them."""
+    tensors = [[[461, 462, 0, 53120, 4, f"cuda:{rank}"]]]
+    if collective == "wait":
+        return [31, ["", ""], rank, "wait", [], [], -1, -1, 1]
+    return [*tensors, 31, list(pg), rank, collective, [], [], start, stride, world_size]
+
+
+def execution_trace_with_rows(
+    rows: CommRows, *, old_layout: bool = False, padding: int = 0, pid: int = 3974
+) -> bytes:
+    """An execution trace whose record_param_comms nodes hold ``rows`` (new layout: inputs
+    ``{"values", "shapes", "types"}``; old: a bare list), after ``padding`` compute nodes."""
+    nodes: list[dict[str, object]] = [
+        {"id": 2, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 1}
+    ]
+    for i in range(padding):
+        nodes.append({"id": 10 + i, "name": "aten::mm", "ctrl_deps": 2,
+                      "inputs": {"values": [[1, 2, 0, 4, 4, "cuda:0"]], "shapes": [[2, 2]],
+                                 "types": ["Tensor(float)"]}})  # fmt: skip
+    for i, values in enumerate(rows):
+        node: dict[str, object] = {"id": 100000 + i, "name": "record_param_comms"}
+        if old_layout:
+            node |= {"rf_id": i, "parent": 2, "inputs": values, "input_shapes": []}
+        else:
+            node |= {"ctrl_deps": 2, "inputs": {"values": values, "shapes": [], "types": []}}
+        nodes.append(node)
+    body = ",\n".join("    " + json.dumps(n) for n in nodes)
+    schema = "1.0.1" if old_layout else "1.0.2-chakra.0.0.4"
+    return (
+        f'{{\n  "schema": "{schema}", "pid": {pid}, "time": "2024-04-18 09:53:29",'
+        f' "start_ts": 2028842,\n  "nodes": [\n{body}\n  ],\n  "finish_ts": 2054197\n}}\n'
+    ).encode()
+
+
 def execution_trace(world_size: int = 8) -> bytes:
     """A PyTorch execution trace with a process-group init node and two collectives."""
     pg = json.dumps(

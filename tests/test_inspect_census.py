@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.inspect_fixtures import TESTDATA, chakra_allreduce, chakra_trace, kineto_trace
+from tests.inspect_fixtures import (
+    TESTDATA,
+    chakra_allreduce,
+    chakra_trace,
+    comms_values,
+    execution_trace_with_rows,
+    kineto_trace,
+)
 from tracestore.inspect import (
     FileInspection,
     RankCensus,
@@ -353,3 +360,33 @@ def test_archive_without_ranked_traces_is_unranked() -> None:
     assert census.unranked_files == ("docs.zip",)
     assert census.rank_ranges == {"docs.zip": None, "r0.json": RankRange(0, 0)}
     assert census.rank_count_matches.passed
+
+
+# --- execution traces ------------------------------------------------------------------
+
+
+def test_real_resnet_et_set_is_complete() -> None:
+    directory = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"
+    census, _ = census_of(sorted(directory.iterdir()), 2)
+    assert census.ranks_found == (0, 1) and census.world_sizes.keys() == {2}
+    assert census.rank_count_matches.passed, census.rank_count_matches.message
+
+
+def test_real_megatron_et_rank_five_of_eight_leaves_seven_missing() -> None:
+    path = TESTDATA / "pytorch-et-megatron-tp8-rank5" / "megatron_et_5.json"
+    census, _ = census_of([path], None)
+    assert (census.expected_rank_count, census.expected_from) == (8, "worldSize")
+    assert census.ranks_found == (5,)
+    assert census.ranks_missing == (RankRange(0, 4), RankRange(6, 7))
+    assert not census.rank_count_matches.passed
+    assert "7 of 8 ranks missing: 0..4, 6..7" in census.rank_count_matches.message
+
+
+def test_complete_eight_rank_et_set(tmp_path: Path) -> None:
+    paths = []
+    for rank in range(8):
+        path = tmp_path / f"host_{rank}.json"
+        path.write_bytes(execution_trace_with_rows([comms_values(rank)]))
+        paths.append(path)
+    census, _ = census_of(paths, 8)
+    assert census.ranks_found == tuple(range(8)) and census.rank_count_matches.passed

@@ -83,6 +83,17 @@ def rank_from_name(name: str) -> tuple[str, int] | None:
     return match["prefix"], int(match["rank"])
 
 
+def rank_by_name(draft: Draft, pattern: str) -> None:
+    """Take the rank from the file's (or archive member's) ``<prefix>.<rank>`` name."""
+    found = rank_from_name(draft.name)
+    if found is None:
+        return
+    draft.rank = found[1]
+    draft.rank_source = "memberName" if draft.nested else "filename"
+    what = "archive member name" if draft.nested else "file name"
+    draft.rank_provenance = f"{what} {draft.name} ({pattern})"
+
+
 def sniff(head: bytes, name: str) -> bool:
     """Whether ``head`` starts like a Chakra trace.
 
@@ -112,10 +123,7 @@ def sniff(head: bytes, name: str) -> bool:
 
 def scan(stream: BinaryReader, draft: Draft) -> None:
     """Count nodes by type and collectives by type over the whole stream."""
-    found = rank_from_name(draft.name)
-    if found is not None:
-        draft.rank = found[1]
-        draft.rank_source = "filename"
+    rank_by_name(draft, "<prefix>.<rank>.et")
     tally = _Tally()
     buf, failure = read_chunk(stream, CHUNK_SIZE)
     draft.bytes_scanned += len(buf)

@@ -51,7 +51,8 @@ def inspect_file(opener: Opener, name: str, *, quick: bool = False) -> FileInspe
 
     ``name`` is the file's name in the traceset (or its path); Chakra ranks come from it.
     ``quick=True`` stops a Kineto trace as soon as its ``distributedInfo`` is read (rank and
-    world size), leaving time span and collectives empty; other formats ignore it.
+    world size), leaving time span and collectives empty, and an execution trace at its first
+    ``record_param_comms`` row on the default group; other formats ignore it.
     """
     return _inspect(opener, name, quick=quick, depth=0)
 
@@ -85,7 +86,7 @@ def sniff_format(head: bytes, name: str) -> Format:
 
 
 def _inspect(opener: Opener, name: str, *, quick: bool, depth: int) -> FileInspection:
-    draft = Draft(name=name)
+    draft = Draft(name=name, nested=depth > 0)
     try:
         raw = opener()
     except Exception as exc:
@@ -143,7 +144,7 @@ def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
     if draft.format == "kineto_json":
         kineto.scan(stream, draft, quick=quick, seekable=seekable)
     elif draft.format == "pytorch_et_json":
-        pytorch_et.scan(stream, draft)
+        pytorch_et.scan(stream, draft, quick=quick)
     elif draft.format == "chakra_et":
         chakra.scan(stream, draft)
     elif draft.format == "zip":

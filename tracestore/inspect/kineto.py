@@ -9,6 +9,7 @@ whole event list in search of it.
 
 from __future__ import annotations
 
+import json
 from typing import IO, Any, cast
 
 from tracestore.inspect.jsonscan import (
@@ -92,6 +93,8 @@ def apply_distributed_info(draft: Draft, info: Any) -> None:
     if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
         draft.rank = rank
         draft.rank_source = "distributedInfo"
+        shown = {k: info[k] for k in ("rank", "world_size") if k in info}
+        draft.rank_provenance = f"distributedInfo {json.dumps(shown)}"
     world = info.get("world_size")
     if isinstance(world, int) and not isinstance(world, bool) and world >= 1:
         draft.world_size = world

@@ -15,7 +15,8 @@ from typing import Any, Literal, cast
 Format = Literal["kineto_json", "pytorch_et_json", "chakra_et", "zip", "tar", "unknown"]
 Compression = Literal["gzip", "zstd"]
 Status = Literal["complete", "failed"]
-RankSource = Literal["distributedInfo", "filename"]
+RankSource = Literal["distributedInfo", "record_param_comms", "filename", "memberName"]
+AttributeValue = str | int | float | bool
 Scan = Literal["full", "quick"]
 
 FORMATS: tuple[Format, ...] = (
@@ -91,6 +92,9 @@ class FileInspection:
     number of calls; ``collective_events`` maps the raw event names it was derived from
     (``record_param_comms``, ``nccl:all_reduce``, NCCL kernel names without their signature) to
     their counts. ``collective_bytes`` (Chakra) sums ``comm_size`` per collective.
+    ``rank_source`` says which kind of record gave the rank and ``rank_provenance`` where
+    exactly (the node, the name pattern) in words; ``attributes`` holds the scalar attributes
+    of a Chakra ``GlobalMetadata`` (``schema``, ``pid``, ``ngpus`` ...).
     ``status`` is ``failed`` when the file could not be read to its end; ``reason`` then says
     why, and the other members keep whatever was found before the failure.
     """
@@ -104,6 +108,7 @@ class FileInspection:
     rank: int | None = None
     world_size: int | None = None
     rank_source: RankSource | None = None
+    rank_provenance: str | None = None
     backend: str | None = None
     time_span: TimeSpan | None = None
     collectives: Mapping[str, int] = field(default_factory=dict)
@@ -112,6 +117,7 @@ class FileInspection:
     node_counts: Mapping[str, int] = field(default_factory=dict)
     schema_version: str | None = None
     pid: int | None = None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     process_groups: tuple[ProcessGroup, ...] = ()
     members: tuple[FileInspection, ...] = ()
     bytes_scanned: int = 0
@@ -128,6 +134,7 @@ class FileInspection:
             "rank": self.rank,
             "worldSize": self.world_size,
             "rankSource": self.rank_source,
+            "rankProvenance": self.rank_provenance,
             "backend": self.backend,
             "timeSpan": self.time_span.to_json() if self.time_span else None,
             "collectives": dict(self.collectives),
@@ -136,6 +143,7 @@ class FileInspection:
             "nodeCounts": dict(self.node_counts),
             "schemaVersion": self.schema_version,
             "pid": self.pid,
+            "attributes": dict(self.attributes),
             "processGroups": [pg.to_json() for pg in self.process_groups],
             "members": [m.to_json() for m in self.members],
             "bytesScanned": self.bytes_scanned,
@@ -156,6 +164,7 @@ class FileInspection:
             rank=data.get("rank"),
             world_size=data.get("worldSize"),
             rank_source=data.get("rankSource"),
+            rank_provenance=data.get("rankProvenance"),
             backend=data.get("backend"),
             time_span=TimeSpan.from_json(span) if span else None,
             collectives=dict(data.get("collectives") or {}),
@@ -164,6 +173,7 @@ class FileInspection:
             node_counts=dict(data.get("nodeCounts") or {}),
             schema_version=data.get("schemaVersion"),
             pid=data.get("pid"),
+            attributes=dict(data.get("attributes") or {}),
             process_groups=tuple(ProcessGroup.from_json(p) for p in data.get("processGroups", [])),
             members=tuple(cls.from_json(m) for m in data.get("members", [])),
             bytes_scanned=data.get("bytesScanned", 0),
@@ -175,12 +185,14 @@ class Draft:
     """The mutable state a scanner fills in; ``freeze`` turns it into a ``FileInspection``."""
 
     name: str
+    nested: bool = False  # a member of an archive: a rank from its name is a member name's
     format: Format = "unknown"
     compression: Compression | None = None
     scan: Scan = "full"
     rank: int | None = None
     world_size: int | None = None
     rank_source: RankSource | None = None
+    rank_provenance: str | None = None
     backend: str | None = None
     time_span: TimeSpan | None = None
     collectives: dict[str, int] = field(default_factory=dict)
@@ -189,6 +201,7 @@ class Draft:
     node_counts: dict[str, int] = field(default_factory=dict)
     schema_version: str | None = None
     pid: int | None = None
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
     process_groups: list[ProcessGroup] = field(default_factory=list)
     members: list[FileInspection] = field(default_factory=list)
     bytes_scanned: int = 0
@@ -205,6 +218,7 @@ class Draft:
             rank=self.rank,
             world_size=self.world_size,
             rank_source=self.rank_source,
+            rank_provenance=self.rank_provenance,
             backend=self.backend,
             time_span=self.time_span,
             collectives=dict(sorted(self.collectives.items())),
@@ -213,6 +227,7 @@ class Draft:
             node_counts=dict(sorted(self.node_counts.items())),
             schema_version=self.schema_version,
             pid=self.pid,
+            attributes=dict(self.attributes),
             process_groups=tuple(self.process_groups),
             members=tuple(self.members),
             bytes_scanned=self.bytes_scanned,
