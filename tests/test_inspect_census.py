@@ -390,3 +390,77 @@ def test_complete_eight_rank_et_set(tmp_path: Path) -> None:
         paths.append(path)
     census, _ = census_of(paths, 8)
     assert census.ranks_found == tuple(range(8)) and census.rank_count_matches.passed
+
+
+# --- the one-unranked-file rule --------------------------------------------------------
+
+
+def test_a_single_unranked_file_recording_its_world_size_is_one_rank_not_all() -> None:
+    # An execution trace whose rows are only waits: world size from the pg node, no rank.
+    trace = FileInspection(name="host.json", format="pytorch_et_json", world_size=2)
+    census = rank_census([("host.json", trace)], declared_rank_count=2, workload_metadata=None)
+    assert not census.rank_count_matches.passed
+    assert census.rank_count_matches.message.startswith(
+        "host.json records world_size 2 but no rank: it is one rank's trace, not a file "
+        "holding all 2 declared ranks; 2 of 2 ranks missing: 0..1"
+    )
+    # SPEC 5.5: the only primary file's rankRange is the declared range whatever it holds.
+    assert census.rank_ranges == {"host.json": RankRange(0, 1)}
+
+
+def test_a_single_unranked_kineto_file_of_world_size_two_fails(tmp_path: Path) -> None:
+    path = tmp_path / "only.pt.trace.json"
+    path.write_bytes(kineto_trace(None, 2))
+    census, _ = census_of([path], 2)
+    assert not census.rank_count_matches.passed
+    assert "only.pt.trace.json records world_size 2 but no rank" in (
+        census.rank_count_matches.message
+    )
+
+
+def test_a_single_file_without_world_size_still_holds_every_rank() -> None:
+    trace = FileInspection(name="merged.json", format="pytorch_et_json")
+    census = rank_census([("merged.json", trace)], declared_rank_count=4, workload_metadata=None)
+    assert census.rank_count_matches.passed, census.rank_count_matches.message
+    assert census.rank_ranges == {"merged.json": RankRange(0, 3)}
+
+
+def test_an_archive_of_eight_unranked_traces_is_not_one_file_of_four_ranks() -> None:
+    members = tuple(
+        FileInspection(name=f"host_{i}.json", format="pytorch_et_json") for i in range(8)
+    )
+    archive = FileInspection(name="ets.tar", format="tar", members=members)
+    census = rank_census([("ets.tar", archive)], declared_rank_count=4, workload_metadata=None)
+    assert not census.rank_count_matches.passed
+    assert census.rank_count_matches.message.startswith(
+        "ets.tar holds 8 trace files, each one rank's, not one file holding all 4 declared "
+        "ranks, and none records its rank"
+    )
+
+
+def test_an_archive_of_eight_ranked_members_fails_four_declared(tmp_path: Path) -> None:
+    archive = tmp_path / "set.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        for rank in range(8):
+            out.writestr(f"trace/ar.{rank}.et", chakra_trace(chakra_allreduce()))
+    census, _ = census_of([archive], 4)
+    assert census.ranks_found == tuple(range(8))
+    assert not census.rank_count_matches.passed
+    assert "ranks 4..7 are outside 0..3 for the declared rank count 4" in (
+        census.rank_count_matches.message
+    )
+
+
+def test_an_archive_holding_one_opaque_trace_and_a_readme_holds_every_rank() -> None:
+    members = (FileInspection(name="README.md"), FileInspection(name="all.json", format="unknown"))
+    archive = FileInspection(name="run.zip", format="zip", members=members)
+    census = rank_census([("run.zip", archive)], declared_rank_count=4, workload_metadata=None)
+    assert census.rank_count_matches.passed, census.rank_count_matches.message
+
+
+def test_a_single_ranked_file_of_eight_declared_misses_seven() -> None:
+    census = rank_census(
+        [("r3.json", fake("r3.json", 3, 8))], declared_rank_count=8, workload_metadata=None
+    )
+    assert not census.rank_count_matches.passed
+    assert "7 of 8 ranks missing: 0..2, 4..7" in census.rank_count_matches.message

@@ -196,17 +196,15 @@ def rank_census(
     missing = _missing(found, expected)
     unexpected = [r for r in found if expected is not None and r >= expected]
     duplicated = {r: tuple(names) for r, names in sorted(seen.by_rank.items()) if len(names) > 1}
-    # Section 5.5: a traceset's only primary file covers every declared rank, so an opaque
-    # one (nothing inside names a rank) leaves no rank missing.
-    single_opaque = len(files) == 1 and declared is not None and not found
+    single_opaque, not_opaque = _single_file_holds_all(files, declared, found)
     where = _source_text(expected_from, declared)
 
-    problems: list[str] = []
+    problems: list[str] = [not_opaque] if not_opaque else []
     for rank, dupes in list(duplicated.items())[:MAX_DUPLICATES_SHOWN]:
         problems.append(f"rank {rank} is recorded by {len(dupes)} files: {describe_files(dupes)}")
     if len(duplicated) > MAX_DUPLICATES_SHOWN:
         problems.append(f"{len(duplicated) - MAX_DUPLICATES_SHOWN} more ranks are duplicated")
-    if missing and expected and not single_opaque:
+    if missing and expected and not single_opaque:  # the opaque file holds them all
         problems.append(
             f"{sum(b - a + 1 for a, b in missing)} of {expected} ranks missing: "
             f"{describe_ranks(missing)} (expected 0..{expected - 1}, {where})"
@@ -271,6 +269,40 @@ def rank_census(
     )
 
 
+def _single_file_holds_all(
+    files: Sequence[tuple[str, FileInspection]], declared: int | None, found: list[int]
+) -> tuple[bool, str | None]:
+    """Section 5.5: a traceset's only primary file covers every declared rank, so an opaque
+    one (nothing inside names a rank) leaves no rank missing. ``(applies, why not)``: it
+    does not apply to an archive of several traces (one per rank) nor to a trace that
+    records a world size above 1 (one rank's trace of that world)."""
+    if len(files) != 1 or declared is None or found:
+        return False, None
+    name, inspection = files[0]
+    traces = list(_trace_leaves(name, inspection))
+    if inspection.format in ARCHIVE_FORMATS and len(traces) > 1:
+        return False, (
+            f"{name} holds {len(traces)} trace files, each one rank's, not one file holding "
+            f"all {declared} declared ranks, and none records its rank"
+        )
+    label, only = traces[0] if traces else (name, inspection)
+    if only.world_size is not None and only.world_size > 1:
+        return False, (
+            f"{label} records world_size {only.world_size} but no rank: it is one rank's "
+            f"trace, not a file holding all {declared} declared ranks"
+        )
+    return True, None
+
+
+def _trace_leaves(label: str, inspection: FileInspection) -> Iterable[tuple[str, FileInspection]]:
+    """The trace files in a file: itself, or the trace members of an archive (nested)."""
+    if inspection.format in ARCHIVE_FORMATS:
+        for member in inspection.members:
+            yield from _trace_leaves(f"{label}:{member.name}", member)
+    elif inspection.format in TRACE_FORMATS:
+        yield label, inspection
+
+
 def _product(values: Iterable[int]) -> int:
     result = 1
     for value in values:
@@ -325,7 +357,7 @@ def _rank_check(
         return CensusCheck(False, "; ".join(problems) + tail)
     if not files:
         return CensusCheck(True, "no primary trace files")
-    if not found and declared is not None and len(files) == 1:
+    if not found and declared is not None and len(files) == 1:  # the only, opaque file
         return CensusCheck(
             True,
             f"{files[0][0]} is the only primary file and records no rank; it is taken to hold "
