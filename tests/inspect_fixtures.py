@@ -277,6 +277,13 @@ def chakra_metadata(version: str = "0.0.4") -> bytes:
     return delimited(field_bytes(1, version.encode()))
 
 
+def chakra_metadata_attrs(attrs: Attrs, version: str = "") -> bytes:
+    """A length-prefixed GlobalMetadata as newer writers make it: an empty ``version`` (left
+    out) and attributes first."""
+    body = field_bytes(1, version.encode()) if version else b""
+    return delimited(b"".join(field_bytes(2, attribute(k, v)) for k, v in attrs.items()) + body)
+
+
 def chakra_allreduce(size: int = 1_048_576, comm_type: int = 0) -> bytes:
     """A length-prefixed COMM_COLL_NODE like the astra-sim samples'."""
     attrs: Attrs = {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size}

@@ -13,7 +13,12 @@ import pytest
 
 from tests.inspect_fixtures import (
     TESTDATA,
+    chakra_allreduce,
+    chakra_metadata_attrs,
+    chakra_node,
+    chakra_trace,
     comms_values,
+    delimited,
     execution_trace_with_rows,
 )
 from tracestore.inspect import FileInspection, inspect_file, inspect_path
@@ -156,3 +161,68 @@ def test_every_rank_source_has_its_provenance(tmp_path: Path) -> None:
         "archive member name run/all_reduce.2.et (<prefix>.<rank>.et)",
     )
     assert FileInspection.from_json(member.to_json()) == member
+
+
+# --- Chakra protobuf: headers that start with attributes, comm_type ----------------------
+
+CHAKRA_3PG = TESTDATA / "chakra-et-allreduce-3pg-2ranks"
+CHAKRA_STG = TESTDATA / "chakra-et-stg-dp2tp2-4ranks"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_real_chakra_header_of_attributes_gives_schema_pid_and_the_inside_rank(rank: int) -> None:
+    name = f"chakra_trace.{rank}.et"
+    result = inspect_path(CHAKRA_3PG / name, name)
+    assert result.status == "complete", result.reason
+    assert result.node_counts == {"COMP_NODE": 1632, "COMM_COLL_NODE": 2}  # no INVALID_NODE
+    assert result.schema_version == "1.1.1-chakra.0.0.4"
+    assert result.pid == 2461700 + rank
+    assert result.attributes["time"] == "2025-08-24 16:09:24"
+    assert result.attributes["start_ts"] == (9412067236, 9412067242)[rank]
+    assert (result.rank, result.world_size, result.rank_source) == (rank, 2, "record_param_comms")
+    assert result.rank_provenance is not None
+    assert result.rank_provenance.endswith(f"the file name {name} (<prefix>.<rank>.et) agrees")
+    assert result.collectives == {"all_reduce": 2}
+    assert result.collective_bytes == {"all_reduce": 2 * 4294967296}
+    assert {g.name for g in result.process_groups} == {"1", "2"}
+
+
+@pytest.mark.parametrize("rank", range(4))
+def test_real_generated_chakra_counts_no_spurious_node(rank: int) -> None:
+    name = f"denseA.{rank}.et"
+    result = inspect_path(CHAKRA_STG / name, name)
+    assert result.node_counts == {"COMP_NODE": 43, "COMM_COLL_NODE": 15}
+    assert result.schema_version == "symbolic_tensor_network"
+    assert result.attributes == {"schema": "symbolic_tensor_network"}
+    assert (result.rank, result.rank_source, result.pid) == (rank, "filename", None)
+    assert result.collectives == {"all_gather": 6, "reduce_scatter": 4, "all_reduce": 5}
+
+
+def test_header_starting_with_attributes_is_metadata_not_a_node() -> None:
+    header = chakra_metadata_attrs({"schema": "1.0.2-chakra.0.0.4", "pid": 77, "ngpus": 8})
+    data = header + chakra_allreduce()
+    result = inspect_bytes(data, "trace.json")  # recognised without a .et name
+    assert result.format == "chakra_et"
+    assert result.node_counts == {"COMM_COLL_NODE": 1}
+    assert (result.schema_version, result.pid) == ("1.0.2-chakra.0.0.4", 77)
+    assert result.attributes == {"schema": "1.0.2-chakra.0.0.4", "pid": 77, "ngpus": 8}
+    with_version = chakra_metadata_attrs({"ngpus": 4}, version="0.0.4") + chakra_allreduce()
+    result = inspect_bytes(with_version, "t.3.et")
+    assert (result.schema_version, result.attributes) == ("0.0.4", {"ngpus": 4})
+
+
+def test_missing_comm_type_is_unknown_not_all_reduce() -> None:
+    node = delimited(chakra_node(1, "coll", 7, {"is_cpu_op": False, "comm_size": 64}))
+    result = inspect_bytes(chakra_trace(node + chakra_allreduce(comm_type=0)), "x.0.et")
+    assert result.collectives == {"all_reduce": 1, "unknown": 1}
+    assert result.collective_bytes == {"all_reduce": 1_048_576, "unknown": 64}
+
+
+def test_inside_rank_disagreeing_with_the_name_is_said() -> None:
+    row = "[[[15, 5, 0, 4, 4, 'cuda:3']], [1, False], ['0', 'default_pg'], 3, 'allreduce', "
+    row += "[], [], 0, 1, 4]"
+    node = delimited(chakra_node(9, "record_param_comms", 4, io_values=row))
+    result = inspect_bytes(chakra_trace(node), "run.1.et")
+    assert (result.rank, result.world_size) == (3, 4)
+    assert result.rank_provenance is not None
+    assert result.rank_provenance.endswith("the file name run.1.et (<prefix>.<rank>.et) says 1")

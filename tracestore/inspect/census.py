@@ -170,7 +170,7 @@ class _Found:
         if inspection.world_size is not None:
             self.world_sizes.setdefault(inspection.world_size, []).append(label)
         named = rank_from_name(inspection.name) if inspection.format == "chakra_et" else None
-        if named is not None and inspection.rank_source in ("filename", "memberName"):
+        if named is not None:
             self.prefixes.setdefault(named[0], set()).add(named[1])
 
 

@@ -1,9 +1,12 @@
 """MLCommons Chakra execution traces (``.et``): one rank's graph of operations.
 
 The file is a sequence of varint-length-delimited protobuf messages: a ``GlobalMetadata``
-(``version = 1``, ``attr = 2``), then ``Node`` messages (``id = 1``, ``name = 2``,
-``type = 3``, ..., ``attr = 10``; see Chakra's ``et_def.proto``). Nothing inside names a rank:
-the rank comes from the ``<prefix>.<rank>.et`` file name only.
+(``version = 1``, ``attr = 2``; newer writers leave ``version`` empty and start with the
+attributes ``schema``, ``pid``, ``time`` ...), then ``Node`` messages (``id = 1``,
+``name = 2``, ``type = 3``, ..., ``inputs = 8``, ``attr = 10``; see Chakra's
+``et_def.proto``). The rank comes from the ``record_param_comms`` nodes the PyTorch converter
+keeps (their ``inputs.values`` is the row ``param_comms`` reads) and otherwise from the
+``<prefix>.<rank>.et`` file name.
 
 Counting node types has to touch every node, so the loop below reads the ``type`` field
 without decoding the whole message (serializers write fields in field-number order, so
@@ -13,12 +16,17 @@ without decoding the whole message (serializers write fields in field-number ord
 from __future__ import annotations
 
 import re
+import struct
 
 from tracestore.inspect.collectives import canonical
-from tracestore.inspect.model import Draft, InspectionError
+from tracestore.inspect.model import AttributeValue, Draft, InspectionError
+from tracestore.inspect.param_comms import RankVote, comm_row
 from tracestore.inspect.protowire import (
+    FIXED32,
+    FIXED64,
     LENGTH_DELIMITED,
     VARINT,
+    Field,
     WireError,
     iter_fields,
     read_varint,
@@ -44,6 +52,7 @@ NODE_TYPES: dict[int, str] = {
     10: "CHECKPOINT_NODE",
 }
 COMM_COLL_NODE = 7
+UNKNOWN_COLLECTIVE = -1  # a COMM_COLL_NODE without comm_type: not the enum's default 0
 COLLECTIVE_TYPES: dict[int, str] = {
     0: "ALL_REDUCE",
     1: "REDUCE",
@@ -55,6 +64,7 @@ COLLECTIVE_TYPES: dict[int, str] = {
     7: "REDUCE_SCATTER",
     8: "REDUCE_SCATTER_BLOCK",
     9: "BARRIER",
+    UNKNOWN_COLLECTIVE: "unknown",
 }
 # Node field number -> wire types allowed (repeated scalars may be packed).
 _NODE_FIELDS: dict[int, tuple[int, ...]] = {
@@ -72,6 +82,9 @@ _NODE_FIELDS: dict[int, tuple[int, ...]] = {
 }
 _UNSIGNED_VALUES = frozenset({7, 9, 11, 13, 27})  # int32/int64/uint32/uint64/bool _val
 _ZIGZAG_VALUES = frozenset({15, 17})  # sint32/sint64 _val
+_BOOL_VALUE, _STRING_VALUE = 27, 29
+_FIXED_UNSIGNED = frozenset({19, 21})  # fixed32/fixed64 _val (23, 25: sfixed)
+_RECORD_PARAM_COMMS = b"record_param_comms"
 _RANK_NAME_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.(?:gz|gzip|zst|zstd))?$")
 
 
@@ -97,8 +110,9 @@ def rank_by_name(draft: Draft, pattern: str) -> None:
 def sniff(head: bytes, name: str) -> bool:
     """Whether ``head`` starts like a Chakra trace.
 
-    A ``GlobalMetadata`` with a printable ``version`` string is enough; a trace that starts
-    directly with a ``Node`` (older writers) is recognised only under a ``.et`` name.
+    A ``GlobalMetadata`` (a printable ``version``, well-formed attributes) is enough; a trace
+    that starts directly with a ``Node`` (older writers) is recognised only under a ``.et``
+    name.
     """
     try:
         size, start = read_varint(head, 0)
@@ -108,17 +122,68 @@ def sniff(head: bytes, name: str) -> bool:
         fields = list(iter_fields(head, start, end))
     except (IndexError, WireError):
         return False
-    first = fields[0]
-    if first[0] == 1 and first[1] == LENGTH_DELIMITED:
-        version = head[first[2] : first[3]]
-        return (
-            0 < len(version) <= 64
-            and version.isascii()
-            and version.decode().isprintable()
-            and all(f[0] in (1, 2) and f[1] == LENGTH_DELIMITED for f in fields)
-        )
+    if is_global_metadata(head, fields):
+        return True
     named_et = re.search(r"\.et(\.(gz|gzip|zst|zstd))?$", name) is not None
     return named_et and all(f[1] in _NODE_FIELDS.get(f[0], ()) for f in fields)
+
+
+def is_global_metadata(buf: bytes, fields: list[Field]) -> bool:
+    """Whether a message's fields are a GlobalMetadata: a printable ``version`` string (1)
+    and attributes (2), each an AttributeProto with a printable name. A Node cannot pass:
+    its ``id`` and ``type`` are varints and its name is no AttributeProto."""
+    if not fields:
+        return False
+    for number, wire, a, b in fields:
+        if wire != LENGTH_DELIMITED or number not in (1, 2):
+            return False
+        if number == 1 and not _printable(buf[a:b], empty=True):
+            return False
+        if number == 2 and attribute(buf, a, b) is None:
+            return False
+    return True
+
+
+def _printable(text: bytes, *, empty: bool = False) -> bool:
+    return (
+        (empty or len(text) > 0)
+        and len(text) <= 256
+        and text.isascii()
+        and (text.decode().isprintable())
+    )
+
+
+def attribute(buf: bytes, start: int, end: int) -> tuple[str, AttributeValue | None] | None:
+    """``(name, scalar value or None for lists and bytes)`` of an AttributeProto, or None
+    when the bytes are not one."""
+    name: str | None = None
+    value: AttributeValue | None = None
+    try:
+        for number, wire, a, b in iter_fields(buf, start, end):
+            if number == 1 and wire == LENGTH_DELIMITED:
+                if not _printable(buf[a:b]):
+                    return None
+                name = buf[a:b].decode()
+            elif number == _BOOL_VALUE and wire == VARINT:
+                value = bool(a)
+            elif number in _UNSIGNED_VALUES and wire == VARINT:
+                value = a if number in (11, 13) else signed64(a)
+            elif number in _ZIGZAG_VALUES and wire == VARINT:
+                value = zigzag(a)
+            elif number == _STRING_VALUE and wire == LENGTH_DELIMITED:
+                value = buf[a:b].decode("utf-8", "replace")
+            elif number == 3 and wire == FIXED64:
+                value = struct.unpack("<d", a.to_bytes(8, "little"))[0]
+            elif number == 5 and wire == FIXED32:
+                value = struct.unpack("<f", a.to_bytes(4, "little"))[0]
+            elif number in _FIXED_UNSIGNED and wire in (FIXED32, FIXED64):
+                value = a
+            elif number in (23, 25) and wire in (FIXED32, FIXED64):
+                bits = 32 if wire == FIXED32 else 64
+                value = a - (1 << bits) if a >= 1 << (bits - 1) else a
+    except WireError:
+        return None
+    return None if name is None else (name, value)
 
 
 def scan(stream: BinaryReader, draft: Draft) -> None:
@@ -156,16 +221,30 @@ def scan(stream: BinaryReader, draft: Draft) -> None:
 
 
 def _metadata(buf: bytes, draft: Draft) -> int:
-    """Read a leading GlobalMetadata (if there is one); the position after it."""
+    """Read a leading GlobalMetadata (if there is one); the position after it.
+
+    Its scalar attributes are kept; ``schema`` stands in for an empty ``version`` and
+    ``pid`` is the process id.
+    """
     try:
         size, start = read_varint(buf, 0)
-    except IndexError:
+        if start + size > len(buf):
+            return 0
+        fields = list(iter_fields(buf, start, start + size))
+    except (IndexError, WireError):
         return 0
-    if buf[start : start + 1] != b"\x0a" or start + size > len(buf):
+    if not is_global_metadata(buf, fields):
         return 0  # the trace starts with a Node
-    for number, wire, a, b in iter_fields(buf, start, start + size):
-        if number == 1 and wire == LENGTH_DELIMITED:
+    for number, _, a, b in fields:
+        if number == 1 and a < b:
             draft.schema_version = buf[a:b].decode("utf-8", "replace")
+        elif number == 2 and (found := attribute(buf, a, b)) and found[1] is not None:
+            draft.attributes[found[0]] = found[1]
+    schema, pid = draft.attributes.get("schema"), draft.attributes.get("pid")
+    if draft.schema_version is None and isinstance(schema, str):
+        draft.schema_version = schema
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        draft.pid = pid
     return start + size
 
 
@@ -185,6 +264,7 @@ class _Tally:
         self.other_types: dict[int, int] = {}
         self.collectives: dict[int, int] = {}
         self.collective_bytes: dict[int, int] = {}
+        self.vote = RankVote()
 
     def messages(self, buf: bytes, pos: int) -> int:
         """Count the complete messages of ``buf[pos:]``; where the first incomplete one starts."""
@@ -226,6 +306,8 @@ class _Tally:
                 else:
                     size, p = read_varint(buf, p + 1)
                     p += size
+                if size == 18 and buf[p - 18 : p] == _RECORD_PARAM_COMMS:
+                    self._comm_row(buf, start, end)
             if p < end and buf[p] == 0x18:
                 node_type = buf[p + 1]
                 if node_type >= 0x80:
@@ -244,8 +326,34 @@ class _Tally:
             pos = end
         return pos
 
+    def _comm_row(self, buf: bytes, start: int, end: int) -> None:
+        """Vote with the row in a record_param_comms node's ``inputs.values``."""
+        node_id: int | None = None
+        for number, wire, a, b in iter_fields(buf, start, end):
+            if number == 1 and wire == VARINT:
+                node_id = a
+            elif number == 8 and wire == LENGTH_DELIMITED:
+                for field_number, field_wire, c, d in iter_fields(buf, a, b):
+                    if field_number == 1 and field_wire == LENGTH_DELIMITED:
+                        text = buf[c:d].decode("utf-8", "replace")
+                        if (row := comm_row(text, node_id)) is not None:
+                            self.vote.add(row)
+
     def store(self, draft: Draft) -> None:
-        """Write the counts into the draft, with their Chakra and canonical names."""
+        """Write the counts into the draft, with their Chakra and canonical names, and the
+        rank the record_param_comms nodes name (over the file name's, which it is
+        compared with)."""
+        named_rank, named_provenance = draft.rank, draft.rank_provenance
+        draft.rank = draft.rank_source = draft.rank_provenance = None
+        self.vote.store(draft, kind="record_param_comms COMP_NODE")
+        if draft.rank is None:
+            draft.rank, draft.rank_provenance = named_rank, named_provenance
+            draft.rank_source = (
+                None if named_rank is None else ("memberName" if draft.nested else "filename")
+            )
+        elif named_rank is not None and draft.rank_provenance is not None:
+            agrees = "agrees" if named_rank == draft.rank else f"says {named_rank}"
+            draft.rank_provenance += f"; the {named_provenance} {agrees}"
         counts = {t: c for t, c in enumerate(self.types) if c} | self.other_types
         draft.node_counts = {NODE_TYPES.get(t, f"NODE_TYPE_{t}"): c for t, c in counts.items()}
         names = {t: canonical(COLLECTIVE_TYPES.get(t, f"TYPE_{t}")) for t in self.collectives}
@@ -262,14 +370,16 @@ def _node_type(buf: bytes, start: int, end: int) -> int:
 
 
 def _comm_attrs(buf: bytes, start: int, end: int) -> tuple[int, int]:
-    """``(comm_type, comm_size)`` from a node's attributes (0 when absent)."""
-    return _attr(buf, start, end, b"\x0a\x09comm_type"), _attr(
-        buf, start, end, b"\x0a\x09comm_size"
-    )
+    """``(comm_type, comm_size)`` from a node's attributes: ``UNKNOWN_COLLECTIVE`` when it
+    has no comm_type (proto3 omits a 0 only outside a oneof, and attribute values are in
+    one, so a missing comm_type was never written), 0 bytes when it has no comm_size."""
+    comm_type = _attr(buf, start, end, b"\x0a\x09comm_type")
+    comm_size = _attr(buf, start, end, b"\x0a\x09comm_size")
+    return UNKNOWN_COLLECTIVE if comm_type is None else comm_type, comm_size or 0
 
 
-def _attr(buf: bytes, start: int, end: int, key: bytes) -> int:
-    """The integer value of the attribute whose encoded name is ``key``, else 0.
+def _attr(buf: bytes, start: int, end: int, key: bytes) -> int | None:
+    """The integer value of the attribute whose encoded name is ``key``, else None.
 
     Found with ``bytes.find`` rather than by decoding every field, which costs more than
     the rest of the scan; a hit counts only where an ``attr`` field (tag 0x52, one-byte
@@ -280,7 +390,7 @@ def _attr(buf: bytes, start: int, end: int, key: bytes) -> int:
         if hit - 2 >= start and buf[hit - 2] == 0x52 and hit + buf[hit - 1] <= end:
             return _attr_int(buf, hit + len(key), hit + buf[hit - 1])
         hit = buf.find(key, hit + 1, end)
-    return 0
+    return None
 
 
 def _attr_int(buf: bytes, start: int, end: int) -> int:
