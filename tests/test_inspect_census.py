@@ -464,3 +464,12 @@ def test_a_single_ranked_file_of_eight_declared_misses_seven() -> None:
     )
     assert not census.rank_count_matches.passed
     assert "7 of 8 ranks missing: 0..2, 4..7" in census.rank_count_matches.message
+
+
+def test_two_jsonized_chakra_jobs_are_not_one_traceset() -> None:
+    directory = TESTDATA / "chakra-json-stg-jsonized"
+    census, _ = census_of(sorted(directory.iterdir()), None)
+    assert census.chakra_prefixes == {"j0": (0,), "j1": (0,)}
+    assert census.duplicated == {0: ("j0_0.json", "j1_0.json")}
+    assert not census.rank_count_matches.passed
+    assert "2 unrelated Chakra prefixes" in census.rank_count_matches.message

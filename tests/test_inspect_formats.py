@@ -226,3 +226,74 @@ def test_inside_rank_disagreeing_with_the_name_is_said() -> None:
     assert (result.rank, result.world_size) == (3, 4)
     assert result.rank_provenance is not None
     assert result.rank_provenance.endswith("the file name run.1.et (<prefix>.<rank>.et) says 1")
+
+
+# --- Chakra JSON -------------------------------------------------------------------------
+
+CHAKRA_JSON = TESTDATA / "chakra-json-stg-jsonized"
+
+
+def chakra_json_node(
+    node_id: int, node_type: str, comm_type: str | None = None
+) -> dict[str, object]:
+    attr: list[dict[str, object]] = [{"name": "is_cpu_op", "boolVal": False}]
+    if comm_type is not None:
+        attr += [
+            {"name": "comm_type", "int64Val": comm_type},
+            {"name": "comm_size", "int64Val": "1024"},
+        ]
+    return {"id": str(node_id), "name": f"n{node_id}", "type": node_type, "attr": attr}
+
+
+def test_real_jsonized_chakra_is_read_as_chakra_json() -> None:
+    result = inspect_path(CHAKRA_JSON / "j0_0.json", "j0_0.json")
+    assert (result.format, result.status) == ("chakra_json", "complete"), result.reason
+    assert result.node_counts == {"COMP_NODE": 2492, "COMM_COLL_NODE": 802}
+    assert result.collectives == {"all_gather": 480, "reduce_scatter": 320, "all_reduce": 2}
+    assert (result.schema_version, result.attributes) == (
+        "symbolic_tensor_network",
+        {"schema": "symbolic_tensor_network"},
+    )
+    assert (result.rank, result.rank_source, result.world_size) == (0, "filename", None)
+    small = inspect_path(CHAKRA_JSON / "j1_0.json", "j1_0.json")
+    assert (small.format, small.schema_version, small.node_counts) == (
+        "chakra_json",
+        "0.0.4",
+        {"COMP_NODE": 1},
+    )
+    assert small.rank == 0
+
+
+@pytest.mark.parametrize("form", ["workload_graph", "array", "concatenated"])
+def test_every_chakra_json_form_counts_nodes(form: str) -> None:
+    nodes = [chakra_json_node(1, "COMP_NODE"), chakra_json_node(2, "COMM_COLL_NODE", "2")]
+    nodes.append(chakra_json_node(3, "COMM_COLL_NODE"))  # no comm_type: unknown
+    if form == "workload_graph":
+        data = json.dumps({"workload_graph": nodes}, indent=2).encode()
+    elif form == "array":
+        data = json.dumps(nodes).encode()
+    else:
+        data = b"".join(json.dumps(o, indent=2).encode() for o in [{"version": "0.0.4"}, *nodes])
+    result = inspect_bytes(data, "llama.3.json")
+    assert (result.format, result.status) == ("chakra_json", "complete"), result.reason
+    assert result.node_counts == {"COMP_NODE": 1, "COMM_COLL_NODE": 2}
+    assert result.collectives == {"all_gather": 1, "unknown": 1}
+    assert (result.rank, result.rank_provenance) == (
+        3,
+        "file name llama.3.json (<prefix>.<rank>.json or <prefix>_<rank>.json)",
+    )
+
+
+def test_chakra_json_larger_than_a_chunk_and_truncated() -> None:
+    nodes = [chakra_json_node(i, "COMM_COLL_NODE", "0") for i in range(40_000)]
+    data = b"".join(json.dumps(o, indent=2).encode() for o in [{"version": "0.0.4"}, *nodes])
+    assert len(data) > 4 * 1024 * 1024
+    result = inspect_bytes(data, "big_7.json")
+    assert result.status == "complete", result.reason
+    assert result.collectives == {"all_reduce": 40_000} and result.rank == 7
+    cut = inspect_bytes(data[:-10], "big_7.json")
+    assert cut.status == "failed" and cut.reason is not None
+    assert cut.reason.startswith("truncated")
+    assert cut.collectives == {"all_reduce": 39_999}
+    wrapped = json.dumps({"workload_graph": nodes[:3]}).encode()
+    assert inspect_bytes(wrapped[:-1], "w.json").status == "failed"

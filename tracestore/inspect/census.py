@@ -169,7 +169,7 @@ class _Found:
             self.by_rank.setdefault(inspection.rank, []).append(label)
         if inspection.world_size is not None:
             self.world_sizes.setdefault(inspection.world_size, []).append(label)
-        named = rank_from_name(inspection.name) if inspection.format == "chakra_et" else None
+        named = rank_from_name(inspection.name, inspection.format)
         if named is not None:
             self.prefixes.setdefault(named[0], set()).add(named[1])
 

@@ -85,26 +85,38 @@ _ZIGZAG_VALUES = frozenset({15, 17})  # sint32/sint64 _val
 _BOOL_VALUE, _STRING_VALUE = 27, 29
 _FIXED_UNSIGNED = frozenset({19, 21})  # fixed32/fixed64 _val (23, 25: sfixed)
 _RECORD_PARAM_COMMS = b"record_param_comms"
-_RANK_NAME_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.(?:gz|gzip|zst|zstd))?$")
+_COMPRESSED = r"(?:\.(?:gz|gzip|zst|zstd))?$"
+_RANK_NAMES = {
+    "chakra_et": (
+        re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et" + _COMPRESSED),
+        "<prefix>.<rank>.et",
+    ),
+    "chakra_json": (
+        re.compile(r"^(?P<prefix>.+?)[._](?P<rank>\d+)\.json" + _COMPRESSED),
+        "<prefix>.<rank>.json or <prefix>_<rank>.json",
+    ),
+}
 
 
-def rank_from_name(name: str) -> tuple[str, int] | None:
-    """``(prefix, rank)`` of a ``<prefix>.<rank>.et`` name (path and .gz/.zst ignored)."""
-    match = _RANK_NAME_RE.match(name.rsplit("/", 1)[-1])
+def rank_from_name(name: str, fmt: str = "chakra_et") -> tuple[str, int] | None:
+    """``(prefix, rank)`` of a ``<prefix>.<rank>.et`` name, or for ``fmt="chakra_json"`` a
+    ``<prefix>.<rank>.json`` or ``<prefix>_<rank>.json`` one (path and .gz/.zst ignored)."""
+    pattern = _RANK_NAMES.get(fmt)
+    match = pattern[0].match(name.rsplit("/", 1)[-1]) if pattern else None
     if match is None:
         return None
     return match["prefix"], int(match["rank"])
 
 
-def rank_by_name(draft: Draft, pattern: str) -> None:
+def rank_by_name(draft: Draft) -> None:
     """Take the rank from the file's (or archive member's) ``<prefix>.<rank>`` name."""
-    found = rank_from_name(draft.name)
+    found = rank_from_name(draft.name, draft.format)
     if found is None:
         return
     draft.rank = found[1]
     draft.rank_source = "memberName" if draft.nested else "filename"
     what = "archive member name" if draft.nested else "file name"
-    draft.rank_provenance = f"{what} {draft.name} ({pattern})"
+    draft.rank_provenance = f"{what} {draft.name} ({_RANK_NAMES[draft.format][1]})"
 
 
 def sniff(head: bytes, name: str) -> bool:
@@ -188,8 +200,8 @@ def attribute(buf: bytes, start: int, end: int) -> tuple[str, AttributeValue | N
 
 def scan(stream: BinaryReader, draft: Draft) -> None:
     """Count nodes by type and collectives by type over the whole stream."""
-    rank_by_name(draft, "<prefix>.<rank>.et")
-    tally = _Tally()
+    rank_by_name(draft)
+    tally = Tally()
     buf, failure = read_chunk(stream, CHUNK_SIZE)
     draft.bytes_scanned += len(buf)
     offset = pos = 0
@@ -255,8 +267,8 @@ class _Malformed(Exception):
         self.detail = detail
 
 
-class _Tally:
-    """Node and collective counts."""
+class Tally:
+    """Node and collective counts, and the rank vote of record_param_comms nodes."""
 
     def __init__(self) -> None:
         self.position = 0  # start of the message being read, for error messages
@@ -325,6 +337,17 @@ class _Tally:
                 self.collective_bytes[comm_type] = total
             pos = end
         return pos
+
+    def node(self, node_type: int, comm_type: int | None = None, comm_size: int = 0) -> None:
+        """Count one node decoded elsewhere (Chakra JSON); ``comm_type`` None is unknown."""
+        if node_type < 16:
+            self.types[node_type] += 1
+        else:
+            self.other_types[node_type] = self.other_types.get(node_type, 0) + 1
+        if node_type == COMM_COLL_NODE:
+            kind = UNKNOWN_COLLECTIVE if comm_type is None else comm_type
+            self.collectives[kind] = self.collectives.get(kind, 0) + 1
+            self.collective_bytes[kind] = self.collective_bytes.get(kind, 0) + comm_size
 
     def _comm_row(self, buf: bytes, start: int, end: int) -> None:
         """Vote with the row in a record_param_comms node's ``inputs.values``."""

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-Format = Literal["kineto_json", "pytorch_et_json", "chakra_et", "zip", "tar", "unknown"]
+Format = Literal[
+    "kineto_json", "pytorch_et_json", "chakra_et", "chakra_json", "zip", "tar", "unknown"
+]
 Compression = Literal["gzip", "zstd"]
 Status = Literal["complete", "failed"]
 RankSource = Literal["distributedInfo", "record_param_comms", "filename", "memberName"]
@@ -23,11 +25,14 @@ FORMATS: tuple[Format, ...] = (
     "kineto_json",
     "pytorch_et_json",
     "chakra_et",
+    "chakra_json",
     "zip",
     "tar",
     "unknown",
 )
-TRACE_FORMATS: frozenset[str] = frozenset({"kineto_json", "pytorch_et_json", "chakra_et"})
+TRACE_FORMATS: frozenset[str] = frozenset(
+    {"kineto_json", "pytorch_et_json", "chakra_et", "chakra_json"}
+)
 ARCHIVE_FORMATS: frozenset[str] = frozenset({"zip", "tar"})
 
 Number = int | float
