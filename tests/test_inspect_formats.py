@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -297,3 +298,63 @@ def test_chakra_json_larger_than_a_chunk_and_truncated() -> None:
     assert cut.collectives == {"all_reduce": 39_999}
     wrapped = json.dumps({"workload_graph": nodes[:3]}).encode()
     assert inspect_bytes(wrapped[:-1], "w.json").status == "failed"
+
+
+# --- Kineto: pid and wait; archives: AppleDouble members --------------------------------
+
+KINETO_HEAD = (
+    b'{\n  "schemaVersion": 1,\n'
+    b'  "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 2},\n'
+    b'  "traceEvents": [\n'
+)
+
+
+def kineto_events(*events: str) -> bytes:
+    return KINETO_HEAD + ",\n".join(events).encode() + b"\n  ]\n}\n"
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_real_kineto_pid_is_the_cpu_process(quick: bool) -> None:
+    for rank, path in enumerate(sorted((TESTDATA / "kineto-dlrm-8ranks").glob("worker*"))):
+        assert inspect_path(path, quick=quick).pid == 59811 + rank
+
+
+def test_kineto_pid_skips_gpu_events_and_takes_either_key_order() -> None:
+    gpu = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}'
+    cpu = '{"ph": "X", "pid": 4321, "tid": 1, "cat": "cpu_op", "name": "aten::mm", "ts": 2}'
+    assert inspect_bytes(kineto_events(gpu, cpu), "t.json").pid == 4321
+    assert inspect_bytes(kineto_events(gpu), "t.json").pid is None
+
+
+def test_kineto_wait_is_no_collective_as_in_execution_traces() -> None:
+    def comms(name: str, ts: int) -> str:
+        return (
+            '{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 9, "tid": 1, '
+            f'"ts": {ts}, "dur": 1, "args": {{"Collective name": "{name}", "Group size": 2}}}}'
+        )
+
+    data = kineto_events(comms("allreduce", 1), comms("wait", 2), comms("wait", 3))
+    result = inspect_bytes(data, "t.json")
+    assert result.collectives == {"all_reduce": 1}
+    assert result.collective_events == {"record_param_comms": 3}
+    et = inspect_bytes(
+        execution_trace_with_rows([comms_values(1), comms_values(1, "wait")]), "e.json"
+    )
+    assert "wait" not in et.collectives
+
+
+def test_apple_double_members_are_not_traces(tmp_path: Path) -> None:
+    archive = tmp_path / "set.zip"
+    sample = TESTDATA / "chakra-allreduce-4ranks" / "all_reduce.0.et"
+    with zipfile.ZipFile(archive, "w") as out:
+        out.write(sample, "run/all_reduce.0.et")
+        out.writestr("run/._all_reduce.0.et", b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
+        out.writestr("__MACOSX/run/._all_reduce.0.et", b"\x00\x05\x16\x07")
+    assert [m.name for m in inspect_path(archive).members] == ["run/all_reduce.0.et"]
+    tarred = tmp_path / "set.tar"
+    with tarfile.open(tarred, "w") as out:
+        out.add(sample, "run/all_reduce.0.et")
+        info = tarfile.TarInfo("run/._all_reduce.0.et")
+        info.size = 4
+        out.addfile(info, io.BytesIO(b"\x00\x05\x16\x07"))
+    assert [m.name for m in inspect_path(tarred).members] == ["run/all_reduce.0.et"]
