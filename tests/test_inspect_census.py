@@ -25,6 +25,7 @@ from tracestore.inspect import (
     FileInspection,
     RankCensus,
     RankRange,
+    inspect_file,
     inspect_path,
     rank_census,
     validation_checks,
@@ -473,3 +474,109 @@ def test_two_jsonized_chakra_jobs_are_not_one_traceset() -> None:
     assert census.duplicated == {0: ("j0_0.json", "j1_0.json")}
     assert not census.rank_count_matches.passed
     assert "2 unrelated Chakra prefixes" in census.rank_count_matches.message
+
+
+# --- Kineto and execution-trace halves -----------------------------------------------------
+
+
+def kineto_of(rank: int | None, world: int, pid: int) -> FileInspection:
+    data = kineto_trace(rank, world).replace(b'"pid": 4242', f'"pid": {pid}'.encode())
+    return inspect_file(lambda: io.BytesIO(data), f"k{rank}.pt.trace.json")
+
+
+def et_of(rows: list[list[object]], pid: int, name: str = "et.json") -> FileInspection:
+    data = execution_trace_with_rows(rows, pid=pid)
+    return inspect_file(lambda: io.BytesIO(data), name)
+
+
+def test_kineto_and_et_of_each_rank_are_halves_not_duplicates() -> None:
+    files = []
+    for rank in range(2):
+        files.append((f"k{rank}.json", kineto_of(rank, 2, 100 + rank)))
+        files.append((f"e{rank}.json", et_of([comms_values(rank, world_size=2)], 100 + rank)))
+    census = rank_census(files, declared_rank_count=2, workload_metadata=None)
+    assert census.duplicated == {}
+    assert census.rank_count_matches.passed, census.rank_count_matches.message
+    ranks = census.to_json()["ranks"]
+    assert [(r["rank"], r["halves"]) for r in ranks] == [
+        (0, ["executionTrace", "kineto"]),
+        (1, ["executionTrace", "kineto"]),
+    ]
+    assert ranks[1]["files"][1] == {
+        "file": "e1.json",
+        "kind": "executionTrace",
+        "rankSource": "record_param_comms",
+        "rankProvenance": census.ranks[1].files[1].rank_provenance,
+        "pid": 101,
+    }
+
+
+def test_an_unranked_et_takes_the_rank_of_the_kineto_trace_with_its_pid() -> None:
+    waits_only = et_of([comms_values(1, "wait")], 2590097)
+    assert waits_only.rank is None
+    files = [("k.json", kineto_of(1, 2, 2590097)), ("e.json", waits_only)]
+    files.append(("k0.json", kineto_of(0, 2, 7)))
+    files.append(("e0.json", et_of([comms_values(0, world_size=2)], 7)))
+    census = rank_census(files, declared_rank_count=2, workload_metadata=None)
+    assert census.unranked_files == ()
+    assert census.rank_count_matches.passed, census.rank_count_matches.message
+    adopted = next(f for f in census.ranks[1].files if f.file == "e.json")
+    assert adopted.rank_source == "pid"
+    assert adopted.rank_provenance is not None
+    assert adopted.rank_provenance.startswith("pid 2590097, shared with k.json whose rank 1")
+    assert census.rank_provenance["e.json"] == adopted.rank_provenance
+    assert census.rank_ranges["e.json"] == RankRange(1, 1)
+
+
+def test_halves_sharing_a_pid_but_not_a_rank_fail() -> None:
+    # The Megatron trap: a group-local rank 0 where the Kineto trace of the pid says 5.
+    et = et_of([[[[1, 2, 0, 4, 2, "cuda:5"]], 5, 9382, 0, "allreduce", [], [], 1]], 2590097)
+    files = [("megatron_kineto_5.json", kineto_of(5, 8, 2590097)), ("megatron_et.json", et)]
+    census = rank_census(files, declared_rank_count=None, workload_metadata=None)
+    assert not census.rank_count_matches.passed
+    assert (
+        "megatron_kineto_5.json (Kineto, rank 5) and megatron_et.json (execution trace, rank 0) "
+        "share pid 2590097 but their ranks disagree" in census.rank_count_matches.message
+    )
+
+
+def test_halves_of_one_rank_with_different_pids_fail() -> None:
+    files = [
+        ("k.json", kineto_of(0, 1, 10)),
+        ("e.json", et_of([comms_values(0, world_size=1)], 11)),
+    ]
+    census = rank_census(files, declared_rank_count=1, workload_metadata=None)
+    assert not census.rank_count_matches.passed
+    assert (
+        "rank 0: k.json (Kineto, pid 10) and e.json (execution trace, pid 11) disagree on the pid"
+        in census.rank_count_matches.message
+    )
+
+
+def test_a_rank_missing_its_execution_trace_is_named() -> None:
+    files = [(f"k{r}.json", kineto_of(r, 2, 50 + r)) for r in range(2)]
+    files.append(("e0.json", et_of([comms_values(0, world_size=2)], 50)))
+    census = rank_census(files, declared_rank_count=2, workload_metadata=None)
+    assert not census.rank_count_matches.passed
+    assert "no execution trace for rank 1, which has a Kineto trace (k1.json)" in (
+        census.rank_count_matches.message
+    )
+    assert [e.halves for e in census.ranks] == [("executionTrace", "kineto"), ("kineto",)]
+
+
+def test_two_kineto_traces_of_one_rank_are_still_duplicates() -> None:
+    files = [("a.json", kineto_of(0, 1, 1)), ("b.json", kineto_of(0, 1, 2))]
+    files.append(("e.json", et_of([comms_values(0, world_size=1)], 1)))
+    census = rank_census(files, declared_rank_count=1, workload_metadata=None)
+    assert census.duplicated == {0: ("a.json", "b.json")}
+
+
+def test_real_megatron_et_pairs_with_its_kineto_pid() -> None:
+    path = TESTDATA / "pytorch-et-megatron-tp8-rank5" / "megatron_et_5.json"
+    files = [("megatron_et_5.json", inspect_path(path))]
+    files.append(("megatron_kineto_5.json", kineto_of(5, 8, 2590097)))
+    census = rank_census(files, declared_rank_count=8, workload_metadata=None)
+    assert [(e.rank, e.halves) for e in census.ranks] == [(5, ("executionTrace", "kineto"))]
+    assert census.duplicated == {}
+    assert "7 of 8 ranks missing: 0..4, 6..7" in census.rank_count_matches.message
+    assert "pid" not in census.rank_count_matches.message

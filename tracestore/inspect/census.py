@@ -17,6 +17,7 @@ from typing import Any, Literal
 from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
 from tracestore.inspect.chakra import rank_from_name
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, FileInspection
+from tracestore.inspect.pairing import Pairing, RankedFile, RankEntry, pair, ranked_file
 from tracestore.metadata import DEGREES
 
 MAX_DUPLICATES_SHOWN = 5
@@ -66,6 +67,8 @@ class RankCensus:
     rank_ranges: Mapping[str, RankRange | None]
     rank_count_matches: CensusCheck
     parallelism_consistent: CensusCheck
+    ranks: tuple[RankEntry, ...] = ()
+    rank_provenance: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def missing_count(self) -> int:
@@ -99,6 +102,8 @@ class RankCensus:
             "rankRanges": {
                 name: r.to_json() if r else None for name, r in self.rank_ranges.items()
             },
+            "rankProvenance": dict(self.rank_provenance),
+            "ranks": [entry.to_json() for entry in self.ranks],
             "checks": {
                 "rankCountMatches": self.rank_count_matches.to_json(),
                 "parallelismConsistent": self.parallelism_consistent.to_json(),
@@ -141,37 +146,47 @@ def parallelism_degrees(workload_metadata: object) -> dict[str, int]:
 class _Found:
     """What the files say, keyed for the checks; file labels name archive members too."""
 
-    by_rank: dict[int, list[str]] = field(default_factory=dict)
+    traces: list[RankedFile] = field(default_factory=list)
     world_sizes: dict[int, list[str]] = field(default_factory=dict)
     prefixes: dict[str, set[int]] = field(default_factory=dict)
-    unranked: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    order: list[tuple[str, str]] = field(default_factory=list)  # ("file" | "archive", label)
+    top: dict[str, str] = field(default_factory=dict)  # label -> its primary file's label
 
-    def add(self, label: str, inspection: FileInspection, nested: bool) -> None:
+    def add(self, label: str, inspection: FileInspection, primary: str | None = None) -> None:
         """Count one file; archives count through their members (``archive:member``)."""
+        nested = primary is not None
         if inspection.format in ARCHIVE_FORMATS:
             if inspection.status == "failed":
                 self.failed[label] = inspection.reason or "failed"
-            ranked_before = sum(map(len, self.by_rank.values()))
             for member in inspection.members:
-                self.add(f"{label}:{member.name}", member, True)
-            if not nested and sum(map(len, self.by_rank.values())) == ranked_before:
-                self.unranked.append(label)  # a primary archive holding no ranked trace
+                self.add(f"{label}:{member.name}", member, primary or label)
+            if not nested:
+                self.order.append(("archive", label))
             return
         # Members that are not traces (README, configs) are not expected to hold a rank.
         if nested and inspection.format not in TRACE_FORMATS and inspection.status != "failed":
             return
         if inspection.status == "failed":
             self.failed[label] = inspection.reason or "failed"
-        if inspection.rank is None:
-            self.unranked.append(label)
-        else:
-            self.by_rank.setdefault(inspection.rank, []).append(label)
+        self.traces.append(ranked_file(label, inspection))
+        self.order.append(("file", label))
+        self.top[label] = primary or label
         if inspection.world_size is not None:
             self.world_sizes.setdefault(inspection.world_size, []).append(label)
         named = rank_from_name(inspection.name, inspection.format)
         if named is not None:
             self.prefixes.setdefault(named[0], set()).add(named[1])
+
+    def unranked(self, pairing: Pairing) -> list[str]:
+        """Unranked files, and primary archives holding no ranked trace, in file order."""
+        unranked = {f.file for f in pairing.unranked}
+        holding = {self.top[f.file] for files in pairing.by_rank.values() for f in files}
+        return [
+            label
+            for kind, label in self.order
+            if (label in unranked if kind == "file" else label not in holding)
+        ]
 
 
 def rank_census(
@@ -187,15 +202,18 @@ def rank_census(
     """
     seen = _Found()
     for name, inspection in files:
-        seen.add(name, inspection, False)
-    found = sorted(seen.by_rank)
+        seen.add(name, inspection)
+    pairing = pair(seen.traces)
+    by_rank = {rank: [f.file for f in held] for rank, held in pairing.by_rank.items()}
+    unranked = seen.unranked(pairing)
+    found = sorted(by_rank)
     declared = declared_rank_count
     degrees = parallelism_degrees(workload_metadata)
     product = _product(degrees.values()) if degrees else None
     expected, expected_from = _expected(declared, seen.world_sizes, found)
     missing = _missing(found, expected)
     unexpected = [r for r in found if expected is not None and r >= expected]
-    duplicated = {r: tuple(names) for r, names in sorted(seen.by_rank.items()) if len(names) > 1}
+    duplicated = pairing.duplicated()
     single_opaque, not_opaque = _single_file_holds_all(files, declared, found)
     where = _source_text(expected_from, declared)
 
@@ -204,6 +222,7 @@ def rank_census(
         problems.append(f"rank {rank} is recorded by {len(dupes)} files: {describe_files(dupes)}")
     if len(duplicated) > MAX_DUPLICATES_SHOWN:
         problems.append(f"{len(duplicated) - MAX_DUPLICATES_SHOWN} more ranks are duplicated")
+    problems += pairing.problems
     if missing and expected and not single_opaque:  # the opaque file holds them all
         problems.append(
             f"{sum(b - a + 1 for a, b in missing)} of {expected} ranks missing: "
@@ -211,7 +230,7 @@ def rank_census(
         )
     if unexpected:
         outside = f"outside 0..{(expected or 0) - 1} for {where}"
-        holders = [name for rank in unexpected for name in seen.by_rank[rank]]
+        holders = [name for rank in unexpected for name in by_rank[rank]]
         if len(unexpected) == 1:
             problems.append(f"rank {unexpected[0]} ({describe_files(holders)}) is {outside}")
         else:
@@ -241,8 +260,8 @@ def rank_census(
             )
         )
     notes: list[str] = []
-    if seen.unranked:
-        notes.append(f"{len(seen.unranked)} without a rank: {describe_files(seen.unranked)}")
+    if unranked:
+        notes.append(f"{len(unranked)} without a rank: {describe_files(unranked)}")
     if seen.failed:
         notes.append(f"{len(seen.failed)} not fully readable: {describe_files(list(seen.failed))}")
 
@@ -255,17 +274,19 @@ def rank_census(
         ranks_missing=tuple(RankRange(a, b) for a, b in missing),
         ranks_unexpected=tuple(unexpected),
         duplicated=duplicated,
-        unranked_files=tuple(seen.unranked),
+        unranked_files=tuple(unranked),
         failed_files=seen.failed,
         world_sizes={size: tuple(names) for size, names in sorted(seen.world_sizes.items())},
         chakra_prefixes={p: tuple(sorted(r)) for p, r in sorted(seen.prefixes.items())},
-        rank_ranges=_rank_ranges(files, declared),
+        rank_ranges=_rank_ranges(files, declared, pairing),
         rank_count_matches=_rank_check(
             problems, notes, found, expected, expected_from, files, declared
         ),
         parallelism_consistent=_parallelism_check(
-            degrees, product, declared, seen.world_sizes, found, seen.by_rank
+            degrees, product, declared, seen.world_sizes, found, by_rank
         ),
+        ranks=pairing.entries(),
+        rank_provenance=_rank_provenance(files, pairing, declared if single_opaque else None),
     )
 
 
@@ -407,12 +428,42 @@ def _parallelism_check(
 
 
 def _rank_ranges(
-    files: Sequence[tuple[str, FileInspection]], declared: int | None
+    files: Sequence[tuple[str, FileInspection]], declared: int | None, pairing: Pairing
 ) -> dict[str, RankRange | None]:
     if len(files) == 1 and declared is not None:
         # Section 5.5: a traceset's only primary file covers every declared rank.
         return {files[0][0]: RankRange(0, declared - 1)}
-    return {name: _file_range(inspection) for name, inspection in files}
+    resolved = {f.file: rank for rank, held in pairing.by_rank.items() for f in held}
+    return {
+        name: _file_range(inspection)
+        if inspection.format in ARCHIVE_FORMATS or name not in resolved
+        else RankRange(resolved[name], resolved[name])
+        for name, inspection in files
+    }
+
+
+def _rank_provenance(
+    files: Sequence[tuple[str, FileInspection]], pairing: Pairing, opaque_declared: int | None
+) -> dict[str, str | None]:
+    """Where each primary file's rank range comes from, in words."""
+    if opaque_declared is not None:
+        return {
+            files[0][0]: f"the only primary file, taken to hold all {opaque_declared} declared "
+            f"ranks (0..{opaque_declared - 1})"
+        }
+    told = {
+        f.file: f.rank_provenance or f.rank_source for fs in pairing.by_rank.values() for f in fs
+    }
+    result: dict[str, str | None] = {}
+    for name, inspection in files:
+        if inspection.format not in ARCHIVE_FORMATS:
+            result[name] = told.get(name)
+            continue
+        members = [(label, told[label]) for label in sorted(told) if label.startswith(name + ":")]
+        shown = "; ".join(f"{label[len(name) + 1 :]}: {text}" for label, text in members[:3])
+        more = f"; and {len(members) - 3} more members" if len(members) > 3 else ""
+        result[name] = f"{len(members)} ranked members: {shown}{more}" if members else None
+    return result
 
 
 def _file_range(inspection: FileInspection) -> RankRange | None:

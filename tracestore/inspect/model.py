@@ -17,7 +17,7 @@ Format = Literal[
 ]
 Compression = Literal["gzip", "zstd"]
 Status = Literal["complete", "failed"]
-RankSource = Literal["distributedInfo", "record_param_comms", "filename", "memberName"]
+RankSource = Literal["distributedInfo", "record_param_comms", "filename", "memberName", "pid"]
 AttributeValue = str | int | float | bool
 Scan = Literal["full", "quick"]
 
