@@ -181,3 +181,27 @@ def test_validate_reports_the_census_naming_file_and_rank(http: TestClient) -> N
         "rank_census": True,
         "parallelism_consistency": True,
     }
+
+
+def test_get_shows_where_each_files_ranks_come_from(http: TestClient) -> None:
+    traceset = upload(http, _files(KINETO), {"shape": {"rankCount": 8}})
+    shown = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
+    for entry in shown["files"]:
+        rank = int(entry["name"].removeprefix("worker").split("_")[0])
+        assert entry["rankProvenance"] == f'distributedInfo {{"rank": {rank}, "world_size": 8}}'
+    files = shown["inspection"]["files"]
+    assert {f["rankSource"] for f in files} == {"distributedInfo"}
+    ranks = shown["inspection"]["census"]["ranks"]
+    assert [r["halves"] for r in ranks] == [["kineto"]] * 8
+
+
+def test_get_shows_the_provenance_of_an_et_set_and_of_the_only_file(http: TestClient) -> None:
+    et = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"
+    traceset = upload(http, _files(et), {"shape": {"rankCount": 2}})
+    assert traceset["inspection"]["census"]["checks"]["rankCountMatches"]["passed"] is True
+    for entry in traceset["files"]:
+        assert "record_param_comms node" in entry["rankProvenance"]
+    single = upload(http, {"all.bin": (b"opaque bytes", "primary")}, {"shape": {"rankCount": 4}})
+    assert single["files"][0]["rankProvenance"] == (
+        "the only primary file, taken to hold all 4 declared ranks (0..3)"
+    )

@@ -286,7 +286,7 @@ def rank_census(
             degrees, product, declared, seen.world_sizes, found, by_rank
         ),
         ranks=pairing.entries(),
-        rank_provenance=_rank_provenance(files, pairing, declared if single_opaque else None),
+        rank_provenance=_rank_provenance(files, pairing, declared),
     )
 
 
@@ -443,14 +443,9 @@ def _rank_ranges(
 
 
 def _rank_provenance(
-    files: Sequence[tuple[str, FileInspection]], pairing: Pairing, opaque_declared: int | None
+    files: Sequence[tuple[str, FileInspection]], pairing: Pairing, declared: int | None
 ) -> dict[str, str | None]:
     """Where each primary file's rank range comes from, in words."""
-    if opaque_declared is not None:
-        return {
-            files[0][0]: f"the only primary file, taken to hold all {opaque_declared} declared "
-            f"ranks (0..{opaque_declared - 1})"
-        }
     told = {
         f.file: f.rank_provenance or f.rank_source for fs in pairing.by_rank.values() for f in fs
     }
@@ -463,6 +458,14 @@ def _rank_provenance(
         shown = "; ".join(f"{label[len(name) + 1 :]}: {text}" for label, text in members[:3])
         more = f"; and {len(members) - 3} more members" if len(members) > 3 else ""
         result[name] = f"{len(members)} ranked members: {shown}{more}" if members else None
+    if len(files) == 1 and declared is not None:
+        # Section 5.5 gives the only primary file the declared range, whatever it records.
+        name = files[0][0]
+        inside = f"; it records {result[name]}" if result[name] else ""
+        result[name] = (
+            f"the only primary file, taken to hold all {declared} declared ranks "
+            f"(0..{declared - 1}){inside}"
+        )
     return result
 
 
