@@ -178,6 +178,34 @@ def execution_trace_with_rows(
     ).encode()
 
 
+def execution_trace_parts(rank: int, world_size: int) -> tuple[bytes, bytes, bytes]:
+    """``(head, block, tail)`` of an execution trace; join blocks with ``b",\\n"``. A block
+    is 30 compute nodes, an all-reduce on the default group (its ``nccl:all_reduce``
+    annotation and record_param_comms row) and its wait, as in a DDP step."""
+    compute = {
+        "id": 10, "name": "aten::linear", "ctrl_deps": 2,
+        "inputs": {"values": [[5, 6, 0, 262144, 4, f"cuda:{rank}"], [7, 8, 0, 262144, 4,
+                   f"cuda:{rank}"], "<None>"], "shapes": [[512, 512], [512, 512], []],
+                   "types": ["Tensor(float)", "Tensor(float)", "None"]},
+        "outputs": {"values": [[9, 10, 0, 262144, 4, f"cuda:{rank}"]], "shapes": [[512, 512]],
+                    "types": ["Tensor(float)"]},
+        "attrs": [{"name": "rf_id", "type": "uint64", "value": 7},
+                  {"name": "op_schema", "type": "string", "value": "aten::linear(Tensor input,"
+                   " Tensor weight, Tensor? bias=None) -> Tensor"}],
+    }  # fmt: skip
+    nodes = [compute] * 30
+    nodes.append({"id": 12, "name": "nccl:all_reduce", "ctrl_deps": 11})
+    for values in (comms_values(rank, world_size=world_size), comms_values(rank, "wait")):
+        nodes.append({"id": 11, "name": "record_param_comms", "ctrl_deps": 2,
+                      "inputs": {"values": values, "shapes": [], "types": []}})  # fmt: skip
+    block = ",\n".join("    " + json.dumps(n) for n in nodes).encode()
+    head = (
+        b'{\n  "schema": "1.0.2-chakra.0.0.4", "pid": 3974, "time": "2024-04-18 09:53:29",'
+        b' "start_ts": 2028842,\n  "nodes": [\n'
+    )
+    return head, block, b'\n  ],\n  "finish_ts": 2054197\n}\n'
+
+
 def execution_trace(world_size: int = 8) -> bytes:
     """A PyTorch execution trace with a process-group init node and two collectives."""
     pg = json.dumps(

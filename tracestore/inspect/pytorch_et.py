@@ -33,6 +33,7 @@ _PG_INIT_RE = re.compile(rb'"## process_group:init ##"[^{}]{0,4096}?"inputs"\s*:
 # A record_param_comms node's inputs: {"values": [...], ...} (1.0.2+) or a bare list (1.0.1).
 _COMMS_RE = re.compile(rb'"record_param_comms"[^{}]{0,4096}?"inputs"\s*:\s*')
 _ID_RE = re.compile(rb'"id"\s*:\s*(\d+)')
+ROW_FIRST_TRY = 4096  # a row's inputs are a few hundred bytes; rows come every few nodes
 
 
 def scan(stream: BinaryReader, draft: Draft, *, quick: bool = False) -> None:
@@ -77,7 +78,7 @@ def _read_comm_rows(window: Window, end: int, chunks: ChunkedScan, vote: RankVot
     while pos >= 0:
         match = _COMMS_RE.match(buf, pos, end)
         if match is not None:
-            decoded = decode_value_at(window, match.end())
+            decoded = decode_value_at(window, match.end(), ROW_FIRST_TRY)
             if decoded is None:
                 chunks.hold(pos)
                 return pos
