@@ -1,11 +1,12 @@
 """The rank census of a traceset: do its files hold the ranks its metadata declares?
 
-Ranks come only from what inspection established (Kineto ``distributedInfo``, Chakra file
-names); a file without one is *unranked*, never rank 0. Archive members count as files of
-their own, named ``archive:member``; members that are not traces (README, configs) are left
-out. Two checks come out, each with a message naming files and ranks:
-``rank_count_matches`` (the validate check ``rank_census``) and ``parallelism_consistent``
-(``parallelism_consistency``).
+Ranks come only from what inspection established (Kineto ``distributedInfo``, execution-trace
+``record_param_comms`` rows, Chakra file names, a Kineto/ET partner's pid; see ``pairing``); a
+file without one is *unranked*, never rank 0. Archive members count as files of their own,
+named ``archive:member``; members that are not traces (README, configs) are left out. Two
+checks come out, each with a message naming files and ranks: ``rank_count_matches`` (the
+validate check ``rank_census``) and ``parallelism_consistent`` (``parallelism_consistency``).
+docs/inspection.md lists every message.
 """
 
 from __future__ import annotations
