@@ -163,9 +163,7 @@ def _cut(buf: bytes) -> int:
     return cut if cut > 0 else len(buf)
 
 
-def decode_value_at(
-    window: Window, pos: int, first_try: int = 64 * 1024
-) -> tuple[Any, int] | None:
+def decode_value_at(window: Window, pos: int, first_try: int = 64 * 1024) -> tuple[Any, int] | None:
     """Decode the JSON value starting at ``window.buf[pos]``.
 
     Returns ``(value, end)``, or None when the value runs past the window and more of the
