@@ -580,3 +580,43 @@ def test_real_megatron_et_pairs_with_its_kineto_pid() -> None:
     assert census.duplicated == {}
     assert "7 of 8 ranks missing: 0..4, 6..7" in census.rank_count_matches.message
     assert "pid" not in census.rank_count_matches.message
+
+
+# --- Chakra process groups against a comm-group file ----------------------------------------
+
+
+def test_real_chakra_sets_with_their_comm_group_files_are_complete() -> None:
+    for folder, world in (
+        ("chakra-et-allreduce-3pg-2ranks", 2),
+        ("chakra-et-stg-dp2tp2-4ranks", 4),
+    ):
+        census, _ = census_of(sorted((TESTDATA / folder).iterdir()), None)
+        assert (census.expected_rank_count, census.expected_from) == (world, "worldSize")
+        assert census.ranks_found == tuple(range(world)) and census.unranked_files == ()
+        assert census.rank_count_matches.passed, census.rank_count_matches.message
+    stg = sorted((TESTDATA / "chakra-et-stg-dp2tp2-4ranks").iterdir())
+    declared, _ = census_of(stg, 4, {"parallelism": {"dp": 2, "tp": 2}})
+    assert declared.rank_count_matches.passed and declared.parallelism_consistent.passed
+
+
+def test_a_group_without_the_rank_or_missing_from_the_comm_group_file_fails(
+    tmp_path: Path,
+) -> None:
+    source = TESTDATA / "chakra-et-stg-dp2tp2-4ranks"
+    paths = []
+    for rank in range(4):
+        path = tmp_path / f"denseA.{rank}.et"
+        path.write_bytes((source / path.name).read_bytes())
+        paths.append(path)
+    groups = tmp_path / "denseA.json"
+    groups.write_text('{"1": [0, 1], "2": [2, 3], "3": [1, 2]}')  # "3" lacks 0 and 2; no "4"
+    census, _ = census_of([*paths, groups], 4)
+    message = census.rank_count_matches.message
+    assert not census.rank_count_matches.passed
+    assert (
+        'denseA.0.et (rank 0) runs collectives on process group "3", which denseA.json gives '
+        "as [1, 2], without rank 0" in message
+    )
+    assert 'denseA.1.et runs collectives on process group "4", which denseA.json does not list' in (
+        message
+    )

@@ -358,3 +358,38 @@ def test_apple_double_members_are_not_traces(tmp_path: Path) -> None:
         info.size = 4
         out.addfile(info, io.BytesIO(b"\x00\x05\x16\x07"))
     assert [m.name for m in inspect_path(tarred).members] == ["run/all_reduce.0.et"]
+
+
+# --- process groups of Chakra traces and ASTRA-sim comm-group files -----------------------
+
+STG_GROUPS = {
+    0: {"3": {"all_gather": 6, "reduce_scatter": 4, "all_reduce": 2}, "1": {"all_reduce": 3}},
+    1: {"4": {"all_gather": 6, "reduce_scatter": 4, "all_reduce": 2}, "1": {"all_reduce": 3}},
+    2: {"3": {"all_gather": 6, "reduce_scatter": 4, "all_reduce": 2}, "2": {"all_reduce": 3}},
+    3: {"4": {"all_gather": 6, "reduce_scatter": 4, "all_reduce": 2}, "2": {"all_reduce": 3}},
+}
+
+
+@pytest.mark.parametrize("rank", range(4))
+def test_real_chakra_lists_the_groups_its_collectives_run_on(rank: int) -> None:
+    result = inspect_path(CHAKRA_STG / f"denseA.{rank}.et", f"denseA.{rank}.et")
+    assert {g.name: dict(g.collectives) for g in result.process_groups} == STG_GROUPS[rank]
+
+
+def test_real_comm_group_files_list_their_members() -> None:
+    result = inspect_path(CHAKRA_3PG / "comm_group.json")
+    assert result.format == "comm_groups"
+    assert [(g.name, g.ranks) for g in result.process_groups] == [
+        ("0", (0, 1)),
+        ("1", (0, 1)),
+        ("2", (0, 1)),
+    ]
+    stg = inspect_path(CHAKRA_STG / "denseA.json")
+    assert {g.name: g.ranks for g in stg.process_groups}["3"] == (0, 2)
+    traces = inspect_path(CHAKRA_3PG / "chakra_trace.1.et", "chakra_trace.1.et")
+    assert {g.name: dict(g.collectives) for g in traces.process_groups} == {
+        "1": {"all_reduce": 1},
+        "2": {"all_reduce": 1},
+    }
+    assert inspect_bytes(b'{"a": [0, 1]}', "x.json").format == "unknown"
+    assert inspect_bytes(b'{"0": [0, -1]}', "x.json").format == "unknown"

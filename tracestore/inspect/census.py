@@ -147,6 +147,8 @@ class _Found:
     failed: dict[str, str] = field(default_factory=dict)
     order: list[tuple[str, str]] = field(default_factory=list)  # ("file" | "archive", label)
     top: dict[str, str] = field(default_factory=dict)  # label -> its primary file's label
+    groups: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # comm groups
+    group_uses: list[tuple[str, int, list[str]]] = field(default_factory=list)
 
     def add(self, label: str, inspection: FileInspection, primary: str | None = None) -> None:
         """Count one file; archives count through their members (``archive:member``)."""
@@ -158,6 +160,9 @@ class _Found:
                 self.add(f"{label}:{member.name}", member, primary or label)
             if not nested:
                 self.order.append(("archive", label))
+            return
+        if inspection.format == "comm_groups":
+            self._add_groups(label, inspection)
             return
         # Members that are not traces (README, configs) are not expected to hold a rank.
         if nested and inspection.format not in TRACE_FORMATS and inspection.status != "failed":
@@ -172,6 +177,45 @@ class _Found:
         named = rank_from_name(inspection.name, inspection.format)
         if named is not None:
             self.prefixes.setdefault(named[0], set()).add(named[1])
+        used = [g.name for g in inspection.process_groups if g.collectives and g.name]
+        if used and inspection.rank is not None:
+            self.group_uses.append((label, inspection.rank, used))
+
+    def _add_groups(self, label: str, inspection: FileInspection) -> None:
+        """A comm-group file: its groups, and the world its members make up."""
+        members: set[int] = set()
+        for group in inspection.process_groups:
+            if group.name is not None and group.ranks is not None:
+                self.groups.setdefault(group.name, (label, group.ranks))
+                members.update(group.ranks)
+        if members:
+            self.world_sizes.setdefault(max(members) + 1, []).append(label)
+
+    def group_problems(self) -> list[str]:
+        """Chakra traces whose collectives run on groups the comm-group file leaves out, or
+        that do not hold their rank."""
+        if not self.groups:
+            return []
+        problems = []
+        for label, rank, used in self.group_uses:
+            for name in used:
+                if name not in self.groups:
+                    files = describe_files(sorted({f for f, _ in self.groups.values()}))
+                    problems.append(
+                        f'{label} runs collectives on process group "{name}", which {files} '
+                        "does not list"
+                    )
+                elif rank not in self.groups[name][1]:
+                    where, ranks = self.groups[name]
+                    problems.append(
+                        f'{label} (rank {rank}) runs collectives on process group "{name}", '
+                        f"which {where} gives as {list(ranks)}, without rank {rank}"
+                    )
+        return problems[:MAX_DUPLICATES_SHOWN] + (
+            [f"{len(problems) - MAX_DUPLICATES_SHOWN} more process-group problems"]
+            if len(problems) > MAX_DUPLICATES_SHOWN
+            else []
+        )
 
     def unranked(self, pairing: Pairing) -> list[str]:
         """Unranked files, and primary archives holding no ranked trace, in file order."""
@@ -217,7 +261,7 @@ def rank_census(
         problems.append(f"rank {rank} is recorded by {len(dupes)} files: {describe_files(dupes)}")
     if len(duplicated) > MAX_DUPLICATES_SHOWN:
         problems.append(f"{len(duplicated) - MAX_DUPLICATES_SHOWN} more ranks are duplicated")
-    problems += pairing.problems
+    problems += pairing.problems + seen.group_problems()
     if missing and expected and not single_opaque:  # the opaque file holds them all
         problems.append(
             f"{sum(b - a + 1 for a, b in missing)} of {expected} ranks missing: "

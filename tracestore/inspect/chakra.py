@@ -16,10 +16,16 @@ without decoding the whole message (serializers write fields in field-number ord
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from tracestore.inspect.chakra_attrs import attribute, find_int_attribute, is_global_metadata
+from tracestore.inspect.chakra_attrs import (
+    attribute,
+    find_int_attribute,
+    find_string_attribute,
+    is_global_metadata,
+)
 from tracestore.inspect.collectives import canonical
-from tracestore.inspect.model import Draft, InspectionError
+from tracestore.inspect.model import Draft, InspectionError, ProcessGroup
 from tracestore.inspect.param_comms import RankVote, comm_row
 from tracestore.inspect.protowire import (
     LENGTH_DELIMITED,
@@ -210,6 +216,7 @@ class Tally:
         self.collectives: dict[int, int] = {}
         self.collective_bytes: dict[int, int] = {}
         self.vote = RankVote()
+        self.group_collectives: dict[str, dict[int, int]] = {}
 
     def messages(self, buf: bytes, pos: int) -> int:
         """Count the complete messages of ``buf[pos:]``; where the first incomplete one starts."""
@@ -268,10 +275,24 @@ class Tally:
                 self.collectives[comm_type] = self.collectives.get(comm_type, 0) + 1
                 total = self.collective_bytes.get(comm_type, 0) + comm_size
                 self.collective_bytes[comm_type] = total
+                group = find_string_attribute(buf, start, end, b"\x0a\x07pg_name")
+                if group is not None:
+                    self.on_group(group, comm_type)
             pos = end
         return pos
 
-    def node(self, node_type: int, comm_type: int | None = None, comm_size: int = 0) -> None:
+    def on_group(self, group: str, comm_type: int) -> None:
+        """Count a collective on the process group its ``pg_name`` names."""
+        counts = self.group_collectives.setdefault(group, {})
+        counts[comm_type] = counts.get(comm_type, 0) + 1
+
+    def node(
+        self,
+        node_type: int,
+        comm_type: int | None = None,
+        comm_size: int = 0,
+        group: str | None = None,
+    ) -> None:
         """Count one node decoded elsewhere (Chakra JSON); ``comm_type`` None is unknown."""
         if node_type < 16:
             self.types[node_type] += 1
@@ -281,6 +302,8 @@ class Tally:
             kind = UNKNOWN_COLLECTIVE if comm_type is None else comm_type
             self.collectives[kind] = self.collectives.get(kind, 0) + 1
             self.collective_bytes[kind] = self.collective_bytes.get(kind, 0) + comm_size
+            if group is not None:
+                self.on_group(group, kind)
 
     def _comm_row(self, buf: bytes, start: int, end: int) -> None:
         """Vote with the row in a record_param_comms node's ``inputs.values``."""
@@ -315,6 +338,23 @@ class Tally:
         names = {t: canonical(COLLECTIVE_TYPES.get(t, f"TYPE_{t}")) for t in self.collectives}
         draft.collectives = {names[t]: c for t, c in self.collectives.items()}
         draft.collective_bytes = {names[t]: c for t, c in self.collective_bytes.items()}
+        draft.process_groups = _merged_groups(draft.process_groups, self.group_collectives, names)
+
+
+def _merged_groups(
+    recorded: list[ProcessGroup], used: dict[str, dict[int, int]], names: dict[int, str]
+) -> list[ProcessGroup]:
+    """The groups the rows name (with their sizes) and those the COMM_COLL nodes run on
+    (with their collectives), one entry per name, in order of first appearance."""
+    merged = {g.name: g for g in recorded}
+    for group, counts in used.items():
+        found = merged.get(group, ProcessGroup(name=group))
+        merged[group] = replace(found, collectives=_group_counts(counts, names))
+    return list(merged.values())
+
+
+def _group_counts(counts: dict[int, int], names: dict[int, str]) -> dict[str, int]:
+    return dict(sorted((names[t], c) for t, c in counts.items()))
 
 
 def _node_type(buf: bytes, start: int, end: int) -> int:

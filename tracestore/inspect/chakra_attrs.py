@@ -86,6 +86,20 @@ def attribute(buf: bytes, start: int, end: int) -> tuple[str, AttributeValue | N
     return None if name is None else (name, value)
 
 
+def find_string_attribute(buf: bytes, start: int, end: int, key: bytes) -> str | None:
+    """The ``string_val`` of the attribute whose encoded name is ``key``, else None (found
+    as ``find_int_attribute`` finds its)."""
+    hit = buf.find(key, start, end)
+    while hit >= 0:
+        if hit - 2 >= start and buf[hit - 2] == 0x52 and hit + buf[hit - 1] <= end:
+            for number, wire, a, b in iter_fields(buf, hit + len(key), hit + buf[hit - 1]):
+                if number == _STRING_VALUE and wire == LENGTH_DELIMITED:
+                    return buf[a:b].decode("utf-8", "replace")
+            return None
+        hit = buf.find(key, hit + 1, end)
+    return None
+
+
 def find_int_attribute(buf: bytes, start: int, end: int, key: bytes) -> int | None:
     """The integer value of the attribute whose encoded name is ``key``, else None.
 

@@ -125,11 +125,12 @@ def _node(item: Mapping[str, Any], tally: Tally) -> None:
     comm_type = attrs.get("comm_type")
     if isinstance(comm_type, str):
         comm_type = _COLLECTIVE_NUMBERS.get(comm_type)
-    size = attrs.get("comm_size")
+    size, group = attrs.get("comm_size"), attrs.get("pg_name")
     tally.node(
         node_type,
         comm_type if isinstance(comm_type, int) and not isinstance(comm_type, bool) else None,
         size if isinstance(size, int) and not isinstance(size, bool) else 0,
+        group if isinstance(group, str) else None,
     )
     if item.get("name") == "record_param_comms":
         inputs = item.get("inputs")

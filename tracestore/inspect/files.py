@@ -20,7 +20,7 @@ from pathlib import Path
 
 import zstandard
 
-from tracestore.inspect import archives, chakra, chakra_json, kineto, pytorch_et
+from tracestore.inspect import archives, chakra, chakra_json, comm_groups, kineto, pytorch_et
 from tracestore.inspect.model import Draft, FileInspection, Format, InspectionError
 from tracestore.inspect.streams import (
     HEAD_SIZE,
@@ -77,7 +77,9 @@ def sniff_format(head: bytes, name: str) -> Format:
             return "pytorch_et_json"
         if _KINETO_KEYS.search(head):
             return "kineto_json"
-        return "chakra_json" if chakra_json.sniff(text) else "unknown"
+        if chakra_json.sniff(text):
+            return "chakra_json"
+        return "comm_groups" if comm_groups.groups_in(head) is not None else "unknown"
     if text[:1] == b"[" and _CHROME_EVENT.search(head):
         return "kineto_json"
     if text[:1] == b"[" and chakra_json.sniff(text):
@@ -151,6 +153,8 @@ def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
         chakra.scan(stream, draft)
     elif draft.format == "chakra_json":
         chakra_json.scan(stream, draft)
+    elif draft.format == "comm_groups":
+        comm_groups.scan(stream, draft)
     elif draft.format == "zip":
         archives.scan_zip(stream, draft, inspect_member, seekable=seekable)
     else:

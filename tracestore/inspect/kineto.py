@@ -132,15 +132,22 @@ def process_groups(config: Any) -> list[ProcessGroup]:
         if not isinstance(item, dict):
             continue
         size = item.get("pg_size", item.get("group_size"))
+        ranks = item.get("ranks")
+        listed = isinstance(ranks, list) and bool(ranks) and all(_rank(r) for r in ranks)
         groups.append(
             ProcessGroup(
                 name=_text(item.get("pg_name")),
                 description=_text(item.get("pg_desc")),
                 backend=_text(item.get("backend_config")),
                 size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                ranks=tuple(ranks) if listed and isinstance(ranks, list) else None,
             )
         )
     return groups
+
+
+def _rank(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _text(value: Any) -> str | None:

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 Format = Literal[
-    "kineto_json", "pytorch_et_json", "chakra_et", "chakra_json", "zip", "tar", "unknown"
+    "kineto_json",
+    "pytorch_et_json",
+    "chakra_et",
+    "chakra_json",
+    "comm_groups",
+    "zip",
+    "tar",
+    "unknown",
 ]
 Compression = Literal["gzip", "zstd"]
 Status = Literal["complete", "failed"]
@@ -26,6 +33,7 @@ FORMATS: tuple[Format, ...] = (
     "pytorch_et_json",
     "chakra_et",
     "chakra_json",
+    "comm_groups",
     "zip",
     "tar",
     "unknown",
@@ -61,20 +69,29 @@ class TimeSpan:
 
 @dataclass(frozen=True)
 class ProcessGroup:
-    """One process group a trace records (Kineto ``pg_config``, execution-trace PG init)."""
+    """One process group a trace records (Kineto ``pg_config``, execution-trace PG init,
+    record_param_comms rows, Chakra ``pg_name`` attributes, an ASTRA-sim comm-group file).
+
+    ``ranks`` are its members where recorded; ``collectives`` counts the collectives a Chakra
+    trace runs on it (canonical names).
+    """
 
     name: str | None
     description: str | None = None
     backend: str | None = None
     size: int | None = None
+    ranks: tuple[int, ...] | None = None
+    collectives: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"name", "description", "backend", "size"}``."""
+        """``{"name", "description", "backend", "size", "ranks", "collectives"}``."""
         return {
             "name": self.name,
             "description": self.description,
             "backend": self.backend,
             "size": self.size,
+            "ranks": None if self.ranks is None else list(self.ranks),
+            "collectives": dict(self.collectives),
         }
 
     @classmethod
@@ -85,6 +102,8 @@ class ProcessGroup:
             description=data.get("description"),
             backend=data.get("backend"),
             size=data.get("size"),
+            ranks=None if data.get("ranks") is None else tuple(data["ranks"]),
+            collectives=dict(data.get("collectives") or {}),
         )
 
 
