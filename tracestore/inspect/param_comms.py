@@ -26,6 +26,7 @@ from tracestore.inspect.collectives import canonical, is_collective
 from tracestore.inspect.model import Draft, ProcessGroup
 
 ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
+MAX_LITERAL = 1024 * 1024  # a converter's row longer than this is not parsed (literal_eval cost)
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class CommRow:
 
     def group_text(self) -> str:
         """``process group "0" (default_pg, size 2)`` for provenance texts."""
-        details = [d for d in (self.group_description,) if d]
+        details = [self.group_description] if self.group_description else []
         if self.group_size is not None:
             details.append(f"size {self.group_size}")
         suffix = f" ({', '.join(details)})" if details else ""
@@ -73,15 +74,17 @@ def comm_row(values: Any, node_id: int | None = None) -> CommRow | None:
     """The row in the ``inputs`` values of a ``record_param_comms`` node, or None when the
     values are not in a layout above (a string is read as the converter's Python literal)."""
     if isinstance(values, str):
+        if len(values) > MAX_LITERAL:
+            return None
         try:
             values = ast.literal_eval(values)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return None
     if not isinstance(values, list):
         return None
-    for index in range(1, len(values)):
+    for index in range(2, len(values)):
         name, rank = values[index], _int(values[index - 1])
-        if not isinstance(name, str) or rank is None or rank < 0 or index < 2:
+        if not isinstance(name, str) or rank is None or rank < 0:
             continue
         group = values[index - 2]
         tail = values[index + 1 :]
