@@ -205,3 +205,22 @@ def test_get_shows_the_provenance_of_an_et_set_and_of_the_only_file(http: TestCl
     assert single["files"][0]["rankProvenance"] == (
         "the only primary file, taken to hold all 4 declared ranks (0..3)"
     )
+
+
+def test_sets_that_looked_whole_now_fail_validate(http: TestClient) -> None:
+    # The Megatron ET is rank 5 of 8, not the only file holding all 8 declared ranks.
+    megatron = TESTDATA / "pytorch-et-megatron-tp8-rank5"
+    traceset = upload(http, _files(megatron), {"shape": {"rankCount": 8}}, name="megatron")
+    answer = http.post(f"/api/v1/tracesets/{traceset['id']}/validate").json()
+    checks = {c["name"]: c for c in answer["checks"]}
+    assert checks["rank_census"]["passed"] is False
+    assert "7 of 8 ranks missing: 0..4, 6..7" in checks["rank_census"]["message"]
+    # One unranked Kineto file recording world size 2 is one rank's trace, not both.
+    single = upload(http, {"only.json": (_kineto(None, 2), "primary")}, {"shape": {"rankCount": 2}})
+    assert single["inspection"]["census"]["checks"]["rankCountMatches"]["passed"] is True
+    # (_kineto(None) writes no distributedInfo at all, so no world size: the rule applies.)
+    info = json.dumps({"distributedInfo": {"world_size": 2}, "traceEvents": []}).encode()
+    recorded = upload(http, {"w2.json": (info, "primary")}, {"shape": {"rankCount": 2}}, name="w2")
+    check = recorded["inspection"]["census"]["checks"]["rankCountMatches"]
+    assert check["passed"] is False
+    assert check["message"].startswith("w2.json records world_size 2 but no rank")
