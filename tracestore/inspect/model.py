@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 Format = Literal[
     "kineto_json",
@@ -28,16 +28,7 @@ RankSource = Literal["distributedInfo", "record_param_comms", "filename", "membe
 AttributeValue = str | int | float | bool
 Scan = Literal["full", "quick"]
 
-FORMATS: tuple[Format, ...] = (
-    "kineto_json",
-    "pytorch_et_json",
-    "chakra_et",
-    "chakra_json",
-    "comm_groups",
-    "zip",
-    "tar",
-    "unknown",
-)
+FORMATS: tuple[Format, ...] = get_args(Format)
 TRACE_FORMATS: frozenset[str] = frozenset(
     {"kineto_json", "pytorch_et_json", "chakra_et", "chakra_json"}
 )
