@@ -1,10 +1,11 @@
 """Benchmark: trace inspection against ``json.load``, in one run.
 
 Writes synthetic traces of ``--size-mib`` MiB into a temporary directory (a Kineto JSON with
-``distributedInfo`` at its head, the same with it at its tail, a Chakra ``.et`` of nodes shaped
-like the PyTorch converter's and one of small nodes), then times each measurement in a child
-process of its own, so that each peak RSS (``ru_maxrss`` of that child) is that measurement's
-alone, and prints a table with ratios to the ``json.load`` baseline::
+``distributedInfo`` at its head, the same with it at its tail, a PyTorch execution trace whose
+rank is in its record_param_comms rows, a Chakra ``.et`` of nodes shaped like the PyTorch
+converter's and one of small nodes), then times each measurement in a child process of its
+own, so that each peak RSS (``ru_maxrss`` of that child) is that measurement's alone, and
+prints a table with ratios to the ``json.load`` baseline of the same kind of file::
 
     .venv/bin/python bench/inspection.py --size-mib 64      # quick
     .venv/bin/python bench/inspection.py                    # 1 GiB, as reported
@@ -59,6 +60,14 @@ def write_kineto(path: Path, size: int, info_at: str) -> int:
     return _write_repeated(path, head, block, tail, size, b",\n")
 
 
+def write_execution_trace(path: Path, size: int) -> int:
+    """A synthetic execution trace of rank 3 of 8; the number of node blocks."""
+    from tests.inspect_fixtures import execution_trace_parts
+
+    head, block, tail = execution_trace_parts(RANK, WORLD)
+    return _write_repeated(path, head, block, tail, size, b",\n")
+
+
 def write_chakra(path: Path, size: int, converter_like: bool) -> tuple[int, float]:
     """A synthetic Chakra trace; ``(block count, mean node size in bytes)``."""
     from tests.inspect_fixtures import chakra_block, chakra_converter_block, chakra_metadata
@@ -92,8 +101,13 @@ def child(kind: str, path: Path) -> None:
     if kind == "json_load":
         with path.open("rb") as stream:
             document = json.load(stream)
-        info = document["distributedInfo"]
-        found: dict[str, Any] = {"rank": info["rank"], "worldSize": info["world_size"]}
+        if "distributedInfo" in document:
+            info = document["distributedInfo"]
+            found: dict[str, Any] = {"rank": info["rank"], "worldSize": info["world_size"]}
+        else:  # an execution trace: the first record_param_comms row
+            row = next(n for n in document["nodes"] if n["name"] == "record_param_comms")
+            values = row["inputs"]["values"]
+            found = {"rank": values[3], "worldSize": values[-1]}
         del document
     else:
         inspection = inspect_path(path, path.name, quick=kind == "quick")
@@ -135,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         head, tail = root / "rank3.head.pt.trace.json", root / "rank3.tail.pt.trace.json"
         blocks = write_kineto(head, size, "head")
         write_kineto(tail, size, "tail")
+        et = root / "rank3.et.json"
+        et_blocks = write_execution_trace(et, size)
         converter, small = root / "converter.3.et", root / "small.3.et"
         _, converter_node = write_chakra(converter, size, converter_like=True)
         _, small_node = write_chakra(small, min(size, 256 * MIB), converter_like=False)
@@ -144,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             ("inspect quick (rank, world)", "kineto, info at tail", "quick", tail, ""),
             ("inspect full", "kineto, info at tail", "full", tail, "full"),
             ("inspect full", "kineto, info at head", "full", head, "full"),
+            ("json.load (baseline)", "et, rows throughout", "json_load", et, ""),
+            ("inspect quick (rank, world)", "et, rows throughout", "quick", et, "quick"),
+            ("inspect full", "et, rows throughout", "full", et, "full"),
             ("inspect full", f"chakra, {converter_node:.0f} B nodes", "full", converter, "chakra"),
             ("inspect full", f"chakra, {small_node:.0f} B nodes", "full", small, ""),
         ]
@@ -151,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, what, kind, path, target in runs:
             print(f"  {label:<28} {what} ...", flush=True)
             results.append((label, what, path.stat().st_size, measure(kind, path), target))
-    return report(results, blocks)
+    return report(results, blocks, et_blocks)
 
 
 TARGETS = {
@@ -161,11 +180,15 @@ TARGETS = {
 }
 
 
-def report(results: list[tuple[str, str, int, dict[str, Any], str]], kineto_blocks: int) -> int:
+def report(
+    results: list[tuple[str, str, int, dict[str, Any], str]], kineto_blocks: int, et_blocks: int
+) -> int:
     """Print the table and check the findings and the targets."""
     from tests.inspect_fixtures import BLOCK_COLLECTIVES
 
-    base = results[0][3]
+    baselines = {
+        what.split(",")[0]: run for label, what, _, run, _ in results if label.startswith("json")
+    }
     header = (
         f"{'measurement':<27} {'file':<21} {'MiB':>5} {'wall s':>7} {'CPU s':>7} "
         f"{'MB/s':>6} {'peak RSS':>8} {'speed ×':>7} {'RSS ×':>6}  target"
@@ -176,14 +199,23 @@ def report(results: list[tuple[str, str, int, dict[str, Any], str]], kineto_bloc
     failures = []
     for label, what, size, run, target in results:
         cpu, peak, found = run["cpu"], run["peakRssMib"], run["found"]
+        base = baselines.get(what.split(",")[0], baselines["kineto"])
         speed, rate = base["cpu"] / cpu, size / 1e6 / cpu
         met = {
             "quick": speed >= 10,
             "full": speed >= 1 and peak < 100,
             "chakra": rate >= 50,
         }.get(target)
-        if "kineto" in what and (found.get("rank"), found.get("worldSize")) != (RANK, WORLD):
+        traced = "kineto" in what or "et," in what
+        if traced and (found.get("rank"), found.get("worldSize")) != (RANK, WORLD):
             failures.append(f"{label} / {what}: rank {found.get('rank')}")
+        et_found = (found.get("collectives"), found.get("status"))
+        if (
+            label == "inspect full"
+            and "et," in what
+            and et_found != ({"all_reduce": et_blocks}, "complete")
+        ):
+            failures.append(f"{label} / {what}: {found['collectives']} {found['reason']}")
         if label == "inspect full" and "kineto" in what:
             expected = {k: v * kineto_blocks for k, v in BLOCK_COLLECTIVES.items()}
             if found["collectives"] != expected or found["status"] != "complete":
@@ -191,7 +223,7 @@ def report(results: list[tuple[str, str, int, dict[str, Any], str]], kineto_bloc
         if met is False:
             failures.append(f"{label} / {what}: target {TARGETS[target]} missed")
         verdict = "" if met is None else f"{TARGETS[target]}{' ok' if met else ' MISSED'}"
-        same_file = "kineto" in what  # ratios only where json.load read the same kind of file
+        same_file = traced  # ratios only where json.load read the same kind of file
         ratios = (
             f"{speed:>7.1f} {peak / base['peakRssMib']:>6.3f}"
             if same_file

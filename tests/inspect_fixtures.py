@@ -132,6 +132,80 @@ def kineto_trace(
     return head + b",\n".join([block] * blocks) + tail
 
 
+CommRows = list[list[object]]
+
+
+def comms_values(
+    rank: int,
+    collective: str = "allreduce",
+    *,
+    pg: tuple[str, str] = ("0", "default_pg"),
+    world_size: int = 8,
+    start: int = 0,
+    stride: int = 1,
+) -> list[object]:
+    """The ``inputs.values`` of a record_param_comms node as PyTorch 2.x writes them."""
+    tensors = [[[461, 462, 0, 53120, 4, f"cuda:{rank}"]]]
+    if collective == "wait":
+        return [31, ["", ""], rank, "wait", [], [], -1, -1, 1]
+    return [*tensors, 31, list(pg), rank, collective, [], [], start, stride, world_size]
+
+
+def execution_trace_with_rows(
+    rows: CommRows, *, old_layout: bool = False, padding: int = 0, pid: int = 3974
+) -> bytes:
+    """An execution trace whose record_param_comms nodes hold ``rows`` (new layout: inputs
+    ``{"values", "shapes", "types"}``; old: a bare list), after ``padding`` compute nodes."""
+    nodes: list[dict[str, object]] = [
+        {"id": 2, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 1}
+    ]
+    for i in range(padding):
+        nodes.append({"id": 10 + i, "name": "aten::mm", "ctrl_deps": 2,
+                      "inputs": {"values": [[1, 2, 0, 4, 4, "cuda:0"]], "shapes": [[2, 2]],
+                                 "types": ["Tensor(float)"]}})  # fmt: skip
+    for i, values in enumerate(rows):
+        node: dict[str, object] = {"id": 100000 + i, "name": "record_param_comms"}
+        if old_layout:
+            node |= {"rf_id": i, "parent": 2, "inputs": values, "input_shapes": []}
+        else:
+            node |= {"ctrl_deps": 2, "inputs": {"values": values, "shapes": [], "types": []}}
+        nodes.append(node)
+    body = ",\n".join("    " + json.dumps(n) for n in nodes)
+    schema = "1.0.1" if old_layout else "1.0.2-chakra.0.0.4"
+    return (
+        f'{{\n  "schema": "{schema}", "pid": {pid}, "time": "2024-04-18 09:53:29",'
+        f' "start_ts": 2028842,\n  "nodes": [\n{body}\n  ],\n  "finish_ts": 2054197\n}}\n'
+    ).encode()
+
+
+def execution_trace_parts(rank: int, world_size: int) -> tuple[bytes, bytes, bytes]:
+    """``(head, block, tail)`` of an execution trace; join blocks with ``b",\\n"``. A block
+    is 30 compute nodes, an all-reduce on the default group (its ``nccl:all_reduce``
+    annotation and record_param_comms row) and its wait, as in a DDP step."""
+    compute = {
+        "id": 10, "name": "aten::linear", "ctrl_deps": 2,
+        "inputs": {"values": [[5, 6, 0, 262144, 4, f"cuda:{rank}"], [7, 8, 0, 262144, 4,
+                   f"cuda:{rank}"], "<None>"], "shapes": [[512, 512], [512, 512], []],
+                   "types": ["Tensor(float)", "Tensor(float)", "None"]},
+        "outputs": {"values": [[9, 10, 0, 262144, 4, f"cuda:{rank}"]], "shapes": [[512, 512]],
+                    "types": ["Tensor(float)"]},
+        "attrs": [{"name": "rf_id", "type": "uint64", "value": 7},
+                  {"name": "op_schema", "type": "string", "value": "aten::linear(Tensor input,"
+                   " Tensor weight, Tensor? bias=None) -> Tensor"}],
+    }  # fmt: skip
+    nodes = [compute] * 30
+    nodes.append({"id": 12, "name": "nccl:all_reduce", "ctrl_deps": 11})
+    for values in (comms_values(rank, world_size=world_size), comms_values(rank, "wait")):
+        nodes.append({"id": 11, "name": "record_param_comms", "ctrl_deps": 2,
+                      "inputs": {"values": values, "shapes": [], "types": []}})  # fmt: skip
+    block = ",\n".join("    " + json.dumps(n) for n in nodes).encode()
+    head = (
+        b'{\n  "schema": "1.0.2-chakra.0.0.4", "pid": 3974, "time": "2024-04-18 09:53:29",'
+        b' "start_ts": 2028842,\n  "nodes": [\n'
+    )
+    return head, block, b'\n  ],\n  "finish_ts": 2054197\n}\n'
+
+
 def execution_trace(world_size: int = 8) -> bytes:
     """A PyTorch execution trace with a process-group init node and two collectives."""
     pg = json.dumps(
@@ -229,6 +303,13 @@ def delimited(message: bytes) -> bytes:
 def chakra_metadata(version: str = "0.0.4") -> bytes:
     """A length-prefixed GlobalMetadata."""
     return delimited(field_bytes(1, version.encode()))
+
+
+def chakra_metadata_attrs(attrs: Attrs, version: str = "") -> bytes:
+    """A length-prefixed GlobalMetadata as newer writers make it: an empty ``version`` (left
+    out) and attributes first."""
+    body = field_bytes(1, version.encode()) if version else b""
+    return delimited(b"".join(field_bytes(2, attribute(k, v)) for k, v in attrs.items()) + body)
 
 
 def chakra_allreduce(size: int = 1_048_576, comm_type: int = 0) -> bytes:

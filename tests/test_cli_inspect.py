@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from tests.conftest import TESTDATA
+from tests.inspect_fixtures import comms_values, execution_trace_with_rows, kineto_trace
 from tracestore.cli import main
 from tracestore.cli.inspect import ranges_text
 
@@ -64,3 +65,32 @@ def test_bad_metadata_and_missing_paths_are_usage_errors(tmp_path: Path) -> None
 def test_ranges_text() -> None:
     assert ranges_text([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
     assert ranges_text([]) == ""
+
+
+def test_every_rank_shows_where_it_comes_from(tmp_path: Path) -> None:
+    code, out = run("inspect", str(KINETO))
+    assert code == 0, out
+    assert "rank from" in out and "distributedInfo" in out
+    assert "where each rank comes from:" in out
+    assert 'worker3_step_12.1694128201557.pt.trace.json: distributedInfo {"rank": 3' in out
+    code, out = run("inspect", str(CHAKRA / "all_reduce.2.et"))
+    assert "all_reduce.2.et: file name" in out and "(<prefix>.<rank>.et)" in out
+    et = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"
+    code, out = run("inspect", str(et), "--json")
+    data = json.loads(out)
+    assert [f["rankSource"] for f in data["files"]] == ["record_param_comms"] * 2
+    assert all("default_pg" in text for text in data["census"]["rankProvenance"].values())
+
+
+def test_kineto_and_et_halves_are_shown(tmp_path: Path) -> None:
+    for rank in range(2):
+        kineto = kineto_trace(rank, 2).replace(b'"pid": 4242', f'"pid": {70 + rank}'.encode())
+        (tmp_path / f"rank{rank}.pt.trace.json").write_bytes(kineto)
+        rows = [comms_values(rank, world_size=2)]
+        (tmp_path / f"rank{rank}.et.json").write_bytes(
+            execution_trace_with_rows(rows, pid=70 + rank)
+        )
+    code, out = run("inspect", str(tmp_path))
+    assert code == 0, out
+    assert "ranks 0-1: executionTrace + kineto" in out
+    assert "ok rank census" in out

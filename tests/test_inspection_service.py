@@ -181,3 +181,46 @@ def test_validate_reports_the_census_naming_file_and_rank(http: TestClient) -> N
         "rank_census": True,
         "parallelism_consistency": True,
     }
+
+
+def test_get_shows_where_each_files_ranks_come_from(http: TestClient) -> None:
+    traceset = upload(http, _files(KINETO), {"shape": {"rankCount": 8}})
+    shown = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
+    for entry in shown["files"]:
+        rank = int(entry["name"].removeprefix("worker").split("_")[0])
+        assert entry["rankProvenance"] == f'distributedInfo {{"rank": {rank}, "world_size": 8}}'
+    files = shown["inspection"]["files"]
+    assert {f["rankSource"] for f in files} == {"distributedInfo"}
+    ranks = shown["inspection"]["census"]["ranks"]
+    assert [r["halves"] for r in ranks] == [["kineto"]] * 8
+
+
+def test_get_shows_the_provenance_of_an_et_set_and_of_the_only_file(http: TestClient) -> None:
+    et = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"
+    traceset = upload(http, _files(et), {"shape": {"rankCount": 2}})
+    assert traceset["inspection"]["census"]["checks"]["rankCountMatches"]["passed"] is True
+    for entry in traceset["files"]:
+        assert "record_param_comms node" in entry["rankProvenance"]
+    single = upload(http, {"all.bin": (b"opaque bytes", "primary")}, {"shape": {"rankCount": 4}})
+    assert single["files"][0]["rankProvenance"] == (
+        "the only primary file, taken to hold all 4 declared ranks (0..3)"
+    )
+
+
+def test_sets_that_looked_whole_now_fail_validate(http: TestClient) -> None:
+    # The Megatron ET is rank 5 of 8, not the only file holding all 8 declared ranks.
+    megatron = TESTDATA / "pytorch-et-megatron-tp8-rank5"
+    traceset = upload(http, _files(megatron), {"shape": {"rankCount": 8}}, name="megatron")
+    answer = http.post(f"/api/v1/tracesets/{traceset['id']}/validate").json()
+    checks = {c["name"]: c for c in answer["checks"]}
+    assert checks["rank_census"]["passed"] is False
+    assert "7 of 8 ranks missing: 0..4, 6..7" in checks["rank_census"]["message"]
+    # One unranked Kineto file recording world size 2 is one rank's trace, not both.
+    single = upload(http, {"only.json": (_kineto(None, 2), "primary")}, {"shape": {"rankCount": 2}})
+    assert single["inspection"]["census"]["checks"]["rankCountMatches"]["passed"] is True
+    # (_kineto(None) writes no distributedInfo at all, so no world size: the rule applies.)
+    info = json.dumps({"distributedInfo": {"world_size": 2}, "traceEvents": []}).encode()
+    recorded = upload(http, {"w2.json": (info, "primary")}, {"shape": {"rankCount": 2}}, name="w2")
+    check = recorded["inspection"]["census"]["checks"]["rankCountMatches"]
+    assert check["passed"] is False
+    assert check["message"].startswith("w2.json records world_size 2 but no rank")

@@ -300,6 +300,11 @@ class TracesetFile(WireModel):
     hash: str | None = None
     metadata_status: MetadataStatus
     rank_range: RankRange | None = None
+    rank_provenance: str | None = Field(
+        default=None,
+        description="Where inspection found the ranks of rankRange (the record, node or name "
+        "pattern), in words; null when none was found or inspection has not finished.",
+    )
 
 
 class Traceset(WireModel):

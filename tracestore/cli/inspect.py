@@ -57,7 +57,8 @@ def inspect_command(
         sys.exit(1)
 
 
-HEADERS = ("file", "format", "rank", "world", "collectives", "status")
+HEADERS = ("file", "format", "rank", "rank from", "world", "collectives", "status")
+MAX_PROVENANCE_LINES = 20
 
 
 def _row(result: FileInspection) -> list[str]:
@@ -66,14 +67,16 @@ def _row(result: FileInspection) -> list[str]:
         kind += f" ({len(result.members)} members)"
         ranks = sorted({m.rank for m in result.members if m.rank is not None})
         rank = ranges_text(ranks) if ranks else "-"
+        source = "members" if ranks else "-"
     else:
         rank = "-" if result.rank is None else str(result.rank)
+        source = result.rank_source or "-"
     collectives = ", ".join(
         f"{name} ×{count}" for name, count in sorted(result.collectives.items())
     )
     status = result.status if result.reason is None else f"{result.status}: {result.reason}"
     world = "-" if result.world_size is None else str(result.world_size)
-    return [result.name, kind, rank, world, collectives or "-", status]
+    return [result.name, kind, rank, source, world, collectives or "-", status]
 
 
 def ranges_text(ranks: Sequence[int]) -> str:
@@ -98,8 +101,16 @@ def _span(start: int, end: int | None) -> str:
 
 
 def census_lines(census: RankCensus) -> list[str]:
+    """The census as text: ranks found and missing, halves, where each rank comes from,
+    the checks."""
     data: dict[str, Any] = census.to_json()
     lines = [f"ranks found: {ranges_text(census.ranks_found) or 'none'}"]
+    by_halves: dict[tuple[str, ...], list[int]] = {}
+    for entry in census.ranks:
+        by_halves.setdefault(entry.halves, []).append(entry.rank)
+    if len(by_halves) > 1 or any(len(halves) > 1 for halves in by_halves):
+        for halves, ranks in sorted(by_halves.items()):
+            lines.append(f"ranks {ranges_text(ranks)}: {' + '.join(halves)}")
     if census.ranks_missing:
         missing = ", ".join(_span(r.start, r.end) for r in census.ranks_missing)
         lines.append(f"ranks missing: {missing} ({census.missing_count})")
@@ -107,6 +118,12 @@ def census_lines(census: RankCensus) -> list[str]:
         lines.append(f"rank {entry['rank']} in several files: {', '.join(entry['files'])}")
     if census.unranked_files:
         lines.append(f"files with no rank: {', '.join(census.unranked_files)}")
+    told = [(name, text) for name, text in census.rank_provenance.items() if text]
+    if told:
+        lines.append("where each rank comes from:")
+        lines += [f"  {name}: {text}" for name, text in told[:MAX_PROVENANCE_LINES]]
+        if len(told) > MAX_PROVENANCE_LINES:
+            lines.append(f"  and {len(told) - MAX_PROVENANCE_LINES} more (--json lists all)")
     for name, check in (
         ("rank census", census.rank_count_matches),
         ("parallelism", census.parallelism_consistent),

@@ -13,11 +13,11 @@ from __future__ import annotations
 from tracestore.inspect.census import (
     CensusCheck,
     RankCensus,
-    RankRange,
     parallelism_degrees,
     rank_census,
     validation_checks,
 )
+from tracestore.inspect.census_files import RankRange
 from tracestore.inspect.files import Opener, inspect_file, inspect_path, sniff_format
 from tracestore.inspect.model import FileInspection, ProcessGroup, TimeSpan
 from tracestore.inspect.streams import BinaryReader

@@ -2,7 +2,8 @@
 
 ZIP needs random access (its directory is at the end), so it needs a seekable file object;
 tar is read as a stream, member after member, so it works on anything readable (including
-the output of a gzip or zstd decompressor: ``.tar.gz``, ``.tar.zst``).
+the output of a gzip or zstd decompressor: ``.tar.gz``, ``.tar.zst``). The AppleDouble
+files macOS adds to archives it makes are skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ Opener = Callable[[], BinaryReader]
 InspectMember = Callable[[Opener, str], FileInspection]
 
 
+def is_resource_fork(name: str) -> bool:
+    """macOS AppleDouble files (``._name``, ``__MACOSX/...``): metadata, never a trace."""
+    return name.rsplit("/", 1)[-1].startswith("._") or name.startswith("__MACOSX/")
+
+
 def scan_zip(
     stream: BinaryReader, draft: Draft, inspect_member: InspectMember, *, seekable: bool
 ) -> None:
@@ -30,7 +36,7 @@ def scan_zip(
         )
     with zipfile.ZipFile(cast(IO[bytes], stream)) as archive:
         for info in archive.infolist():
-            if info.is_dir():
+            if info.is_dir() or is_resource_fork(info.filename):
                 continue
 
             def opener(info: zipfile.ZipInfo = info) -> BinaryReader:
@@ -48,7 +54,7 @@ def scan_tar(stream: BinaryReader, draft: Draft, inspect_member: InspectMember) 
             # A stream-mode TarFile keeps every header it has read; members are not
             # revisited here, so dropping them keeps memory flat on huge archives.
             archive.members.clear()  # type: ignore[attr-defined]
-            if not info.isfile():
+            if not info.isfile() or is_resource_fork(info.name):
                 continue
             member_file = archive.extractfile(info)
             if member_file is None:

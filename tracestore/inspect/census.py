@@ -1,11 +1,12 @@
 """The rank census of a traceset: do its files hold the ranks its metadata declares?
 
-Ranks come only from what inspection established (Kineto ``distributedInfo``, Chakra file
-names); a file without one is *unranked*, never rank 0. Archive members count as files of
-their own, named ``archive:member``; members that are not traces (README, configs) are left
-out. Two checks come out, each with a message naming files and ranks:
-``rank_count_matches`` (the validate check ``rank_census``) and ``parallelism_consistent``
-(``parallelism_consistency``).
+Ranks come only from what inspection established (Kineto ``distributedInfo``, execution-trace
+``record_param_comms`` rows, Chakra file names, a Kineto/ET partner's pid; see ``pairing``); a
+file without one is *unranked*, never rank 0. Archive members count as files of their own,
+named ``archive:member``; members that are not traces (README, configs) are left out. Two
+checks come out, each with a message naming files and ranks: ``rank_count_matches`` (the
+validate check ``rank_census``) and ``parallelism_consistent`` (``parallelism_consistency``).
+docs/inspection.md lists every message.
 """
 
 from __future__ import annotations
@@ -14,25 +15,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tracestore.inspect.census_files import (
+    RankRange,
+    rank_provenance,
+    rank_ranges,
+    single_file_holds_all,
+)
 from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
 from tracestore.inspect.chakra import rank_from_name
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, FileInspection
+from tracestore.inspect.pairing import Pairing, RankedFile, RankEntry, pair, ranked_file
 from tracestore.metadata import DEGREES
 
 MAX_DUPLICATES_SHOWN = 5
 ExpectedFrom = Literal["declared", "worldSize", "ranks"]
-
-
-@dataclass(frozen=True)
-class RankRange:
-    """An inclusive range of ranks."""
-
-    start: int
-    end: int
-
-    def to_json(self) -> dict[str, int]:
-        """``{"start", "end"}``."""
-        return {"start": self.start, "end": self.end}
 
 
 @dataclass(frozen=True)
@@ -66,6 +62,8 @@ class RankCensus:
     rank_ranges: Mapping[str, RankRange | None]
     rank_count_matches: CensusCheck
     parallelism_consistent: CensusCheck
+    ranks: tuple[RankEntry, ...] = ()
+    rank_provenance: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def missing_count(self) -> int:
@@ -99,6 +97,8 @@ class RankCensus:
             "rankRanges": {
                 name: r.to_json() if r else None for name, r in self.rank_ranges.items()
             },
+            "rankProvenance": dict(self.rank_provenance),
+            "ranks": [entry.to_json() for entry in self.ranks],
             "checks": {
                 "rankCountMatches": self.rank_count_matches.to_json(),
                 "parallelismConsistent": self.parallelism_consistent.to_json(),
@@ -141,37 +141,91 @@ def parallelism_degrees(workload_metadata: object) -> dict[str, int]:
 class _Found:
     """What the files say, keyed for the checks; file labels name archive members too."""
 
-    by_rank: dict[int, list[str]] = field(default_factory=dict)
+    traces: list[RankedFile] = field(default_factory=list)
     world_sizes: dict[int, list[str]] = field(default_factory=dict)
     prefixes: dict[str, set[int]] = field(default_factory=dict)
-    unranked: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    order: list[tuple[str, str]] = field(default_factory=list)  # ("file" | "archive", label)
+    top: dict[str, str] = field(default_factory=dict)  # label -> its primary file's label
+    groups: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # comm groups
+    group_uses: list[tuple[str, int, list[str]]] = field(default_factory=list)
 
-    def add(self, label: str, inspection: FileInspection, nested: bool) -> None:
+    def add(self, label: str, inspection: FileInspection, primary: str | None = None) -> None:
         """Count one file; archives count through their members (``archive:member``)."""
+        nested = primary is not None
         if inspection.format in ARCHIVE_FORMATS:
             if inspection.status == "failed":
                 self.failed[label] = inspection.reason or "failed"
-            ranked_before = sum(map(len, self.by_rank.values()))
             for member in inspection.members:
-                self.add(f"{label}:{member.name}", member, True)
-            if not nested and sum(map(len, self.by_rank.values())) == ranked_before:
-                self.unranked.append(label)  # a primary archive holding no ranked trace
+                self.add(f"{label}:{member.name}", member, primary or label)
+            if not nested:
+                self.order.append(("archive", label))
+            return
+        if inspection.format == "comm_groups":
+            self._add_groups(label, inspection)
             return
         # Members that are not traces (README, configs) are not expected to hold a rank.
         if nested and inspection.format not in TRACE_FORMATS and inspection.status != "failed":
             return
         if inspection.status == "failed":
             self.failed[label] = inspection.reason or "failed"
-        if inspection.rank is None:
-            self.unranked.append(label)
-        else:
-            self.by_rank.setdefault(inspection.rank, []).append(label)
+        self.traces.append(ranked_file(label, inspection))
+        self.order.append(("file", label))
+        self.top[label] = primary or label
         if inspection.world_size is not None:
             self.world_sizes.setdefault(inspection.world_size, []).append(label)
-        named = rank_from_name(inspection.name) if inspection.format == "chakra_et" else None
-        if named is not None and inspection.rank_source == "filename":
+        named = rank_from_name(inspection.name, inspection.format)
+        if named is not None:
             self.prefixes.setdefault(named[0], set()).add(named[1])
+        used = [g.name for g in inspection.process_groups if g.collectives and g.name]
+        if used and inspection.rank is not None:
+            self.group_uses.append((label, inspection.rank, used))
+
+    def _add_groups(self, label: str, inspection: FileInspection) -> None:
+        """A comm-group file: its groups, and the world its members make up."""
+        members: set[int] = set()
+        for group in inspection.process_groups:
+            if group.name is not None and group.ranks is not None:
+                self.groups.setdefault(group.name, (label, group.ranks))
+                members.update(group.ranks)
+        if members:
+            self.world_sizes.setdefault(max(members) + 1, []).append(label)
+
+    def group_problems(self) -> list[str]:
+        """Chakra traces whose collectives run on groups the comm-group file leaves out, or
+        that do not hold their rank."""
+        if not self.groups:
+            return []
+        problems = []
+        for label, rank, used in self.group_uses:
+            for name in used:
+                if name not in self.groups:
+                    files = describe_files(sorted({f for f, _ in self.groups.values()}))
+                    problems.append(
+                        f'{label} runs collectives on process group "{name}", which {files} '
+                        "does not list"
+                    )
+                elif rank not in self.groups[name][1]:
+                    where, ranks = self.groups[name]
+                    problems.append(
+                        f'{label} (rank {rank}) runs collectives on process group "{name}", '
+                        f"which {where} gives as {list(ranks)}, without rank {rank}"
+                    )
+        return problems[:MAX_DUPLICATES_SHOWN] + (
+            [f"{len(problems) - MAX_DUPLICATES_SHOWN} more process-group problems"]
+            if len(problems) > MAX_DUPLICATES_SHOWN
+            else []
+        )
+
+    def unranked(self, pairing: Pairing) -> list[str]:
+        """Unranked files, and primary archives holding no ranked trace, in file order."""
+        unranked = {f.file for f in pairing.unranked}
+        holding = {self.top[f.file] for files in pairing.by_rank.values() for f in files}
+        return [
+            label
+            for kind, label in self.order
+            if (label in unranked if kind == "file" else label not in holding)
+        ]
 
 
 def rank_census(
@@ -187,33 +241,35 @@ def rank_census(
     """
     seen = _Found()
     for name, inspection in files:
-        seen.add(name, inspection, False)
-    found = sorted(seen.by_rank)
+        seen.add(name, inspection)
+    pairing = pair(seen.traces)
+    by_rank = {rank: [f.file for f in held] for rank, held in pairing.by_rank.items()}
+    unranked = seen.unranked(pairing)
+    found = sorted(by_rank)
     declared = declared_rank_count
     degrees = parallelism_degrees(workload_metadata)
     product = _product(degrees.values()) if degrees else None
     expected, expected_from = _expected(declared, seen.world_sizes, found)
     missing = _missing(found, expected)
     unexpected = [r for r in found if expected is not None and r >= expected]
-    duplicated = {r: tuple(names) for r, names in sorted(seen.by_rank.items()) if len(names) > 1}
-    # Section 5.5: a traceset's only primary file covers every declared rank, so an opaque
-    # one (nothing inside names a rank) leaves no rank missing.
-    single_opaque = len(files) == 1 and declared is not None and not found
+    duplicated = pairing.duplicated()
+    single_opaque, not_opaque = single_file_holds_all(files, declared, found)
     where = _source_text(expected_from, declared)
 
-    problems: list[str] = []
+    problems: list[str] = [not_opaque] if not_opaque else []
     for rank, dupes in list(duplicated.items())[:MAX_DUPLICATES_SHOWN]:
         problems.append(f"rank {rank} is recorded by {len(dupes)} files: {describe_files(dupes)}")
     if len(duplicated) > MAX_DUPLICATES_SHOWN:
         problems.append(f"{len(duplicated) - MAX_DUPLICATES_SHOWN} more ranks are duplicated")
-    if missing and expected and not single_opaque:
+    problems += pairing.problems + seen.group_problems()
+    if missing and expected and not single_opaque:  # the opaque file holds them all
         problems.append(
             f"{sum(b - a + 1 for a, b in missing)} of {expected} ranks missing: "
             f"{describe_ranks(missing)} (expected 0..{expected - 1}, {where})"
         )
     if unexpected:
         outside = f"outside 0..{(expected or 0) - 1} for {where}"
-        holders = [name for rank in unexpected for name in seen.by_rank[rank]]
+        holders = [name for rank in unexpected for name in by_rank[rank]]
         if len(unexpected) == 1:
             problems.append(f"rank {unexpected[0]} ({describe_files(holders)}) is {outside}")
         else:
@@ -243,8 +299,8 @@ def rank_census(
             )
         )
     notes: list[str] = []
-    if seen.unranked:
-        notes.append(f"{len(seen.unranked)} without a rank: {describe_files(seen.unranked)}")
+    if unranked:
+        notes.append(f"{len(unranked)} without a rank: {describe_files(unranked)}")
     if seen.failed:
         notes.append(f"{len(seen.failed)} not fully readable: {describe_files(list(seen.failed))}")
 
@@ -257,17 +313,19 @@ def rank_census(
         ranks_missing=tuple(RankRange(a, b) for a, b in missing),
         ranks_unexpected=tuple(unexpected),
         duplicated=duplicated,
-        unranked_files=tuple(seen.unranked),
+        unranked_files=tuple(unranked),
         failed_files=seen.failed,
         world_sizes={size: tuple(names) for size, names in sorted(seen.world_sizes.items())},
         chakra_prefixes={p: tuple(sorted(r)) for p, r in sorted(seen.prefixes.items())},
-        rank_ranges=_rank_ranges(files, declared),
+        rank_ranges=rank_ranges(files, declared, pairing),
         rank_count_matches=_rank_check(
             problems, notes, found, expected, expected_from, files, declared
         ),
         parallelism_consistent=_parallelism_check(
-            degrees, product, declared, seen.world_sizes, found, seen.by_rank
+            degrees, product, declared, seen.world_sizes, found, by_rank
         ),
+        ranks=pairing.entries(),
+        rank_provenance=rank_provenance(files, pairing, declared),
     )
 
 
@@ -325,7 +383,7 @@ def _rank_check(
         return CensusCheck(False, "; ".join(problems) + tail)
     if not files:
         return CensusCheck(True, "no primary trace files")
-    if not found and declared is not None and len(files) == 1:
+    if not found and declared is not None and len(files) == 1:  # the only, opaque file
         return CensusCheck(
             True,
             f"{files[0][0]} is the only primary file and records no rank; it is taken to hold "
@@ -372,25 +430,3 @@ def _parallelism_check(
         return CensusCheck(False, "; ".join(problems))
     evidence = "the files' world_size" if world_sizes else "the ranks found"
     return CensusCheck(True, f"{what} matches the declared rank count and {evidence}")
-
-
-def _rank_ranges(
-    files: Sequence[tuple[str, FileInspection]], declared: int | None
-) -> dict[str, RankRange | None]:
-    if len(files) == 1 and declared is not None:
-        # Section 5.5: a traceset's only primary file covers every declared rank.
-        return {files[0][0]: RankRange(0, declared - 1)}
-    return {name: _file_range(inspection) for name, inspection in files}
-
-
-def _file_range(inspection: FileInspection) -> RankRange | None:
-    if inspection.format not in ARCHIVE_FORMATS:
-        return None if inspection.rank is None else RankRange(inspection.rank, inspection.rank)
-    ranks: set[int] = set()
-    for member in inspection.members:
-        member_range = _file_range(member)
-        if member_range is not None:
-            ranks.update(range(member_range.start, member_range.end + 1))
-    if not ranks or max(ranks) - min(ranks) + 1 != len(ranks):
-        return None  # an archive with holes has no honest single range
-    return RankRange(min(ranks), max(ranks))

@@ -1,9 +1,12 @@
 """MLCommons Chakra execution traces (``.et``): one rank's graph of operations.
 
 The file is a sequence of varint-length-delimited protobuf messages: a ``GlobalMetadata``
-(``version = 1``, ``attr = 2``), then ``Node`` messages (``id = 1``, ``name = 2``,
-``type = 3``, ..., ``attr = 10``; see Chakra's ``et_def.proto``). Nothing inside names a rank:
-the rank comes from the ``<prefix>.<rank>.et`` file name only.
+(``version = 1``, ``attr = 2``; newer writers leave ``version`` empty and start with the
+attributes ``schema``, ``pid``, ``time`` ...), then ``Node`` messages (``id = 1``,
+``name = 2``, ``type = 3``, ..., ``inputs = 8``, ``attr = 10``; see Chakra's
+``et_def.proto``). The rank comes from the ``record_param_comms`` nodes the PyTorch converter
+keeps (their ``inputs.values`` is the row ``param_comms`` reads) and otherwise from the
+``<prefix>.<rank>.et`` file name.
 
 Counting node types has to touch every node, so the loop below reads the ``type`` field
 without decoding the whole message (serializers write fields in field-number order, so
@@ -13,17 +16,23 @@ without decoding the whole message (serializers write fields in field-number ord
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
+from tracestore.inspect.chakra_attrs import (
+    attribute,
+    find_int_attribute,
+    find_string_attribute,
+    is_global_metadata,
+)
 from tracestore.inspect.collectives import canonical
-from tracestore.inspect.model import Draft, InspectionError
+from tracestore.inspect.model import Draft, InspectionError, ProcessGroup
+from tracestore.inspect.param_comms import RankVote, comm_row
 from tracestore.inspect.protowire import (
     LENGTH_DELIMITED,
     VARINT,
     WireError,
     iter_fields,
     read_varint,
-    signed64,
-    zigzag,
 )
 from tracestore.inspect.streams import BinaryReader, read_chunk
 
@@ -44,6 +53,7 @@ NODE_TYPES: dict[int, str] = {
     10: "CHECKPOINT_NODE",
 }
 COMM_COLL_NODE = 7
+UNKNOWN_COLLECTIVE = -1  # a COMM_COLL_NODE without comm_type: not the enum's default 0
 COLLECTIVE_TYPES: dict[int, str] = {
     0: "ALL_REDUCE",
     1: "REDUCE",
@@ -55,6 +65,7 @@ COLLECTIVE_TYPES: dict[int, str] = {
     7: "REDUCE_SCATTER",
     8: "REDUCE_SCATTER_BLOCK",
     9: "BARRIER",
+    UNKNOWN_COLLECTIVE: "unknown",
 }
 # Node field number -> wire types allowed (repeated scalars may be packed).
 _NODE_FIELDS: dict[int, tuple[int, ...]] = {
@@ -70,24 +81,47 @@ _NODE_FIELDS: dict[int, tuple[int, ...]] = {
     10: (LENGTH_DELIMITED,),
     11: (LENGTH_DELIMITED,),
 }
-_UNSIGNED_VALUES = frozenset({7, 9, 11, 13, 27})  # int32/int64/uint32/uint64/bool _val
-_ZIGZAG_VALUES = frozenset({15, 17})  # sint32/sint64 _val
-_RANK_NAME_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.(?:gz|gzip|zst|zstd))?$")
+_RECORD_PARAM_COMMS = b"record_param_comms"
+_COMPRESSED = r"(?:\.(?:gz|gzip|zst|zstd))?$"
+_RANK_NAMES = {
+    "chakra_et": (
+        re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et" + _COMPRESSED),
+        "<prefix>.<rank>.et",
+    ),
+    "chakra_json": (
+        re.compile(r"^(?P<prefix>.+?)[._](?P<rank>\d+)\.json" + _COMPRESSED),
+        "<prefix>.<rank>.json or <prefix>_<rank>.json",
+    ),
+}
 
 
-def rank_from_name(name: str) -> tuple[str, int] | None:
-    """``(prefix, rank)`` of a ``<prefix>.<rank>.et`` name (path and .gz/.zst ignored)."""
-    match = _RANK_NAME_RE.match(name.rsplit("/", 1)[-1])
+def rank_from_name(name: str, fmt: str = "chakra_et") -> tuple[str, int] | None:
+    """``(prefix, rank)`` of a ``<prefix>.<rank>.et`` name, or for ``fmt="chakra_json"`` a
+    ``<prefix>.<rank>.json`` or ``<prefix>_<rank>.json`` one (path and .gz/.zst ignored)."""
+    pattern = _RANK_NAMES.get(fmt)
+    match = pattern[0].match(name.rsplit("/", 1)[-1]) if pattern else None
     if match is None:
         return None
     return match["prefix"], int(match["rank"])
 
 
+def rank_by_name(draft: Draft) -> None:
+    """Take the rank from the file's (or archive member's) ``<prefix>.<rank>`` name."""
+    found = rank_from_name(draft.name, draft.format)
+    if found is None:
+        return
+    draft.rank = found[1]
+    draft.rank_source = "memberName" if draft.nested else "filename"
+    what = "archive member name" if draft.nested else "file name"
+    draft.rank_provenance = f"{what} {draft.name} ({_RANK_NAMES[draft.format][1]})"
+
+
 def sniff(head: bytes, name: str) -> bool:
     """Whether ``head`` starts like a Chakra trace.
 
-    A ``GlobalMetadata`` with a printable ``version`` string is enough; a trace that starts
-    directly with a ``Node`` (older writers) is recognised only under a ``.et`` name.
+    A ``GlobalMetadata`` (a printable ``version``, well-formed attributes) is enough; a trace
+    that starts directly with a ``Node`` (older writers) is recognised only under a ``.et``
+    name.
     """
     try:
         size, start = read_varint(head, 0)
@@ -97,26 +131,16 @@ def sniff(head: bytes, name: str) -> bool:
         fields = list(iter_fields(head, start, end))
     except (IndexError, WireError):
         return False
-    first = fields[0]
-    if first[0] == 1 and first[1] == LENGTH_DELIMITED:
-        version = head[first[2] : first[3]]
-        return (
-            0 < len(version) <= 64
-            and version.isascii()
-            and version.decode().isprintable()
-            and all(f[0] in (1, 2) and f[1] == LENGTH_DELIMITED for f in fields)
-        )
+    if is_global_metadata(head, fields):
+        return True
     named_et = re.search(r"\.et(\.(gz|gzip|zst|zstd))?$", name) is not None
     return named_et and all(f[1] in _NODE_FIELDS.get(f[0], ()) for f in fields)
 
 
 def scan(stream: BinaryReader, draft: Draft) -> None:
     """Count nodes by type and collectives by type over the whole stream."""
-    found = rank_from_name(draft.name)
-    if found is not None:
-        draft.rank = found[1]
-        draft.rank_source = "filename"
-    tally = _Tally()
+    rank_by_name(draft)
+    tally = Tally()
     buf, failure = read_chunk(stream, CHUNK_SIZE)
     draft.bytes_scanned += len(buf)
     offset = pos = 0
@@ -148,16 +172,30 @@ def scan(stream: BinaryReader, draft: Draft) -> None:
 
 
 def _metadata(buf: bytes, draft: Draft) -> int:
-    """Read a leading GlobalMetadata (if there is one); the position after it."""
+    """Read a leading GlobalMetadata (if there is one); the position after it.
+
+    Its scalar attributes are kept; ``schema`` stands in for an empty ``version`` and
+    ``pid`` is the process id.
+    """
     try:
         size, start = read_varint(buf, 0)
-    except IndexError:
+        if start + size > len(buf):
+            return 0
+        fields = list(iter_fields(buf, start, start + size))
+    except (IndexError, WireError):
         return 0
-    if buf[start : start + 1] != b"\x0a" or start + size > len(buf):
+    if not is_global_metadata(buf, fields):
         return 0  # the trace starts with a Node
-    for number, wire, a, b in iter_fields(buf, start, start + size):
-        if number == 1 and wire == LENGTH_DELIMITED:
+    for number, _, a, b in fields:
+        if number == 1 and a < b:
             draft.schema_version = buf[a:b].decode("utf-8", "replace")
+        elif number == 2 and (found := attribute(buf, a, b)) and found[1] is not None:
+            draft.attributes[found[0]] = found[1]
+    schema, pid = draft.attributes.get("schema"), draft.attributes.get("pid")
+    if draft.schema_version is None and isinstance(schema, str):
+        draft.schema_version = schema
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        draft.pid = pid
     return start + size
 
 
@@ -168,8 +206,8 @@ class _Malformed(Exception):
         self.detail = detail
 
 
-class _Tally:
-    """Node and collective counts."""
+class Tally:
+    """Node and collective counts, and the rank vote of record_param_comms nodes."""
 
     def __init__(self) -> None:
         self.position = 0  # start of the message being read, for error messages
@@ -177,6 +215,8 @@ class _Tally:
         self.other_types: dict[int, int] = {}
         self.collectives: dict[int, int] = {}
         self.collective_bytes: dict[int, int] = {}
+        self.vote = RankVote()
+        self.group_collectives: dict[str, dict[int, int]] = {}
 
     def messages(self, buf: bytes, pos: int) -> int:
         """Count the complete messages of ``buf[pos:]``; where the first incomplete one starts."""
@@ -218,6 +258,8 @@ class _Tally:
                 else:
                     size, p = read_varint(buf, p + 1)
                     p += size
+                if size == 18 and buf[p - 18 : p] == _RECORD_PARAM_COMMS:
+                    self._comm_row(buf, start, end)
             if p < end and buf[p] == 0x18:
                 node_type = buf[p + 1]
                 if node_type >= 0x80:
@@ -233,16 +275,86 @@ class _Tally:
                 self.collectives[comm_type] = self.collectives.get(comm_type, 0) + 1
                 total = self.collective_bytes.get(comm_type, 0) + comm_size
                 self.collective_bytes[comm_type] = total
+                group = find_string_attribute(buf, start, end, b"\x0a\x07pg_name")
+                if group is not None:
+                    self.on_group(group, comm_type)
             pos = end
         return pos
 
+    def on_group(self, group: str, comm_type: int) -> None:
+        """Count a collective on the process group its ``pg_name`` names."""
+        counts = self.group_collectives.setdefault(group, {})
+        counts[comm_type] = counts.get(comm_type, 0) + 1
+
+    def node(
+        self,
+        node_type: int,
+        comm_type: int | None = None,
+        comm_size: int = 0,
+        group: str | None = None,
+    ) -> None:
+        """Count one node decoded elsewhere (Chakra JSON); ``comm_type`` None is unknown."""
+        if node_type < 16:
+            self.types[node_type] += 1
+        else:
+            self.other_types[node_type] = self.other_types.get(node_type, 0) + 1
+        if node_type == COMM_COLL_NODE:
+            kind = UNKNOWN_COLLECTIVE if comm_type is None else comm_type
+            self.collectives[kind] = self.collectives.get(kind, 0) + 1
+            self.collective_bytes[kind] = self.collective_bytes.get(kind, 0) + comm_size
+            if group is not None:
+                self.on_group(group, kind)
+
+    def _comm_row(self, buf: bytes, start: int, end: int) -> None:
+        """Vote with the row in a record_param_comms node's ``inputs.values``."""
+        node_id: int | None = None
+        for number, wire, a, b in iter_fields(buf, start, end):
+            if number == 1 and wire == VARINT:
+                node_id = a
+            elif number == 8 and wire == LENGTH_DELIMITED:
+                for field_number, field_wire, c, d in iter_fields(buf, a, b):
+                    if field_number == 1 and field_wire == LENGTH_DELIMITED:
+                        text = buf[c:d].decode("utf-8", "replace")
+                        if (row := comm_row(text, node_id)) is not None:
+                            self.vote.add(row)
+
     def store(self, draft: Draft) -> None:
-        """Write the counts into the draft, with their Chakra and canonical names."""
+        """Write the counts into the draft, with their Chakra and canonical names, and the
+        rank the record_param_comms nodes name (over the file name's, which it is
+        compared with)."""
+        named_rank, named_provenance = draft.rank, draft.rank_provenance
+        draft.rank = draft.rank_source = draft.rank_provenance = None
+        self.vote.store(draft, kind="record_param_comms COMP_NODE")
+        if draft.rank is None:
+            draft.rank, draft.rank_provenance = named_rank, named_provenance
+            draft.rank_source = (
+                None if named_rank is None else ("memberName" if draft.nested else "filename")
+            )
+        elif named_rank is not None and draft.rank_provenance is not None:
+            agrees = "agrees" if named_rank == draft.rank else f"says {named_rank}"
+            draft.rank_provenance += f"; the {named_provenance} {agrees}"
         counts = {t: c for t, c in enumerate(self.types) if c} | self.other_types
         draft.node_counts = {NODE_TYPES.get(t, f"NODE_TYPE_{t}"): c for t, c in counts.items()}
         names = {t: canonical(COLLECTIVE_TYPES.get(t, f"TYPE_{t}")) for t in self.collectives}
         draft.collectives = {names[t]: c for t, c in self.collectives.items()}
         draft.collective_bytes = {names[t]: c for t, c in self.collective_bytes.items()}
+        draft.process_groups = _merged_groups(draft.process_groups, self.group_collectives, names)
+
+
+def _merged_groups(
+    recorded: list[ProcessGroup], used: dict[str, dict[int, int]], names: dict[int, str]
+) -> list[ProcessGroup]:
+    """The groups the rows name (with their sizes) and those the COMM_COLL nodes run on
+    (with their collectives), one entry per name, in order of first appearance."""
+    merged = {g.name: g for g in recorded}
+    for group, counts in used.items():
+        found = merged.get(group, ProcessGroup(name=group))
+        merged[group] = replace(found, collectives=_group_counts(counts, names))
+    return list(merged.values())
+
+
+def _group_counts(counts: dict[int, int], names: dict[int, str]) -> dict[str, int]:
+    return dict(sorted((names[t], c) for t, c in counts.items()))
 
 
 def _node_type(buf: bytes, start: int, end: int) -> int:
@@ -254,32 +366,9 @@ def _node_type(buf: bytes, start: int, end: int) -> int:
 
 
 def _comm_attrs(buf: bytes, start: int, end: int) -> tuple[int, int]:
-    """``(comm_type, comm_size)`` from a node's attributes (0 when absent)."""
-    return _attr(buf, start, end, b"\x0a\x09comm_type"), _attr(
-        buf, start, end, b"\x0a\x09comm_size"
-    )
-
-
-def _attr(buf: bytes, start: int, end: int, key: bytes) -> int:
-    """The integer value of the attribute whose encoded name is ``key``, else 0.
-
-    Found with ``bytes.find`` rather than by decoding every field, which costs more than
-    the rest of the scan; a hit counts only where an ``attr`` field (tag 0x52, one-byte
-    length) starts right before it, so a string that happens to hold the name does not.
-    """
-    hit = buf.find(key, start, end)
-    while hit >= 0:
-        if hit - 2 >= start and buf[hit - 2] == 0x52 and hit + buf[hit - 1] <= end:
-            return _attr_int(buf, hit + len(key), hit + buf[hit - 1])
-        hit = buf.find(key, hit + 1, end)
-    return 0
-
-
-def _attr_int(buf: bytes, start: int, end: int) -> int:
-    """The integer value of an attribute whose name ends at ``start``."""
-    for number, wire, value, _ in iter_fields(buf, start, end):
-        if wire == VARINT and number in _UNSIGNED_VALUES:
-            return signed64(value)
-        if wire == VARINT and number in _ZIGZAG_VALUES:
-            return zigzag(value)
-    return 0
+    """``(comm_type, comm_size)`` from a node's attributes: ``UNKNOWN_COLLECTIVE`` when it
+    has no comm_type (proto3 omits a 0 only outside a oneof, and attribute values are in
+    one, so a missing comm_type was never written), 0 bytes when it has no comm_size."""
+    comm_type = find_int_attribute(buf, start, end, b"\x0a\x09comm_type")
+    comm_size = find_int_attribute(buf, start, end, b"\x0a\x09comm_size")
+    return UNKNOWN_COLLECTIVE if comm_type is None else comm_type, comm_size or 0

@@ -26,6 +26,10 @@ _CANONICAL: tuple[tuple[str, str], ...] = (
     ("recv", "recv"),
 )
 
+# Names record_param_comms also writes for calls that are no collective: waiting on a work
+# handle, communicator set-up, the end of a coalesced batch (squashed as ``canonical`` does).
+_NOT_COLLECTIVES = frozenset({"wait", "init", "broadcastuniquencclid", "coalesced"})
+
 _KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
 _ANNOTATION_PREFIXES = ("nccl:", "gloo:", "ucc:", "mpi:")
 
@@ -37,6 +41,11 @@ def canonical(name: str) -> str:
         if key in squashed:
             return value
     return squashed or name
+
+
+def is_collective(name: str) -> bool:
+    """False for the bookkeeping names (``wait``, ``init``, ``broadcastUniqueNCCLID``)."""
+    return re.sub(r"[^a-z0-9]", "", name.split(":", 1)[-1].lower()) not in _NOT_COLLECTIVES
 
 
 def event_name(raw: str) -> str:
@@ -55,7 +64,9 @@ def summarize(
     collective call shows up several times (CPU op, backend annotation, GPU kernel), so the
     canonical counts come from a single source, the first present of: record_param_comms
     collective names, backend annotations (``nccl:*``), ``c10d::*`` ops, GPU kernels.
+    ``wait`` and the other bookkeeping names are not collectives in any format.
     """
+    named = {name: count for name, count in named.items() if is_collective(name)}
     raw: dict[str, int] = {}
     for name, count in events.items():
         shown = event_name(name)
@@ -75,6 +86,8 @@ def summarize(
 def _canonical_counts(counts: dict[str, int]) -> dict[str, int]:
     result: dict[str, int] = {}
     for name, count in counts.items():
+        if not is_collective(name):
+            continue
         key = canonical(name.split(":", 1)[-1])
         result[key] = result.get(key, 0) + count
     return result

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import zstandard
 
-from tracestore.inspect import archives, chakra, kineto, pytorch_et
+from tracestore.inspect import archives, chakra, chakra_json, comm_groups, kineto, pytorch_et
 from tracestore.inspect.model import Draft, FileInspection, Format, InspectionError
 from tracestore.inspect.streams import (
     HEAD_SIZE,
@@ -51,7 +51,8 @@ def inspect_file(opener: Opener, name: str, *, quick: bool = False) -> FileInspe
 
     ``name`` is the file's name in the traceset (or its path); Chakra ranks come from it.
     ``quick=True`` stops a Kineto trace as soon as its ``distributedInfo`` is read (rank and
-    world size), leaving time span and collectives empty; other formats ignore it.
+    world size), leaving time span and collectives empty, and an execution trace at its first
+    ``record_param_comms`` row on the default group; other formats ignore it.
     """
     return _inspect(opener, name, quick=quick, depth=0)
 
@@ -76,16 +77,20 @@ def sniff_format(head: bytes, name: str) -> Format:
             return "pytorch_et_json"
         if _KINETO_KEYS.search(head):
             return "kineto_json"
-        return "unknown"
+        if chakra_json.sniff(text):
+            return "chakra_json"
+        return "comm_groups" if comm_groups.groups_in(head) is not None else "unknown"
     if text[:1] == b"[" and _CHROME_EVENT.search(head):
         return "kineto_json"
+    if text[:1] == b"[" and chakra_json.sniff(text):
+        return "chakra_json"
     if chakra.sniff(head, name):
         return "chakra_et"
     return "unknown"
 
 
 def _inspect(opener: Opener, name: str, *, quick: bool, depth: int) -> FileInspection:
-    draft = Draft(name=name)
+    draft = Draft(name=name, nested=depth > 0)
     try:
         raw = opener()
     except Exception as exc:
@@ -143,9 +148,13 @@ def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
     if draft.format == "kineto_json":
         kineto.scan(stream, draft, quick=quick, seekable=seekable)
     elif draft.format == "pytorch_et_json":
-        pytorch_et.scan(stream, draft)
+        pytorch_et.scan(stream, draft, quick=quick)
     elif draft.format == "chakra_et":
         chakra.scan(stream, draft)
+    elif draft.format == "chakra_json":
+        chakra_json.scan(stream, draft)
+    elif draft.format == "comm_groups":
+        comm_groups.scan(stream, draft)
     elif draft.format == "zip":
         archives.scan_zip(stream, draft, inspect_member, seekable=seekable)
     else:

@@ -163,14 +163,16 @@ def _cut(buf: bytes) -> int:
     return cut if cut > 0 else len(buf)
 
 
-def decode_value_at(window: Window, pos: int) -> tuple[Any, int] | None:
+def decode_value_at(window: Window, pos: int, first_try: int = 64 * 1024) -> tuple[Any, int] | None:
     """Decode the JSON value starting at ``window.buf[pos]``.
 
     Returns ``(value, end)``, or None when the value runs past the window and more of the
     stream is needed. Raises ``InspectionError`` for a value that is not valid JSON.
+    ``first_try`` bytes are decoded first (four times more on each retry): small for values
+    met often, so that each costs its own size.
     """
     buf = window.buf
-    size = 64 * 1024
+    size = first_try
     while True:
         stop = min(len(buf), pos + size)
         text = buf[pos:stop].decode("utf-8", "replace")

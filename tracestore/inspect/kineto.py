@@ -4,11 +4,14 @@ The rank lives in the top-level ``distributedInfo`` object (``rank``, ``world_si
 ``backend``, ``pg_config``), which PyTorch writes before ``traceEvents`` but other writers put
 after it; the one-pass scan finds it in either place. ``quick`` mode stops as soon as
 ``distributedInfo`` is read, and on a seekable file looks at the tail before reading the
-whole event list in search of it.
+whole event list in search of it. The process id is the ``pid`` of the first host-side event
+(CPU ops, annotations, runtime calls); GPU events carry the device as theirs.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import IO, Any, cast
 
 from tracestore.inspect.jsonscan import (
@@ -30,6 +33,12 @@ TAIL_SIZE = 8 * 1024 * 1024
 _INFO_RE = key_pattern("distributedInfo")
 _SCHEMA_RE = number_pattern("schemaVersion")
 _BASE_TIME_RE = number_pattern("baseTimeNanoseconds")
+# The CPU process id: the pid of host-side events (GPU events use the device as their pid).
+_HOST_CATEGORIES = rb'"(?:cpu_op|user_annotation|python_function|cuda_runtime|cuda_driver)"'
+_HOST_PID_RE = re.compile(
+    rb'"cat"\s*:\s*' + _HOST_CATEGORIES + rb'[^{}]{0,4096}?"pid"\s*:\s*(\d+)'
+    rb'|"pid"\s*:\s*(\d+)[^{}]{0,4096}?"cat"\s*:\s*' + _HOST_CATEGORIES
+)
 
 
 def scan(
@@ -55,6 +64,8 @@ def scan(
                 match = _SCHEMA_RE.search(window.buf, 0, end)
                 if match:
                     draft.schema_version = match[1].decode()
+            if draft.pid is None:
+                host_pid(window.buf, end, draft)
             if base_ns is None and (match := find_key(_BASE_TIME_RE, window.buf, end)):
                 text = match[1]
                 base_ns = int(text) if text.isdigit() else int(float(text))
@@ -65,6 +76,12 @@ def scan(
         base_us = 0 if not base_ns else base_ns / 1000 if base_ns % 1000 else base_ns // 1000
         draft.time_span = times.result(base_us)
         comms.store(draft)
+
+
+def host_pid(buf: bytes, end: int, draft: Draft) -> None:
+    """Set ``draft.pid`` from the first host-side event of ``buf[:end]``, if any."""
+    if match := _HOST_PID_RE.search(buf, 0, end):
+        draft.pid = int(match[1] or match[2])
 
 
 def _read_info(window: Window, chunks: ChunkedScan, draft: Draft) -> tuple[bool, int | None]:
@@ -92,6 +109,8 @@ def apply_distributed_info(draft: Draft, info: Any) -> None:
     if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
         draft.rank = rank
         draft.rank_source = "distributedInfo"
+        shown = {k: info[k] for k in ("rank", "world_size") if k in info}
+        draft.rank_provenance = f"distributedInfo {json.dumps(shown)}"
     world = info.get("world_size")
     if isinstance(world, int) and not isinstance(world, bool) and world >= 1:
         draft.world_size = world
@@ -113,15 +132,22 @@ def process_groups(config: Any) -> list[ProcessGroup]:
         if not isinstance(item, dict):
             continue
         size = item.get("pg_size", item.get("group_size"))
+        ranks = item.get("ranks")
+        listed = isinstance(ranks, list) and bool(ranks) and all(_rank(r) for r in ranks)
         groups.append(
             ProcessGroup(
                 name=_text(item.get("pg_name")),
                 description=_text(item.get("pg_desc")),
                 backend=_text(item.get("backend_config")),
                 size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                ranks=tuple(ranks) if listed and isinstance(ranks, list) else None,
             )
         )
     return groups
+
+
+def _rank(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _text(value: Any) -> str | None:
@@ -132,6 +158,8 @@ def _quick_scan(stream: BinaryReader, draft: Draft, seekable: bool) -> None:
     chunks = ChunkedScan(stream, draft, QUICK_CHUNK_SIZE)
     tail_tried = False
     for window in chunks:
+        if draft.pid is None:
+            host_pid(window.buf, window.end, draft)
         if _read_info(window, chunks, draft)[0]:
             return
         if seekable and not tail_tried and b'"traceEvents"' in window.buf:

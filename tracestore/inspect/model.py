@@ -10,23 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
-Format = Literal["kineto_json", "pytorch_et_json", "chakra_et", "zip", "tar", "unknown"]
-Compression = Literal["gzip", "zstd"]
-Status = Literal["complete", "failed"]
-RankSource = Literal["distributedInfo", "filename"]
-Scan = Literal["full", "quick"]
-
-FORMATS: tuple[Format, ...] = (
+Format = Literal[
     "kineto_json",
     "pytorch_et_json",
     "chakra_et",
+    "chakra_json",
+    "comm_groups",
     "zip",
     "tar",
     "unknown",
+]
+Compression = Literal["gzip", "zstd"]
+Status = Literal["complete", "failed"]
+RankSource = Literal["distributedInfo", "record_param_comms", "filename", "memberName", "pid"]
+AttributeValue = str | int | float | bool
+Scan = Literal["full", "quick"]
+
+FORMATS: tuple[Format, ...] = get_args(Format)
+TRACE_FORMATS: frozenset[str] = frozenset(
+    {"kineto_json", "pytorch_et_json", "chakra_et", "chakra_json"}
 )
-TRACE_FORMATS: frozenset[str] = frozenset({"kineto_json", "pytorch_et_json", "chakra_et"})
 ARCHIVE_FORMATS: frozenset[str] = frozenset({"zip", "tar"})
 
 Number = int | float
@@ -55,20 +60,29 @@ class TimeSpan:
 
 @dataclass(frozen=True)
 class ProcessGroup:
-    """One process group a trace records (Kineto ``pg_config``, execution-trace PG init)."""
+    """One process group a trace records (Kineto ``pg_config``, execution-trace PG init,
+    record_param_comms rows, Chakra ``pg_name`` attributes, an ASTRA-sim comm-group file).
+
+    ``ranks`` are its members where recorded; ``collectives`` counts the collectives a Chakra
+    trace runs on it (canonical names).
+    """
 
     name: str | None
     description: str | None = None
     backend: str | None = None
     size: int | None = None
+    ranks: tuple[int, ...] | None = None
+    collectives: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"name", "description", "backend", "size"}``."""
+        """``{"name", "description", "backend", "size", "ranks", "collectives"}``."""
         return {
             "name": self.name,
             "description": self.description,
             "backend": self.backend,
             "size": self.size,
+            "ranks": None if self.ranks is None else list(self.ranks),
+            "collectives": dict(self.collectives),
         }
 
     @classmethod
@@ -79,6 +93,8 @@ class ProcessGroup:
             description=data.get("description"),
             backend=data.get("backend"),
             size=data.get("size"),
+            ranks=None if data.get("ranks") is None else tuple(data["ranks"]),
+            collectives=dict(data.get("collectives") or {}),
         )
 
 
@@ -91,6 +107,9 @@ class FileInspection:
     number of calls; ``collective_events`` maps the raw event names it was derived from
     (``record_param_comms``, ``nccl:all_reduce``, NCCL kernel names without their signature) to
     their counts. ``collective_bytes`` (Chakra) sums ``comm_size`` per collective.
+    ``rank_source`` says which kind of record gave the rank and ``rank_provenance`` where
+    exactly (the node, the name pattern) in words; ``attributes`` holds the scalar attributes
+    of a Chakra ``GlobalMetadata`` (``schema``, ``pid``, ``ngpus`` ...).
     ``status`` is ``failed`` when the file could not be read to its end; ``reason`` then says
     why, and the other members keep whatever was found before the failure.
     """
@@ -104,6 +123,7 @@ class FileInspection:
     rank: int | None = None
     world_size: int | None = None
     rank_source: RankSource | None = None
+    rank_provenance: str | None = None
     backend: str | None = None
     time_span: TimeSpan | None = None
     collectives: Mapping[str, int] = field(default_factory=dict)
@@ -112,6 +132,7 @@ class FileInspection:
     node_counts: Mapping[str, int] = field(default_factory=dict)
     schema_version: str | None = None
     pid: int | None = None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     process_groups: tuple[ProcessGroup, ...] = ()
     members: tuple[FileInspection, ...] = ()
     bytes_scanned: int = 0
@@ -128,6 +149,7 @@ class FileInspection:
             "rank": self.rank,
             "worldSize": self.world_size,
             "rankSource": self.rank_source,
+            "rankProvenance": self.rank_provenance,
             "backend": self.backend,
             "timeSpan": self.time_span.to_json() if self.time_span else None,
             "collectives": dict(self.collectives),
@@ -136,6 +158,7 @@ class FileInspection:
             "nodeCounts": dict(self.node_counts),
             "schemaVersion": self.schema_version,
             "pid": self.pid,
+            "attributes": dict(self.attributes),
             "processGroups": [pg.to_json() for pg in self.process_groups],
             "members": [m.to_json() for m in self.members],
             "bytesScanned": self.bytes_scanned,
@@ -156,6 +179,7 @@ class FileInspection:
             rank=data.get("rank"),
             world_size=data.get("worldSize"),
             rank_source=data.get("rankSource"),
+            rank_provenance=data.get("rankProvenance"),
             backend=data.get("backend"),
             time_span=TimeSpan.from_json(span) if span else None,
             collectives=dict(data.get("collectives") or {}),
@@ -164,6 +188,7 @@ class FileInspection:
             node_counts=dict(data.get("nodeCounts") or {}),
             schema_version=data.get("schemaVersion"),
             pid=data.get("pid"),
+            attributes=dict(data.get("attributes") or {}),
             process_groups=tuple(ProcessGroup.from_json(p) for p in data.get("processGroups", [])),
             members=tuple(cls.from_json(m) for m in data.get("members", [])),
             bytes_scanned=data.get("bytesScanned", 0),
@@ -175,12 +200,14 @@ class Draft:
     """The mutable state a scanner fills in; ``freeze`` turns it into a ``FileInspection``."""
 
     name: str
+    nested: bool = False  # a member of an archive: a rank from its name is a member name's
     format: Format = "unknown"
     compression: Compression | None = None
     scan: Scan = "full"
     rank: int | None = None
     world_size: int | None = None
     rank_source: RankSource | None = None
+    rank_provenance: str | None = None
     backend: str | None = None
     time_span: TimeSpan | None = None
     collectives: dict[str, int] = field(default_factory=dict)
@@ -189,6 +216,7 @@ class Draft:
     node_counts: dict[str, int] = field(default_factory=dict)
     schema_version: str | None = None
     pid: int | None = None
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
     process_groups: list[ProcessGroup] = field(default_factory=list)
     members: list[FileInspection] = field(default_factory=list)
     bytes_scanned: int = 0
@@ -205,6 +233,7 @@ class Draft:
             rank=self.rank,
             world_size=self.world_size,
             rank_source=self.rank_source,
+            rank_provenance=self.rank_provenance,
             backend=self.backend,
             time_span=self.time_span,
             collectives=dict(sorted(self.collectives.items())),
@@ -213,6 +242,7 @@ class Draft:
             node_counts=dict(sorted(self.node_counts.items())),
             schema_version=self.schema_version,
             pid=self.pid,
+            attributes=dict(self.attributes),
             process_groups=tuple(self.process_groups),
             members=tuple(self.members),
             bytes_scanned=self.bytes_scanned,

@@ -115,6 +115,16 @@ def inspection_view(
     }
 
 
+def stored_rank_provenance(traceset: db.Traceset, name: str) -> str | None:
+    """Where the recorded census found the ranks of a primary file, or None."""
+    inspection = traceset.inspection
+    if not isinstance(inspection, dict) or inspection.get("status") != "complete":
+        return None
+    told = inspection["census"].get("rankProvenance") or {}
+    text = told.get(name)
+    return text if isinstance(text, str) else None
+
+
 def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
     """The census checks recorded for a traceset as ``validate`` reports them, or None when
     its inspection has not finished."""

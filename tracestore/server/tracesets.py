@@ -13,6 +13,7 @@ from tracestore import jsontext, schemas
 from tracestore.errors import NotFound
 from tracestore.server import db
 from tracestore.server.auth import Principal
+from tracestore.server.inspection import stored_rank_provenance
 from tracestore.server.services import Services
 
 
@@ -102,6 +103,9 @@ def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
                 hash=f"sha256:{f.sha256}" if f.sha256 else None,
                 metadata_status=f.metadata_status,  # type: ignore[arg-type]
                 rank_range=_rank_range(f, primaries, traceset.rank_count),
+                rank_provenance=(
+                    stored_rank_provenance(traceset, f.name) if f.role == "primary" else None
+                ),
             )
             for f in files
         ],
