@@ -37,16 +37,23 @@ class Served:
 
 
 @contextmanager
-def serving(data_dir: Path, *args: str) -> Iterator[Served]:
-    """``tracestore serve`` on a free port over ``data_dir``, stopped at the end."""
+def serving(
+    data_dir: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """``tracestore serve`` on a free port over ``data_dir``, stopped at the end; with
+    ``cwd``, started there without --data-dir (``data_dir`` is then its default one);
+    ``env`` adds to its environment."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
-    env["TRACESTORE_PART_SIZE"] = str(PART)
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
+    base_env["TRACESTORE_PART_SIZE"] = str(PART)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
     command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(port)]
+    if cwd is None:
+        command += ["--data-dir", str(data_dir)]
     server = subprocess.Popen(
-        [*command, "--data-dir", str(data_dir), *args],
-        env=env,
+        [*command, *args],
+        env={**base_env, **(env or {})},
+        cwd=cwd,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -63,7 +70,7 @@ def serving(data_dir: Path, *args: str) -> Iterator[Served]:
                 raise RuntimeError((data_dir.parent / "server.log").read_text())
             time.sleep(0.1)
         token = (data_dir / "admin-token").read_text().strip()
-        client_env = {**env, "TRACESTORE_URL": url, "TRACESTORE_TOKEN": token}
+        client_env = {**base_env, "TRACESTORE_URL": url, "TRACESTORE_TOKEN": token}
         yield Served(url, token, client_env)
     finally:
         server.terminate()

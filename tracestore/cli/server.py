@@ -90,10 +90,11 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
             err=True,
         )
     click.echo(
-        f"tracestore listening on http://{settings.host}:{settings.port} "
+        f"tracestore listening on {_netloc(settings.host, settings.port)} "
         f"(data in {settings.data_dir.resolve()})",
         err=True,
     )
+    click.echo(_handed_out_urls(settings), err=True)
     if workers > 1:
         import os
 
@@ -108,6 +109,8 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
             workers=workers,
             log_level="info",
             http=HTTP_PROTOCOL,
+            # Forwarded headers are the app's to judge (TRACESTORE_TRUSTED_PROXIES).
+            proxy_headers=False,
         )
         return
     uvicorn.run(
@@ -116,6 +119,37 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
         port=settings.port,
         log_level="info",
         http=HTTP_PROTOCOL,
+        proxy_headers=False,
+    )
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _handed_out_urls(settings: Settings) -> str:
+    """The startup line that says which URLs clients will be handed (part, download,
+    archive), so a wrong base is seen before anyone uploads."""
+    import ipaddress
+    import socket
+
+    if settings.public_url:
+        return f"Presigned URLs are handed out under {settings.public_url} (TRACESTORE_PUBLIC_URL)"
+    try:
+        wildcard = ipaddress.ip_address(settings.host).is_unspecified
+    except ValueError:
+        wildcard = False
+    example = socket.gethostname() if wildcard else settings.host
+    proxies = ", ".join(str(n) for n in settings.trusted_proxies)
+    trust = (
+        f"; X-Forwarded-Proto/-Host believed from {proxies}"
+        if proxies
+        else "; no proxy trusted (TRACESTORE_TRUSTED_PROXIES)"
+    )
+    return (
+        "Presigned URLs follow each request's scheme and Host, e.g. "
+        f"http://{_netloc(example, settings.port)}/blobs/... for a client that used that address"
+        f"{trust}. Set TRACESTORE_PUBLIC_URL to fix one base."
     )
 
 

@@ -8,14 +8,15 @@ environment wins over the file, and keyword arguments win over both.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, IPvAnyNetwork, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB
@@ -32,6 +33,8 @@ class Settings(BaseSettings):
     blob_url: str | None = None
     s3_endpoint_url: str | None = None
     public_url: str | None = None
+    # Peers whose X-Forwarded-Proto/-Host are believed (a reverse proxy in front).
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = 8000
 
@@ -67,6 +70,22 @@ class Settings(BaseSettings):
             raise ValueError(f"unsupported JWT algorithms {bad}; allowed: {sorted(allowed)}")
         return value
 
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute_http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", value):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
     @classmethod
     def load(cls, **overrides: Any) -> Settings:
         """Build settings from the optional TOML file, the environment and ``overrides``."""
@@ -93,12 +112,6 @@ class Settings(BaseSettings):
         if self.blob_url:
             return self.blob_url
         return (self.data_dir / "blobs").resolve().as_uri()
-
-    @property
-    def resolved_public_url(self) -> str:
-        if self.public_url:
-            return self.public_url.rstrip("/")
-        return f"http://{self.host}:{self.port}"
 
     def signing_key_bytes(self) -> bytes:
         """The HMAC key for presigned URLs; generated into the data directory when absent."""
