@@ -4,12 +4,13 @@ network, colleagues with their own access, a CLI that finds its service."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.test_e2e_serve import make_traces, serving, tracestore, write_meta
+from tests.test_e2e_serve import Served, make_traces, serving, tracestore, write_meta
 from tests.uploading import UPLOAD_URL
 
 pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
@@ -50,3 +51,50 @@ def test_a_wildcard_bind_hands_out_urls_the_client_can_reach(tmp_path: Path) -> 
             assert (tmp_path / "out" / name).read_bytes() == data
     log = (tmp_path / "server.log").read_text()
     assert "Presigned URLs follow each request's scheme and Host" in log
+
+
+def _as(served: Served, token: str) -> Served:
+    return replace(served, token=token, env={**served.env, "TRACESTORE_TOKEN": token})
+
+
+def test_a_colleague_gets_their_own_access(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serving(data) as served:
+        on_data = ["--data-dir", str(data)]
+        # Administration on the data directory while the service runs.
+        for words in (
+            ["workspace", "create", "team"],
+            ["user", "create", "ada", "--workspace", "team"],
+            ["tenant", "create", "vision"],
+            ["user", "create", "bob", "--tenant", "vision"],
+        ):
+            done = tracestore(served, *words, *on_data)
+            assert done.returncode == 0, done.stderr
+        tokens = {}
+        for name in ("ada", "bob"):
+            made = tracestore(served, "token", "create", "--user", name, "--json", *on_data)
+            assert made.returncode == 0, made.stderr
+            tokens[name] = json.loads(made.stdout)
+        ada, bob = _as(served, tokens["ada"]["token"]), _as(served, tokens["bob"]["token"])
+
+        make_traces(tmp_path / "traces", [100, 200])
+        meta = write_meta(tmp_path / "meta.json", 2)
+        uploaded = tracestore(
+            ada, "upload", str(tmp_path / "traces"), "--workload-metadata", str(meta), "--json"
+        )
+        assert uploaded.returncode == 0, uploaded.stderr
+        traceset = json.loads(uploaded.stdout)
+        workspaces = json.loads(tracestore(served, "workspace", "list", "--json", *on_data).stdout)
+        assert traceset["workspaceId"] == next(w["id"] for w in workspaces if w["name"] == "team")
+
+        seen_by_admin = json.loads(tracestore(served, "ls", "--json").stdout)
+        assert [t["id"] for t in seen_by_admin] == [traceset["id"]]
+        assert json.loads(tracestore(bob, "ls", "--json").stdout) == []
+        hidden = tracestore(bob, "show", traceset["id"])
+        assert hidden.returncode == 1 and "not found" in hidden.stderr
+
+        revoked = tracestore(served, "token", "revoke", tokens["ada"]["id"], *on_data)
+        assert revoked.returncode == 0, revoked.stderr
+        refused = tracestore(ada, "ls")
+        assert refused.returncode == 1
+        assert "Invalid or missing authentication token" in refused.stderr
