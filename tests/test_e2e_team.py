@@ -4,14 +4,20 @@ network, colleagues with their own access, a CLI that finds its service."""
 from __future__ import annotations
 
 import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.test_e2e_serve import Served, make_traces, serving, tracestore, write_meta
+from tests.test_e2e_serve import MIB, Served, make_traces, serving, tracestore, write_meta
 from tests.uploading import UPLOAD_URL
+from tracestore.client import Client
 
 pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
 
@@ -98,3 +104,81 @@ def test_a_colleague_gets_their_own_access(tmp_path: Path) -> None:
         refused = tracestore(ada, "ls")
         assert refused.returncode == 1
         assert "Invalid or missing authentication token" in refused.stderr
+
+
+def _plain(served: Served, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A ``tracestore`` command run in ``cwd`` with no TRACESTORE_URL or TRACESTORE_TOKEN."""
+    env = {k: v for k, v in served.env.items() if k not in ("TRACESTORE_URL", "TRACESTORE_TOKEN")}
+    return subprocess.run(
+        [sys.executable, "-m", "tracestore.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_cli_finds_the_service_started_in_its_directory(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    data = work / "tracestore-data"
+    with serving(data, cwd=work) as served:
+        assert served.url != "http://127.0.0.1:8000"  # not the default port
+        record = json.loads((data / "service.json").read_text())
+        assert record["url"] == served.url
+
+        make_traces(work / "traces", [100, 200])
+        meta = write_meta(work / "meta.json", 2)
+        uploaded = _plain(served, work, "upload", "traces", "--workload-metadata", "meta.json")
+        assert uploaded.returncode == 0, uploaded.stderr
+        listed = _plain(served, work, "ls", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [t["id"] for t in json.loads(listed.stdout)] == [uploaded.stdout.split()[0]]
+
+        # Told another service, the admin token stays home.
+        elsewhere = _plain(served, work, "ls", "--url", "http://127.0.0.1:8000")
+        assert elsewhere.returncode == 2
+        assert f"only sent to the service that wrote it ({served.url})" in elsewhere.stderr
+
+        # Interrupted, `upload --url ...` prints a resume command that carries the --url:
+        # run as printed, from a directory with no service record, it finishes the upload
+        # (TRACESTORE_URL names no service: only the --url can find it).
+        files = make_traces(work / "big", [30 * MIB, 30 * MIB + 3])
+        command = [sys.executable, "-m", "tracestore.cli", "upload", "--url", served.url]
+        process = subprocess.Popen(
+            [*command, str(work / "big"), "--workload-metadata", str(meta), "--concurrency", "1"],
+            env={**served.env, "TRACESTORE_URL": "http://127.0.0.1:9"},
+            cwd=work,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        while line.startswith("Warning:"):
+            line = process.stderr.readline()
+        assert f"resume with: tracestore upload --url {served.url} --resume upload_" in line
+        upload_id = line.split("--resume ")[1].split()[0]
+        with Client(served.url, served.token) as client:
+            while not any(f.received_parts for f in client.resume_upload(upload_id).files):
+                assert process.poll() is None, "the upload ended before it could be interrupted"
+                time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=60)
+        hint = rest.split("Interrupted; resume with: ")[-1].strip()
+        assert process.returncode == 130, rest
+        words = shlex.split(hint)
+        assert words[:4] == ["tracestore", "upload", "--url", served.url]
+        resumed = subprocess.run(
+            [sys.executable, "-m", "tracestore.cli", *words[1:], "--json"],
+            env={**served.env, "TRACESTORE_URL": "http://127.0.0.1:9"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert {f["name"]: f["size"] for f in json.loads(resumed.stdout)["files"]} == {
+            name: len(body) for name, body in files.items()
+        }
+    assert not (data / "service.json").exists()  # a stopped service leaves no record

@@ -8,6 +8,8 @@ work with the client alone.
 from __future__ import annotations
 
 import shlex
+import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +19,7 @@ import click
 
 from tracestore import schemas
 from tracestore.cli.common import json_option
+from tracestore.cli.local_service import forget_service, local_url, record_service
 from tracestore.cli.output import echo_json, table, timestamp, wire
 from tracestore.errors import TracestoreError
 
@@ -91,38 +94,61 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
             f"{settings.data_dir / ADMIN_TOKEN_FILE}, shown once here):\n  {token}",
             err=True,
         )
+    listener = _listen(settings.host, settings.port)
+    port = int(listener.getsockname()[1])
+    settings = settings.model_copy(update={"port": port})  # --port 0: the one bound
+    url = local_url(settings.host, port)
     click.echo(
-        f"tracestore listening on {_netloc(settings.host, settings.port)} "
+        f"tracestore listening on {_netloc(settings.host, port)}, here {url} "
         f"(data in {settings.data_dir.resolve()})",
         err=True,
     )
     click.echo(_handed_out_urls(settings), err=True)
-    if workers > 1:
-        import os
+    # Forwarded headers are the app's to judge (TRACESTORE_TRUSTED_PROXIES), not uvicorn's.
+    options: dict[str, Any] = {"log_level": "info", "http": HTTP_PROTOCOL, "proxy_headers": False}
+    record = record_service(settings.data_dir, url)
+    # uvicorn re-raises the signal it stopped on; as an exception, the record is removed.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        if workers > 1:
+            import os
 
-        os.environ["TRACESTORE_DATA_DIR"] = str(settings.data_dir)
-        os.environ["TRACESTORE_HOST"] = settings.host
-        os.environ["TRACESTORE_PORT"] = str(settings.port)
-        uvicorn.run(
-            "tracestore.server.app:create_app",
-            factory=True,
-            host=settings.host,
-            port=settings.port,
-            workers=workers,
-            log_level="info",
-            http=HTTP_PROTOCOL,
-            # Forwarded headers are the app's to judge (TRACESTORE_TRUSTED_PROXIES).
-            proxy_headers=False,
-        )
-        return
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="info",
-        http=HTTP_PROTOCOL,
-        proxy_headers=False,
-    )
+            from uvicorn.supervisors import Multiprocess
+
+            os.environ["TRACESTORE_DATA_DIR"] = str(settings.data_dir)
+            os.environ["TRACESTORE_HOST"] = settings.host
+            os.environ["TRACESTORE_PORT"] = str(port)
+            config = uvicorn.Config(
+                "tracestore.server.app:create_app", factory=True, workers=workers, **options
+            )
+            Multiprocess(config, sockets=[listener]).run()
+        else:
+            uvicorn.Server(uvicorn.Config(create_app(settings), **options)).run([listener])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        forget_service(record)
+        listener.close()
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The bound listening socket, before anything is recorded: a port in use is one line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(
+            f"Cannot listen on {_netloc(host, port)}: {exc.strerror or exc}; "
+            "pick another --port, or stop what listens there"
+        ) from None
+    sock.set_inheritable(True)  # the worker processes serve it too
+    return sock
 
 
 def _netloc(host: str, port: int) -> str:
@@ -133,7 +159,6 @@ def _handed_out_urls(settings: Settings) -> str:
     """The startup line that says which URLs clients will be handed (part, download,
     archive), so a wrong base is seen before anyone uploads."""
     import ipaddress
-    import socket
 
     if settings.public_url:
         return f"Presigned URLs are handed out under {settings.public_url} (TRACESTORE_PUBLIC_URL)"
