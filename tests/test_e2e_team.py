@@ -4,12 +4,14 @@ network, colleagues with their own access, a CLI that finds its service."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -182,3 +184,46 @@ def test_the_cli_finds_the_service_started_in_its_directory(tmp_path: Path) -> N
             name: len(body) for name, body in files.items()
         }
     assert not (data / "service.json").exists()  # a stopped service leaves no record
+
+
+def test_serve_reads_forgiving_settings_and_refuses_a_bad_one_in_one_line(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "tracestore.toml"
+    config.write_text('TRACESTORE_SESSION_TTL = "PT1M"\nsweep_intervall = 60\n')
+    env = {
+        "TRACESTORE_PART_SIZE": "6MiB",
+        "TRACESTORE_PURGE_GRACE": "60",
+        "TRACESTORE_CONFIG": str(config),
+        "TRACESTORE_DOWNLOAD_URL_TLL": "PT5M",
+    }
+    with serving(tmp_path / "data", env=env) as served:
+        answer = httpx.post(
+            served.url + UPLOAD_URL,
+            json=_upload_body(),
+            headers={"Authorization": f"Bearer {served.token}"},
+        )
+        assert answer.status_code == 200, answer.text
+        session = answer.json()
+        assert session["partSize"] == 6 * MIB
+        expires = datetime.fromisoformat(session["expiresAt"].replace("Z", "+00:00"))
+        assert timedelta(seconds=30) < expires - datetime.now(UTC) <= timedelta(minutes=1)
+    log = (tmp_path / "server.log").read_text()
+    assert (
+        "Warning: TRACESTORE_DOWNLOAD_URL_TLL is not a tracestore setting and is ignored; "
+        "did you mean TRACESTORE_DOWNLOAD_URL_TTL?"
+    ) in log
+    assert "key 'sweep_intervall' is not a tracestore setting" in log
+    assert "did you mean sweep_interval?" in log
+
+    for name, value in (("TRACESTORE_PART_SIZE", "64XB"), ("TRACESTORE_PURGE_GRACE", "1 hour")):
+        refused = subprocess.run(
+            [sys.executable, "-m", "tracestore.cli", "serve", "--port", "0"],
+            env={**os.environ, name: value, "TRACESTORE_DATA_DIR": str(tmp_path / "other")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 1
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        assert refused.stderr.startswith(f"Error: {name}={value}: expected ")

@@ -29,13 +29,21 @@ if TYPE_CHECKING:
 
 
 def _server_settings(data_dir: Path | None, **overrides: Any) -> Settings:
+    """The server's settings, a bad one the command's one-line error and an unknown name
+    a warning on stderr."""
     try:
-        from tracestore.server.settings import Settings
+        from tracestore.server.settings import Settings, SettingsError
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise click.ClickException(
             f"This command needs the server extra: pip install 'tracestore[server]' ({exc})"
         ) from None
-    return Settings.load(data_dir=data_dir, **overrides)
+    try:
+        settings = Settings.load(data_dir=data_dir, **overrides)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    for warning in settings.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    return settings
 
 
 @contextmanager

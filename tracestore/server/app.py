@@ -189,7 +189,12 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
     """The tracestore ASGI application. Builds its services from ``settings`` at start
     unless ``services`` are handed in (tests do, to share them or inject a clock)."""
-    settings = settings or (services.settings if services else Settings.load())
+    if settings is None and services is not None:
+        settings = services.settings
+    elif settings is None:  # a worker process started by uvicorn's factory
+        settings = Settings.load()
+        for warning in settings.warnings:
+            log.warning("%s", warning)
     owned = services is None
 
     @asynccontextmanager
