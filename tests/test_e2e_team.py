@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -227,3 +228,28 @@ def test_serve_reads_forgiving_settings_and_refuses_a_bad_one_in_one_line(
         assert refused.returncode == 1
         assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
         assert refused.stderr.startswith(f"Error: {name}={value}: expected ")
+
+
+# Every way the docs pages name something to load: attributes, and Swagger UI's spec url.
+_REFERENCES = re.compile(r"""(?:\b(?:src|href|spec-url)=|\burl:\s*)["']([^"']+)["']""")
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_docs_pages_load_everything_from_the_service(tmp_path: Path, page: str) -> None:
+    with serving(tmp_path / "data") as served:
+        html = httpx.get(served.url + page)
+        assert html.status_code == 200
+        assert "://" not in html.text  # no other host is named anywhere on the page
+        references = _REFERENCES.findall(html.text)
+        assert len(references) >= (4 if page == "/docs" else 3), html.text
+        for reference in references:
+            assert reference.startswith("/"), reference  # this service, not a CDN
+            asset = httpx.get(served.url + reference)
+            assert asset.status_code == 200, reference
+            assert len(asset.content) > 0
+        scripts = [r for r in references if r.endswith(".js")]
+        bundle = httpx.get(served.url + scripts[0]).text
+        assert ("SwaggerUIBundle" if page == "/docs" else "Redoc") in bundle
+        if page == "/docs":
+            # Swagger UI would otherwise send the document to validator.swagger.io.
+            assert '"validatorUrl": null' in html.text

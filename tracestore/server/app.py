@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -40,6 +41,7 @@ from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
 
 log = logging.getLogger("tracestore")
+DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's files
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -220,12 +222,17 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             if owned and app.state.services is not None:
                 app.state.services.close()
 
-    app = FastAPI(
+    # /docs and /redoc from files in the installed package: an air-gapped cluster has no CDN.
+    app = FastAPIOffline(
         title="tracestore",
         version=__version__,
         description="A self-hostable traceset service: per-rank trace files of distributed "
         "training runs with their workload metadata.",
         lifespan=lifespan,
+        static_url=DOCS_ASSETS,
+        favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        # Swagger UI would otherwise ask validator.swagger.io to check the document.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.services = services
     install_error_handlers(app)
