@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -135,13 +136,15 @@ def test_upload_show_download_round_trip(served: Served, tmp_path: Path) -> None
     assert_downloaded(served, traceset_id, tmp_path / "out", files)
 
 
-def start_upload(served: Served, traces: Path, meta: Path) -> tuple[subprocess.Popen[str], str]:
-    """``tracestore upload`` (one part at a time) as a process; it and its upload id, read
-    from the line it prints once the session exists."""
-    command = [sys.executable, "-m", "tracestore.cli", "upload", str(traces)]
+def start_upload(
+    served: Served, traces: Path, meta: Path, *options: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``tracestore upload`` (one part at a time, with ``options``) as a process; it and its
+    upload id, read from the line it prints once the session exists."""
+    command = [sys.executable, "-m", "tracestore.cli", "upload", *options, str(traces)]
     process = subprocess.Popen(
         [*command, "--workload-metadata", str(meta), "--concurrency", "1"],
-        env=served.env,
+        env=env or served.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -151,7 +154,7 @@ def start_upload(served: Served, traces: Path, meta: Path) -> tuple[subprocess.P
     line = process.stderr.readline()
     while line.startswith("Warning:"):
         line = process.stderr.readline()
-    assert "resume with: tracestore upload --resume upload_" in line, line
+    assert f"resume with: {shlex.join(['tracestore', 'upload', *options])} --resume upload_" in line
     return process, line.split("--resume ")[1].split()[0]
 
 

@@ -18,7 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_e2e_serve import MIB, Served, make_traces, serving, tracestore, write_meta
+from tests.test_e2e_serve import (
+    MIB,
+    Served,
+    make_traces,
+    serving,
+    start_upload,
+    tracestore,
+    write_meta,
+)
 from tests.uploading import UPLOAD_URL
 from tracestore.client import Client
 
@@ -148,20 +156,14 @@ def test_the_cli_finds_the_service_started_in_its_directory(tmp_path: Path) -> N
         # run as printed, from a directory with no service record, it finishes the upload
         # (TRACESTORE_URL names no service: only the --url can find it).
         files = make_traces(work / "big", [30 * MIB, 30 * MIB + 3])
-        command = [sys.executable, "-m", "tracestore.cli", "upload", "--url", served.url]
-        process = subprocess.Popen(
-            [*command, str(work / "big"), "--workload-metadata", str(meta), "--concurrency", "1"],
+        process, upload_id = start_upload(
+            served,
+            work / "big",
+            meta,
+            "--url",
+            served.url,
             env={**served.env, "TRACESTORE_URL": "http://127.0.0.1:9"},
-            cwd=work,
-            stderr=subprocess.PIPE,
-            text=True,
         )
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        while line.startswith("Warning:"):
-            line = process.stderr.readline()
-        assert f"resume with: tracestore upload --url {served.url} --resume upload_" in line
-        upload_id = line.split("--resume ")[1].split()[0]
         with Client(served.url, served.token) as client:
             while not any(f.received_parts for f in client.resume_upload(upload_id).files):
                 assert process.poll() is None, "the upload ended before it could be interrupted"
