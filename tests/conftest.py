@@ -28,6 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 TESTDATA = REPO.parent / "shared" / "testdata"
 
 
+# Where in-process tests reach the app (TestClient's Host): the base of its presigned URLs.
+TEST_BASE = "http://testserver"
+
+
 class FakeClock:
     """A clock the tests move by hand (time travel without sleeping)."""
 
@@ -146,7 +150,6 @@ def settings(tmp_path: Path, sqlite_template: Path) -> Iterator[Settings]:
         data_dir=tmp_path / "data",
         database_url=database_url,
         part_size=5 * MIB,
-        public_url="http://testserver",
     )
     _drop_database(database_url)
 

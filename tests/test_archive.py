@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.conftest import FakeClock
+from tests.conftest import TEST_BASE, FakeClock
 from tests.s3server import MotoServer, with_s3_bytes
 from tests.uploading import complete, put_parts, request_upload, upload
 from tracestore.server import db
@@ -189,7 +189,7 @@ def test_traceset_with_a_file_over_4_gib_archives_and_unpacks_identically(
         )
 
     expires = int(services.now().timestamp()) + 600
-    url = archive_url(services, ts["id"], expires)
+    url = archive_url(services, ts["id"], expires, TEST_BASE)
     signature = url.rpartition("signature=")[2]
     archive = open_archive(services, ts["id"], expires, signature)
     out_path = tmp_path / "out.zip"

@@ -23,6 +23,7 @@ from boto3.s3.transfer import TransferConfig
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from tests.conftest import TEST_BASE
 from tests.s3server import with_s3_bytes
 from tracestore.errors import ValidationError
 from tracestore.server import db, sessions
@@ -85,7 +86,8 @@ class Harness:
             return [sessions.staged_file(upload, file) for file in files]
 
     def put(self, staged: StagedFile, number: int, data: bytes) -> httpx.Response:
-        url = self.store.part_url(staged, number, self.services.now() + timedelta(hours=1))
+        expires = self.services.now() + timedelta(hours=1)
+        url = self.store.part_url(staged, number, expires, base_url=TEST_BASE)
         return self.transfer.put(url, content=data)
 
     def put_all(
@@ -110,8 +112,9 @@ class Harness:
         return blob.sha256
 
     def download(self, sha256: str, filename: str = "rank 0.et") -> httpx.Response:
+        expires = self.services.now() + timedelta(minutes=5)
         url = self.store.download_url(
-            sha256, filename=filename, expires_at=self.services.now() + timedelta(minutes=5)
+            sha256, filename=filename, expires_at=expires, base_url=TEST_BASE
         )
         return self.transfer.get(url)
 
@@ -247,7 +250,8 @@ def test_a_part_of_the_wrong_size_is_never_taken_for_the_right_one(harness: Harn
             assert answer.status_code in (400, 403, 413), answer.text
             assert 2 not in listed
     if isinstance(harness.store, S3BlobStore):
-        url = harness.store.part_url(staged, 2, harness.services.now() + timedelta(hours=1))
+        expires = harness.services.now() + timedelta(hours=1)
+        url = harness.store.part_url(staged, 2, expires, base_url=TEST_BASE)
         signed = parse_qs(urlparse(url).query)["X-Amz-SignedHeaders"][0].split(";")
         assert "content-length" in signed
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,8 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import TESTDATA, FakeClock
 from tracestore.cli import main
-from tracestore.cli.output import NEXT_STEPS
+from tracestore.cli.local_service import SERVICE_FILE, record_service
+from tracestore.cli.output import NEXT_STEPS, with_url
 from tracestore.errors import ERRORS_BY_CODE
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
@@ -72,7 +75,10 @@ def test_upload_human_and_json(run: Any, traces: Path, meta_file: Path, tmp_path
     assert result.exit_code == 0, result.output
     traceset_id, status, *_ = result.stdout.split()
     assert traceset_id.startswith("ts_") and status == "ready"
-    assert "resume with: tracestore upload --resume upload_" in result.stderr
+    # The --url it was given is in the hint (a resume elsewhere would miss the service).
+    assert (
+        "resume with: tracestore upload --url http://testserver --resume upload_" in result.stderr
+    )
 
     data = upload(run, traces, meta_file, "--name", "named", "--tag", "x")
     assert data["name"] == "named" and data["tags"] == ["x"]
@@ -136,7 +142,9 @@ def test_api_error_prints_message_next_step_and_request_id(run: Any) -> None:
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
     assert lines[0] == "Error: Traceset 'ts_missing' not found"
-    assert lines[1].strip() == NEXT_STEPS["NOT_FOUND"]
+    # The next step repeats the --url the command was given.
+    assert lines[1].strip() == with_url(NEXT_STEPS["NOT_FOUND"], "http://testserver")
+    assert "`tracestore ls --url http://testserver`" in lines[1]
     assert lines[2].strip().startswith("(request id req_")
 
 
@@ -151,22 +159,40 @@ def test_bad_token_exits_1(run: Any) -> None:
     assert NEXT_STEPS["UNAUTHORIZED"] in result.stderr
 
 
-def test_token_found_in_the_local_data_dir(
-    run: Any, app_http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+def test_the_local_service_and_its_admin_token_are_found_in_the_data_dir(
+    app_http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner = CliRunner()
     obj = {"http": app_http}
-    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(services.settings.data_dir))
-    found = runner.invoke(main, ["ls", "--url", "http://127.0.0.1:8000"], obj=obj)
-    assert found.exit_code == 0, found.output
-    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(services.settings.data_dir / "nowhere"))
+    data_dir = services.settings.data_dir
+    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(data_dir))
     missing = runner.invoke(main, ["ls"], obj=obj)
     assert missing.exit_code == 2
-    assert "No API token" in missing.stderr
-    # A remote service never gets the local admin token.
-    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(services.settings.data_dir))
-    remote = runner.invoke(main, ["ls", "--url", "http://example.invalid"], obj=obj)
-    assert remote.exit_code == 2
+    assert "No API token" in missing.stderr and "no running `tracestore serve`" in missing.stderr
+
+    # A service of this process (alive) records where it listens: no --url needed.
+    record_service(data_dir, "http://127.0.0.1:9000")
+    found = runner.invoke(main, ["ls"], obj=obj)
+    assert found.exit_code == 0, found.output
+    assert runner.invoke(main, ["ls", "--url", "http://127.0.0.1:9000/"], obj=obj).exit_code == 0
+    # Any other service never gets the local admin token.
+    for other in ("http://127.0.0.1:8000", "http://example.invalid:9000"):
+        refused = runner.invoke(main, ["ls", "--url", other], obj=obj)
+        assert refused.exit_code == 2
+        assert "only sent to the service that wrote it (http://127.0.0.1:9000)" in refused.stderr
+
+    # A record whose process is gone is stale: its token is not sent anywhere.
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    record = json.loads((data_dir / SERVICE_FILE).read_text())
+    record["pid"] = int(gone.stdout)
+    (data_dir / SERVICE_FILE).write_text(json.dumps(record))
+    stale = runner.invoke(main, ["ls"], obj=obj)
+    assert stale.exit_code == 2 and "is not running" in stale.stderr
 
 
 def test_network_error_exits_1() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -37,16 +38,23 @@ class Served:
 
 
 @contextmanager
-def serving(data_dir: Path, *args: str) -> Iterator[Served]:
-    """``tracestore serve`` on a free port over ``data_dir``, stopped at the end."""
+def serving(
+    data_dir: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """``tracestore serve`` on a free port over ``data_dir``, stopped at the end; with
+    ``cwd``, started there without --data-dir (``data_dir`` is then its default one);
+    ``env`` adds to its environment."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
-    env["TRACESTORE_PART_SIZE"] = str(PART)
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
+    base_env["TRACESTORE_PART_SIZE"] = str(PART)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
     command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(port)]
+    if cwd is None:
+        command += ["--data-dir", str(data_dir)]
     server = subprocess.Popen(
-        [*command, "--data-dir", str(data_dir), *args],
-        env=env,
+        [*command, *args],
+        env={**base_env, **(env or {})},
+        cwd=cwd,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -63,7 +71,7 @@ def serving(data_dir: Path, *args: str) -> Iterator[Served]:
                 raise RuntimeError((data_dir.parent / "server.log").read_text())
             time.sleep(0.1)
         token = (data_dir / "admin-token").read_text().strip()
-        client_env = {**env, "TRACESTORE_URL": url, "TRACESTORE_TOKEN": token}
+        client_env = {**base_env, "TRACESTORE_URL": url, "TRACESTORE_TOKEN": token}
         yield Served(url, token, client_env)
     finally:
         server.terminate()
@@ -128,13 +136,15 @@ def test_upload_show_download_round_trip(served: Served, tmp_path: Path) -> None
     assert_downloaded(served, traceset_id, tmp_path / "out", files)
 
 
-def start_upload(served: Served, traces: Path, meta: Path) -> tuple[subprocess.Popen[str], str]:
-    """``tracestore upload`` (one part at a time) as a process; it and its upload id, read
-    from the line it prints once the session exists."""
-    command = [sys.executable, "-m", "tracestore.cli", "upload", str(traces)]
+def start_upload(
+    served: Served, traces: Path, meta: Path, *options: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``tracestore upload`` (one part at a time, with ``options``) as a process; it and its
+    upload id, read from the line it prints once the session exists."""
+    command = [sys.executable, "-m", "tracestore.cli", "upload", *options, str(traces)]
     process = subprocess.Popen(
         [*command, "--workload-metadata", str(meta), "--concurrency", "1"],
-        env=served.env,
+        env=env or served.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -144,7 +154,7 @@ def start_upload(served: Served, traces: Path, meta: Path) -> tuple[subprocess.P
     line = process.stderr.readline()
     while line.startswith("Warning:"):
         line = process.stderr.readline()
-    assert "resume with: tracestore upload --resume upload_" in line, line
+    assert f"resume with: {shlex.join(['tracestore', 'upload', *options])} --resume upload_" in line
     return process, line.split("--resume ")[1].split()[0]
 
 

@@ -4,12 +4,13 @@ against its own fields only, and only until it expires."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tracestore.errors import Forbidden
-from tracestore.server.presigned import PartGrant, UrlSigner
+from tracestore.errors import Forbidden, ValidationError
+from tracestore.server.presigned import PartGrant, RequestOrigin, UrlSigner, request_base_url
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EXPIRES = int(NOW.timestamp()) + 60
@@ -59,3 +60,47 @@ def test_a_signature_grants_only_what_it_was_made_for() -> None:
     part = _query(signer.part_path(grant))["signature"]
     with pytest.raises(Forbidden, match="does not match"):
         signer.verify_part(PartGrant("upload_a", 0, 1, 99, 100, EXPIRES), part, NOW)
+
+
+# --- the base the URLs are built on: where the caller reached the service ---
+
+
+def _origin(host: str | None, **extra: Any) -> RequestOrigin:
+    return RequestOrigin(scheme="http", host=host, local=("10.0.0.7", 9000), **extra)
+
+
+@pytest.mark.parametrize(
+    ("host", "base"),
+    [
+        ("127.0.0.1:9000", "http://127.0.0.1:9000"),
+        ("traces.example.org", "http://traces.example.org"),
+        ("[::1]:9000", "http://[::1]:9000"),
+        # A client that dialled the wildcard itself: the address its connection reached.
+        ("0.0.0.0:9000", "http://10.0.0.7:9000"),
+        ("[::]:9000", "http://10.0.0.7:9000"),
+        (None, "http://10.0.0.7:9000"),
+    ],
+)
+def test_the_base_is_the_host_the_request_was_sent_to(host: str | None, base: str) -> None:
+    assert request_base_url(_origin(host)) == base
+
+
+def test_forwarded_headers_count_only_from_a_trusted_proxy() -> None:
+    forwarded = {"forwarded_proto": "https", "forwarded_host": "traces.example.org"}
+    assert request_base_url(_origin("10.0.0.7:9000", **forwarded)) == "http://10.0.0.7:9000"
+    trusted = _origin("10.0.0.7:9000", trusted=True, **forwarded)
+    assert request_base_url(trusted) == "https://traces.example.org"
+
+
+@pytest.mark.parametrize(
+    ("origin", "named"),
+    [
+        (_origin("evil.org/x"), "Host header"),
+        (_origin("a b"), "Host header"),
+        (_origin("h", trusted=True, forwarded_proto="gopher"), "X-Forwarded-Proto"),
+        (_origin("h", trusted=True, forwarded_host="a@b"), "X-Forwarded-Host"),
+    ],
+)
+def test_a_malformed_host_is_a_validation_error(origin: RequestOrigin, named: str) -> None:
+    with pytest.raises(ValidationError, match=named):
+        request_base_url(origin)

@@ -104,7 +104,7 @@ def test_after_a_restart_completion_hashes_the_staged_bytes(
     store = services.store
     assert isinstance(store, LocalBlobStore)
     # A new process: the same directories, none of the first one's memory.
-    services.store = LocalBlobStore(store.root, store.public_url, store.signer)
+    services.store = LocalBlobStore(store.root, store.signer)
     second = _put(http, answer, data, 2)
     assert _complete(http, answer, {1: first, 2: second}) == (
         "sha256:" + hashlib.sha256(data).hexdigest()

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
+from tests.conftest import TEST_BASE, FakeClock
 from tests.uploading import (
     complete,
     complete_in_a_process_that_dies,
@@ -43,7 +43,8 @@ def _files() -> dict[str, tuple[bytes, str]]:
 def _read_back(http: TestClient, services: Services, sha256: str) -> bytes:
     store = services.store
     assert isinstance(store, LocalBlobStore)
-    url = store.download_url(sha256, filename="x", expires_at=services.now() + timedelta(minutes=5))
+    expires = services.now() + timedelta(minutes=5)
+    url = store.download_url(sha256, filename="x", expires_at=expires, base_url=TEST_BASE)
     response = http.get(url)
     assert response.status_code == 200, response.text
     return bytes(response.content)

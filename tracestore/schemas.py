@@ -482,3 +482,25 @@ class Workspace(WireModel):
     id: str
     name: str
     tenant_id: str
+
+
+class Tenant(WireModel):
+    """A tenant: a group of users and workspaces that see each other's tenant-scope data."""
+
+    id: str
+    name: str
+    created_at: Timestamp
+    workspaces: list[Workspace]
+
+
+class User(WireModel):
+    """A user as the admin commands show it (``workspaces`` are names in its tenant)."""
+
+    id: str
+    name: str
+    tenant_id: str
+    tenant_name: str
+    workspaces: list[str]
+    is_tenant_admin: bool
+    created_at: Timestamp
+    disabled_at: Timestamp | None

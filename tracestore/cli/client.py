@@ -20,6 +20,7 @@ from tracestore.cli.common import (
     EXIT_INTERRUPTED,
     census_problems,
     connection,
+    given_url,
     json_option,
     read_metadata,
 )
@@ -129,7 +130,7 @@ def upload(
         click.echo(f"\nInterrupted; {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except UploadIncomplete as exc:
-        for line in error_lines(exc):
+        for line in error_lines(exc, given_url()):
             click.echo(line, err=True)
         click.echo(f"  {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
         sys.exit(EXIT_API_ERROR)
@@ -147,7 +148,9 @@ def upload(
 
 
 def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Path]) -> str:
-    words = ["tracestore", "upload", "--resume", upload_id, *map(str, paths)]
+    url = given_url()
+    words = ["tracestore", "upload", *(["--url", url] if url else []), "--resume", upload_id]
+    words += map(str, paths)
     for extra in supporting:
         words += ["--supporting", str(extra)]
     return "resume with: " + shlex.join(words)

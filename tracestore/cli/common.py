@@ -1,20 +1,26 @@
-"""What the commands share: --url/--token, finding the local admin token, --json, reading
-a metadata file, the quick local inspection before an upload, and the error exit."""
+"""What the commands share: --url/--token (finding the local service and its admin token),
+the --url given (for hints), --json, reading a metadata file, the quick local inspection
+before an upload, and the error exit."""
 
 from __future__ import annotations
 
 import functools
-import ipaddress
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import click
+from click.core import ParameterSource
 
 from tracestore import jsontext
+from tracestore.cli.local_service import (
+    ADMIN_TOKEN_FILE,
+    SERVICE_FILE,
+    default_data_dir,
+    read_service,
+    same_service,
+)
 from tracestore.cli.output import error_lines
 from tracestore.client import Client
 from tracestore.client.transfers import collect_files
@@ -28,29 +34,44 @@ EXIT_INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _is_local(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def resolve_token(url: str, token: str | None) -> str:
-    """The token given, else (for a service on this machine only) the local admin token."""
+def resolve_connection(url: str | None, token: str | None) -> tuple[str, str]:
+    """The URL and token a client command uses. Without a URL: the local ``tracestore
+    serve`` recorded in the data directory, else ``DEFAULT_URL``. Without a token: the data
+    directory's admin token, but only for the running service that recorded it."""
+    data_dir = default_data_dir()
+    recorded = read_service(data_dir)
+    running = recorded if recorded is not None and recorded.is_running() else None
+    if url is None:
+        url = running.url if running is not None else DEFAULT_URL
     if token:
-        return token
-    if _is_local(url):
-        data_dir = Path(os.environ.get("TRACESTORE_DATA_DIR") or "./tracestore-data")
-        path = data_dir / "admin-token"
-        if path.is_file():
-            return path.read_text().strip()
+        return url, token
+    admin_token = data_dir / ADMIN_TOKEN_FILE
+    if running is not None and same_service(url, running.url) and admin_token.is_file():
+        return url, admin_token.read_text().strip()
+    if running is not None:
+        why = (
+            f"the admin token in {data_dir} is only sent to the service that wrote it "
+            f"({running.url}), not to {url}"
+        )
+    elif recorded is not None:
+        why = (
+            f"the service recorded in {data_dir / SERVICE_FILE} (pid {recorded.pid}) is not running"
+        )
+    else:
+        why = f"no running `tracestore serve` is recorded in {data_dir}"
     raise click.UsageError(
-        "No API token: pass --token or set TRACESTORE_TOKEN (for a local `tracestore serve`, "
+        f"No API token: pass --token or set TRACESTORE_TOKEN ({why}; for a local service, "
         "run this where its tracestore-data directory is, or set TRACESTORE_DATA_DIR)."
     )
+
+
+_GIVEN_URL = "tracestore.given_url"
+
+
+def given_url() -> str | None:
+    """The --url given on the command line of the running command (hints repeat it)."""
+    context = click.get_current_context(silent=True)
+    return context.meta.get(_GIVEN_URL) if context is not None else None
 
 
 def connection(command: F) -> F:
@@ -59,21 +80,24 @@ def connection(command: F) -> F:
     @click.option(
         "--url",
         envvar="TRACESTORE_URL",
-        default=DEFAULT_URL,
-        show_default=True,
-        help="Service URL (or TRACESTORE_URL).",
+        default=None,
+        help="Service URL (or TRACESTORE_URL; default: the `tracestore serve` running on "
+        f"this data directory, else {DEFAULT_URL}).",
     )
     @click.option("--token", envvar="TRACESTORE_TOKEN", help="API token (or TRACESTORE_TOKEN).")
     @functools.wraps(command)
-    def wrapper(url: str, token: str | None, **kwargs: Any) -> Any:
+    def wrapper(url: str | None, token: str | None, **kwargs: Any) -> Any:
+        context = click.get_current_context()
+        if context.get_parameter_source("url") == ParameterSource.COMMANDLINE:
+            context.meta[_GIVEN_URL] = url
         # Tests hand in an httpx client on the app in-process: ``main(obj={"http": ...})``.
-        obj = click.get_current_context().obj
-        http = obj.get("http") if isinstance(obj, dict) else None
-        with Client(url, resolve_token(url, token), http=http) as client:
+        http = context.obj.get("http") if isinstance(context.obj, dict) else None
+        url, token = resolve_connection(url, token)
+        with Client(url, token, http=http) as client:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:
-                for line in error_lines(exc):
+                for line in error_lines(exc, given_url()):
                     click.echo(line, err=True)
                 sys.exit(EXIT_API_ERROR)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -44,12 +46,24 @@ NEXT_STEPS: dict[str, str] = {
 }
 
 
-def error_lines(exc: TracestoreError) -> list[str]:
-    """The error as the CLI prints it: the message, then the next step, then the request id."""
+# The client commands a next step may name; they repeat the --url the command was given.
+_CLIENT_COMMAND = re.compile(r"`tracestore (upload|ls|show|promote|download|validate|rm)\b")
+
+
+def with_url(text: str, url: str | None) -> str:
+    """``text`` with ``--url URL`` added to every client command it quotes (when given)."""
+    if url is None:
+        return text
+    return _CLIENT_COMMAND.sub(lambda m: f"{m.group(0)} --url {shlex.quote(url)}", text)
+
+
+def error_lines(exc: TracestoreError, url: str | None = None) -> list[str]:
+    """The error as the CLI prints it: the message, then the next step (its commands with
+    the ``url`` the command was given), then the request id."""
     code = exc.cause.code if isinstance(exc, UploadIncomplete) and exc.cause else exc.code
     lines = [f"Error: {exc.message}"]
     step = NEXT_STEPS.get(code, NEXT_STEPS["INTERNAL_ERROR"])
-    lines.append(f"  {step}")
+    lines.append(f"  {with_url(step, url)}")
     if exc.request_id:
         lines.append(f"  (request id {exc.request_id})")
     return lines

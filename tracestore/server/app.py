@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -40,6 +41,7 @@ from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
 
 log = logging.getLogger("tracestore")
+DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's files
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -189,7 +191,12 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
     """The tracestore ASGI application. Builds its services from ``settings`` at start
     unless ``services`` are handed in (tests do, to share them or inject a clock)."""
-    settings = settings or (services.settings if services else Settings.load())
+    if settings is None and services is not None:
+        settings = services.settings
+    elif settings is None:  # a worker process started by uvicorn's factory
+        settings = Settings.load()
+        for warning in settings.warnings:
+            log.warning("%s", warning)
     owned = services is None
 
     @asynccontextmanager
@@ -215,12 +222,17 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             if owned and app.state.services is not None:
                 app.state.services.close()
 
-    app = FastAPI(
+    # /docs and /redoc from files in the installed package: an air-gapped cluster has no CDN.
+    app = FastAPIOffline(
         title="tracestore",
         version=__version__,
         description="A self-hostable traceset service: per-rank trace files of distributed "
         "training runs with their workload metadata.",
         lifespan=lifespan,
+        static_url=DOCS_ASSETS,
+        favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        # Swagger UI would otherwise ask validator.swagger.io to check the document.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.services = services
     install_error_handlers(app)

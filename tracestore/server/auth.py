@@ -57,6 +57,9 @@ def hash_token(token: str) -> str:
 
 
 def principal_for_user(session: Session, user: db.User) -> Principal:
+    """The user as a caller; Unauthorized when the user is disabled."""
+    if user.disabled_at is not None:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
     workspaces = session.scalars(
         select(db.Membership.workspace_id).where(db.Membership.user_id == user.id)
     ).all()

@@ -94,8 +94,12 @@ class StagingArea(Protocol):
         """Make room for one file of an upload; the handle every other call takes."""
         ...
 
-    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
-        """A presigned URL the client PUTs one part's bytes to."""
+    def part_url(
+        self, staged: StagedFile, part_number: int, expires_at: datetime, *, base_url: str
+    ) -> str:
+        """A presigned URL the client PUTs one part's bytes to. ``base_url`` is where the
+        caller reaches this service (a store whose URLs the service answers builds on it;
+        an object store, answering its own, ignores it)."""
         ...
 
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
@@ -139,8 +143,11 @@ class ContentStore(Protocol):
         """Where a host that reads the store directly finds the blob."""
         ...
 
-    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str:
-        """A presigned URL that answers the blob as an attachment named ``filename``."""
+    def download_url(
+        self, sha256: str, *, filename: str, expires_at: datetime, base_url: str
+    ) -> str:
+        """A presigned URL that answers the blob as an attachment named ``filename``
+        (``base_url`` as for ``StagingArea.part_url``)."""
         ...
 
 
@@ -179,9 +186,8 @@ class LocalBlobStore:
     place, so a failed PUT never replaces a good part.
     """
 
-    def __init__(self, root: Path, public_url: str, signer: UrlSigner) -> None:
+    def __init__(self, root: Path, signer: UrlSigner) -> None:
         self.root = root.resolve()
-        self.public_url = public_url.rstrip("/")
         self.signer = signer
         self._blobs = self.root / "blobs"
         self._staging = self.root / "staging"
@@ -206,7 +212,9 @@ class LocalBlobStore:
             data.truncate(size)
         return StagedFile(upload_id, position, size, part_size)
 
-    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
+    def part_url(
+        self, staged: StagedFile, part_number: int, expires_at: datetime, *, base_url: str
+    ) -> str:
         grant = PartGrant(
             staged.upload_id,
             staged.position,
@@ -215,7 +223,7 @@ class LocalBlobStore:
             staged.part_size,
             int(expires_at.timestamp()),
         )
-        return self.public_url + self.signer.part_path(grant)
+        return base_url + self.signer.part_path(grant)
 
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
         found: dict[int, StoredPart] = {}
@@ -348,9 +356,11 @@ class LocalBlobStore:
     def blob_uri(self, sha256: str) -> str:
         return self.blob_path(sha256).as_uri()
 
-    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str:
+    def download_url(
+        self, sha256: str, *, filename: str, expires_at: datetime, base_url: str
+    ) -> str:
         path = self.signer.content_path(sha256, filename, int(expires_at.timestamp()))
-        return self.public_url + path
+        return base_url + path
 
     def check(self) -> None:
         probe = self._staging / f".probe-{secrets.token_hex(4)}"

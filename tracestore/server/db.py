@@ -86,6 +86,7 @@ class User(Base):
     is_tenant_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     default_workspace_id: Mapped[str | None] = mapped_column(ForeignKey("workspaces.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
 
 class Membership(Base):

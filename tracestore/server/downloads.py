@@ -40,16 +40,21 @@ def _ready(session: Session, principal: Principal, traceset_id: str, doing: str)
 
 
 def download_url(
-    services: Services, principal: Principal, traceset_id: str, file_name: str | None
+    services: Services,
+    principal: Principal,
+    traceset_id: str,
+    file_name: str | None,
+    base_url: str,
 ) -> schemas.DownloadAnswer:
-    """A presigned GET for one file, or (``file_name`` None) for the ZIP of every file.
-    Counts as a use: the traceset's TTL starts again."""
+    """A presigned GET for one file, or (``file_name`` None) for the ZIP of every file;
+    the service's own URLs on ``base_url`` (where the caller reaches it). Counts as a
+    use: the traceset's TTL starts again."""
     now = services.now()
     expires_at = now + services.settings.download_url_ttl
     with services.db.session() as session:
         traceset = _ready(session, principal, traceset_id, "downloaded")
         if file_name is None:
-            url = archive_url(services, traceset_id, int(expires_at.timestamp()))
+            url = archive_url(services, traceset_id, int(expires_at.timestamp()), base_url)
         else:
             file = session.scalars(
                 select(db.TracesetFile).where(
@@ -60,17 +65,16 @@ def download_url(
             if file is None or file.sha256 is None:
                 raise NotFound(f"File '{file_name}' not found in traceset '{traceset_id}'")
             url = services.store.download_url(
-                file.sha256, filename=file.name, expires_at=expires_at
+                file.sha256, filename=file.name, expires_at=expires_at, base_url=base_url
             )
         record_use(session, traceset, now)
     return schemas.DownloadAnswer(url=url, expires_at=expires_at, file=file_name)
 
 
-def archive_url(services: Services, traceset_id: str, expires: int) -> str:
-    """The presigned URL of a traceset's ZIP, on the service itself whatever the store
-    (an object store cannot zip)."""
-    path = services.signer.archive_path(traceset_id, expires)
-    return services.settings.resolved_public_url + path
+def archive_url(services: Services, traceset_id: str, expires: int, base_url: str) -> str:
+    """The presigned URL of a traceset's ZIP, on the service itself (at ``base_url``)
+    whatever the store (an object store cannot zip)."""
+    return base_url + services.signer.archive_path(traceset_id, expires)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,22 @@
 """The presigned URLs the service answers itself, all under ``/blobs``: the embedded store's
 part PUT and content GET, and the archive GET of a traceset (whatever the store: an object
 store cannot zip). Their paths and HMAC-SHA256 signatures are here and nowhere else; the
-routes that answer them are ``routes/blobs.py``. The host in front is the service's public
-URL, which the caller adds."""
+routes that answer them are ``routes/blobs.py``. The host in front (``base_url``) is where
+the caller reaches the service: ``TRACESTORE_PUBLIC_URL`` when set, else the request's own
+scheme and host (``request_base_url``), which the route layer hands down."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import ipaddress
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
 
-from tracestore.errors import Forbidden
+from tracestore.errors import Forbidden, ValidationError
 
 PREFIX = "/blobs"
 # Route paths, relative to PREFIX.
@@ -96,3 +99,66 @@ class UrlSigner:
 
 def _signed_part_fields(grant: PartGrant) -> tuple[str | int, ...]:
     return (grant.upload_id, grant.position, grant.part_number, grant.size, grant.part_size)
+
+
+# host[:port] as a Host header carries it: a name or IPv4 address, or a bracketed IPv6 one.
+_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?"
+)
+
+
+@dataclass(frozen=True)
+class RequestOrigin:
+    """Where a request says it was sent: what ``request_base_url`` builds a URL base from.
+
+    ``host`` is the Host header (None when absent), ``local`` the address and port the
+    connection reached (the socket's own, never a wildcard), ``forwarded_proto`` and
+    ``forwarded_host`` the first X-Forwarded-Proto/-Host values, believed only when the
+    peer is ``trusted`` (a configured proxy)."""
+
+    scheme: str
+    host: str | None
+    local: tuple[str, int] | None
+    forwarded_proto: str | None = None
+    forwarded_host: str | None = None
+    trusted: bool = False
+
+
+def request_base_url(origin: RequestOrigin) -> str:
+    """``scheme://host[:port]`` the caller used to reach the service, so the URLs handed
+    back work from where it stands. A wildcard (``0.0.0.0``, ``::``) is replaced by the
+    address the connection actually reached. Raises ValidationError on a malformed
+    Host or X-Forwarded-* header."""
+    scheme, host = origin.scheme, origin.host
+    if origin.trusted and origin.forwarded_proto:
+        scheme = origin.forwarded_proto.strip().lower()
+        if scheme not in ("http", "https"):
+            raise ValidationError(f"X-Forwarded-Proto {origin.forwarded_proto!r} is not http/https")
+    if origin.trusted and origin.forwarded_host:
+        host = origin.forwarded_host
+        if not _HOST.fullmatch(host.strip()):
+            raise ValidationError(f"X-Forwarded-Host {host!r} is not a host[:port]")
+    if host is not None:
+        host = host.strip()
+        if not _HOST.fullmatch(host):
+            raise ValidationError(f"The Host header {host!r} is not a host[:port]")
+        if not _is_wildcard(host):
+            return f"{scheme}://{host}"
+    if origin.local is None:
+        raise ValidationError("The request has no Host header; send one")
+    address, port = origin.local
+    return f"{scheme}://{_netloc(address, port, scheme)}"
+
+
+def _is_wildcard(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def _netloc(address: str, port: int, scheme: str) -> str:
+    shown = f"[{address}]" if ":" in address else address
+    default = {"http": 80, "https": 443}.get(scheme)
+    return shown if port == default else f"{shown}:{port}"

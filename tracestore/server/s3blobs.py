@@ -123,7 +123,10 @@ class S3BlobStore:
         )
         return StagedFile(upload_id, position, size, part_size, str(created["UploadId"]))
 
-    def part_url(self, staged: StagedFile, part_number: int, expires_at: datetime) -> str:
+    def part_url(
+        self, staged: StagedFile, part_number: int, expires_at: datetime, *, base_url: str
+    ) -> str:
+        # base_url is unused: the object store answers its own URLs.
         if staged.handle is None:
             raise ValueError("a staged S3 file needs its multipart UploadId")
         params = {
@@ -347,7 +350,9 @@ class S3BlobStore:
     def delete_blob(self, sha256: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self.blob_key(sha256))
 
-    def download_url(self, sha256: str, *, filename: str, expires_at: datetime) -> str:
+    def download_url(
+        self, sha256: str, *, filename: str, expires_at: datetime, base_url: str
+    ) -> str:
         params = {
             "Bucket": self.bucket,
             "Key": self.blob_key(sha256),

@@ -107,5 +107,5 @@ def open_blob_store(settings: Settings, signer: UrlSigner) -> BlobStore:
         return S3BlobStore.from_url(url, endpoint_url=settings.s3_endpoint_url)
     if stores_bytes_locally(settings):
         root = Path(unquote(urlparse(url).path))
-        return LocalBlobStore(root, settings.resolved_public_url, signer)
+        return LocalBlobStore(root, signer)
     raise ValueError(f"TRACESTORE_BLOB_URL must start with file:// or s3://, got {url!r}")

@@ -1,25 +1,115 @@
 """Settings: one object, built once at start from ``TRACESTORE_*`` and passed in.
 
 Every value has a zero-configuration default: a SQLite file and a blob directory inside
-``./tracestore-data``. A TOML file named by ``TRACESTORE_CONFIG`` may supply values; the
-environment wins over the file, and keyword arguments win over both.
+``./tracestore-data``. A TOML file named by ``TRACESTORE_CONFIG`` may supply values (keys as
+the field names, ``part_size``, or as the variables, ``TRACESTORE_PART_SIZE``); the
+environment wins over the file, and keyword arguments win over both. Durations are seconds
+(``60``) or ISO 8601 (``PT1M``), sizes bytes (``67108864``) or with a unit (``64MiB``,
+``64MB``). ``Settings.load`` refuses a bad value with one ``SettingsError`` line per
+setting and keeps a warning for every unknown ``TRACESTORE_*`` variable or TOML key.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
+import re
 import secrets
 import tomllib
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BeforeValidator,
+    Field,
+    IPvAnyNetwork,
+    PrivateAttr,
+    TypeAdapter,
+    field_validator,
+)
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB
 MAX_PARTS_PER_FILE = 10_000
+
+PREFIX = "TRACESTORE_"
+# TRACESTORE_* variables that are not service settings: the client's, the config file's
+# own, and the test suite's switches.
+OTHER_VARIABLES = frozenset({"TRACESTORE_URL", "TRACESTORE_TOKEN", "TRACESTORE_CONFIG"})
+OTHER_PREFIXES = ("TRACESTORE_TEST_",)
+
+SIZE_FORM = "bytes (67108864) or a size with a unit (64MiB, 64MB, 1GiB)"
+DURATION_FORM = "seconds (60) or ISO 8601 (PT1M, P1D)"
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+_SECONDS = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+_TIMEDELTA: TypeAdapter[timedelta] = TypeAdapter(timedelta)
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message names each setting, its value and the
+    form expected, one line each."""
+
+
+def parse_size(value: object) -> object:
+    """Bytes from ``67108864``, ``64MiB`` (binary) or ``64MB`` (decimal); others unchanged
+    for the field's own check."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected {SIZE_FORM}")
+    if not isinstance(value, str):
+        return value
+    match = _SIZE.fullmatch(value)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"expected {SIZE_FORM}")
+    size = float(match.group(1)) * _UNITS[unit]
+    if size != int(size):
+        raise ValueError(f"expected a whole number of bytes: {SIZE_FORM}")
+    return int(size)
+
+
+def parse_duration(value: object) -> timedelta:
+    """A positive duration from seconds (a number, or its text) or ISO 8601 text."""
+    if isinstance(value, timedelta):
+        duration = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        duration = timedelta(seconds=value)
+    elif isinstance(value, str) and _SECONDS.fullmatch(value):
+        duration = timedelta(seconds=float(value))
+    elif isinstance(value, str) and value.strip().upper().startswith("P"):
+        try:
+            duration = _TIMEDELTA.validate_python(value.strip().upper())
+        except PydanticValidationError:
+            raise ValueError(f"expected {DURATION_FORM}") from None
+    else:
+        raise ValueError(f"expected {DURATION_FORM}")
+    if duration <= timedelta(0):
+        raise ValueError(f"expected a positive duration: {DURATION_FORM}")
+    return duration
+
+
+Size = Annotated[int, BeforeValidator(parse_size)]
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class Settings(BaseSettings):
@@ -32,19 +122,21 @@ class Settings(BaseSettings):
     blob_url: str | None = None
     s3_endpoint_url: str | None = None
     public_url: str | None = None
+    # Peers whose X-Forwarded-Proto/-Host are believed (a reverse proxy in front).
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = 8000
 
-    part_size: int = Field(default=64 * MIB, ge=MIN_PART_SIZE)
+    part_size: Size = Field(default=64 * MIB, ge=MIN_PART_SIZE)
     max_files_per_upload: int = Field(default=10_000, ge=1)
-    max_json_body: int = Field(default=16 * MIB, ge=1024)
+    max_json_body: Size = Field(default=16 * MIB, ge=1024)
     default_ttl_days: int = Field(default=7, ge=1, le=365)
-    session_ttl: timedelta = timedelta(hours=24)
-    part_url_ttl: timedelta = timedelta(hours=1)
-    download_url_ttl: timedelta = timedelta(minutes=15)
-    purge_grace: timedelta = timedelta(hours=24)
-    completion_lease: timedelta = timedelta(seconds=60)
-    sweep_interval: timedelta = timedelta(minutes=5)
+    session_ttl: Duration = timedelta(hours=24)
+    part_url_ttl: Duration = timedelta(hours=1)
+    download_url_ttl: Duration = timedelta(minutes=15)
+    purge_grace: Duration = timedelta(hours=24)
+    completion_lease: Duration = timedelta(seconds=60)
+    sweep_interval: Duration = timedelta(minutes=5)
 
     signing_key: str | None = None
 
@@ -52,7 +144,9 @@ class Settings(BaseSettings):
     jwks_file: Path | None = None
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
-    jwt_algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
+    jwt_algorithms: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["RS256", "ES256"]
+    )
     jwt_user_claim: str = "sub"
     jwt_tenant_claim: str = "tenant"
     jwt_workspaces_claim: str = "workspaces"
@@ -67,20 +161,51 @@ class Settings(BaseSettings):
             raise ValueError(f"unsupported JWT algorithms {bad}; allowed: {sorted(allowed)}")
         return value
 
+    @field_validator("trusted_proxies", "jwt_algorithms", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        # A list from the environment: comma-separated, or a JSON array.
+        if isinstance(value, str) and value.strip().startswith("["):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("expected a JSON array or comma-separated values") from None
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute_http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", value):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What ``load`` found but did not use (unknown names), for the caller to show."""
+        return self._warnings
+
     @classmethod
     def load(cls, **overrides: Any) -> Settings:
-        """Build settings from the optional TOML file, the environment and ``overrides``."""
-        file_values: dict[str, Any] = {}
+        """Build settings from the optional TOML file, the environment and ``overrides``.
+        Raises SettingsError (one line per bad setting); unknown names become warnings."""
         config = os.environ.get("TRACESTORE_CONFIG")
-        if config:
-            with open(config, "rb") as handle:
-                file_values = {k.lower(): v for k, v in tomllib.load(handle).items()}
-        env_names = {
-            name for name in cls.model_fields if f"TRACESTORE_{name.upper()}" in os.environ
-        }
+        file_values, warnings = _read_config(config, cls.model_fields) if config else ({}, [])
+        warnings += unknown_variables(os.environ, cls.model_fields)
+        env_names = {name for name in cls.model_fields if _variable(name) in os.environ}
         values = {k: v for k, v in file_values.items() if k not in env_names}
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        try:
+            settings = cls(**values)
+        except PydanticValidationError as exc:
+            raise SettingsError(_problems(exc, file_values, env_names, config)) from None
+        settings._warnings = warnings
+        return settings
 
     @property
     def resolved_database_url(self) -> str:
@@ -93,12 +218,6 @@ class Settings(BaseSettings):
         if self.blob_url:
             return self.blob_url
         return (self.data_dir / "blobs").resolve().as_uri()
-
-    @property
-    def resolved_public_url(self) -> str:
-        if self.public_url:
-            return self.public_url.rstrip("/")
-        return f"http://{self.host}:{self.port}"
 
     def signing_key_bytes(self) -> bytes:
         """The HMAC key for presigned URLs; generated into the data directory when absent."""
@@ -119,3 +238,70 @@ class Settings(BaseSettings):
             finally:
                 tmp.unlink()
         return path.read_text().strip().encode()
+
+
+def _variable(field: str) -> str:
+    return PREFIX + field.upper()
+
+
+def _nearest(name: str, options: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def unknown_variables(environ: Mapping[str, str], fields: Iterable[str]) -> list[str]:
+    """A warning for each ``TRACESTORE_*`` variable that names no setting."""
+    known = {_variable(f) for f in fields} | OTHER_VARIABLES
+    return [
+        f"{name} is not a tracestore setting and is ignored{_nearest(name, known)}"
+        for name in sorted(environ)
+        if name.startswith(PREFIX) and name not in known and not name.startswith(OTHER_PREFIXES)
+    ]
+
+
+def _read_config(path: str, fields: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
+    """The TOML file's values by field name (``TRACESTORE_X`` keys too), and a warning
+    for each key that names no setting."""
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise SettingsError(f"TRACESTORE_CONFIG={path}: cannot read it ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"TRACESTORE_CONFIG={path}: not valid TOML ({exc})") from None
+    names = set(fields)
+    values: dict[str, Any] = {}
+    warnings = []
+    for key, value in document.items():
+        name = key.lower().removeprefix(PREFIX.lower())
+        if name in names:
+            values[name] = value
+        else:
+            as_variable = key.upper().startswith(PREFIX)
+            options = [_variable(n) for n in names] if as_variable else names
+            warnings.append(
+                f"{path}: key {key!r} is not a tracestore setting and is ignored"
+                + _nearest(key.upper() if as_variable else key.lower(), options)
+            )
+    return values, warnings
+
+
+def _problems(
+    exc: PydanticValidationError,
+    file_values: Mapping[str, Any],
+    env_names: set[str],
+    config: str | None,
+) -> str:
+    """One line per refused setting: where it came from, the value, what was expected."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "settings"
+        if field in env_names:
+            source = f"{_variable(field)}={os.environ[_variable(field)]}"
+        elif field in file_values:
+            source = f"{config}: {field} = {file_values[field]!r}"
+        else:
+            source = f"{_variable(field)}={error.get('input')!r}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{source}: {message}")
+    return "\n".join(lines)

@@ -34,9 +34,10 @@ def parse_upload_request(body: bytes) -> tuple[schemas.UploadRequest, int | None
 
 
 def start_upload(
-    services: Services, principal: Principal, body: bytes
+    services: Services, principal: Principal, body: bytes, base_url: str
 ) -> schemas.UploadUrlResponse:
-    """Check everything first, then create the traceset, its session and the part URLs."""
+    """Check everything first, then create the traceset, its session and the part URLs
+    (on ``base_url``, where the caller reaches the service, for the embedded store)."""
     request, rank_count = parse_upload_request(body)
     settings = services.settings
     if len(request.files) > settings.max_files_per_upload:
@@ -112,7 +113,7 @@ def start_upload(
             )
             session.add(upload)
             files = files_of(session, traceset_id)
-            return _session_view(services, upload, files, with_received=False)
+            return _session_view(services, upload, files, base_url, with_received=False)
     except BaseException:
         for stage in staged:
             services.store.discard_staging(stage)
@@ -120,14 +121,14 @@ def start_upload(
 
 
 def resume_upload(
-    services: Services, principal: Principal, upload_id: str
+    services: Services, principal: Principal, upload_id: str, base_url: str
 ) -> schemas.UploadSessionResponse:
     """The session as it stands: parts received, and fresh URLs for the parts missing."""
     with services.db.session(write=False) as session:
         upload, _traceset = visible_session(session, principal, upload_id)
         check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
         files = files_of(session, upload.traceset_id)
-        view = _session_view(services, upload, files, with_received=True)
+        view = _session_view(services, upload, files, base_url, with_received=True)
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
 
 
@@ -135,6 +136,7 @@ def _session_view(
     services: Services,
     upload: db.UploadSession,
     files: Sequence[db.TracesetFile],
+    base_url: str,
     *,
     with_received: bool,
 ) -> schemas.UploadUrlResponse:
@@ -153,7 +155,7 @@ def _session_view(
                     schemas.PartUrl(
                         part_number=n,
                         size=stage.part_length(n),
-                        url=services.store.part_url(stage, n, urls_expire),
+                        url=services.store.part_url(stage, n, urls_expire, base_url=base_url),
                     )
                     for n in range(1, stage.part_count + 1)
                     if n not in received

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from tracestore import schemas
 from tracestore.server import downloads
-from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+from tracestore.server.deps import ERROR_RESPONSES, BaseUrlDep, PrincipalDep, ServicesDep
 
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES, tags=["downloads"])
 
@@ -19,6 +19,7 @@ def download_traceset(
     traceset_id: str,
     services: ServicesDep,
     principal: PrincipalDep,
+    base_url: BaseUrlDep,
     file: Annotated[
         str | None,
         Query(description="A file of the traceset; without it, a URL for a ZIP of every file"),
@@ -26,7 +27,7 @@ def download_traceset(
 ) -> schemas.DownloadAnswer:
     """A presigned URL to GET one file, or a ZIP (zip64, stored) of the whole traceset.
     The URL needs no bearer token; it expires. Resets the traceset's TTL."""
-    return downloads.download_url(services, principal, traceset_id, file)
+    return downloads.download_url(services, principal, traceset_id, file, base_url)
 
 
 @router.get("/tracesets/{traceset_id}/resolve", response_model=schemas.ResolveAnswer)

@@ -7,7 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.server import completion, uploads
-from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+from tracestore.server.deps import ERROR_RESPONSES, BaseUrlDep, PrincipalDep, ServicesDep
 from tracestore.server.routes.tracesets import traceset_response
 
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
@@ -27,12 +27,12 @@ _UPLOAD_BODY = {
     tags=["uploads"],
 )
 async def request_upload_urls(
-    request: Request, services: ServicesDep, principal: PrincipalDep
+    request: Request, services: ServicesDep, principal: PrincipalDep, base_url: BaseUrlDep
 ) -> schemas.UploadUrlResponse:
     """Start an upload: check the request and its workloadMetadata, create the traceset
     (status ``uploading``) and answer presigned part URLs for every file."""
     body = await request.body()
-    return await run_in_threadpool(uploads.start_upload, services, principal, body)
+    return await run_in_threadpool(uploads.start_upload, services, principal, body, base_url)
 
 
 @router.post(
@@ -57,7 +57,7 @@ def complete_upload(
     tags=["uploads"],
 )
 def resume_upload(
-    upload_id: str, services: ServicesDep, principal: PrincipalDep
+    upload_id: str, services: ServicesDep, principal: PrincipalDep, base_url: BaseUrlDep
 ) -> schemas.UploadSessionResponse:
     """Resume an upload: the parts already received, and fresh URLs for those missing."""
-    return uploads.resume_upload(services, principal, upload_id)
+    return uploads.resume_upload(services, principal, upload_id, base_url)

@@ -1,0 +1,124 @@
+"""Settings that forgive: sizes and durations in the forms people write, unknown names
+warned about with the nearest valid one, a bad value refused in one line."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tracestore.server.settings import MIB, Settings, SettingsError
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("TRACESTORE_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("67108864", 64 * MIB), ("64MiB", 64 * MIB), ("64 mib", 64 * MIB), ("64MB", 64_000_000)],
+)
+def test_sizes_in_bytes_or_with_a_unit(
+    monkeypatch: pytest.MonkeyPatch, text: str, size: int
+) -> None:
+    monkeypatch.setenv("TRACESTORE_PART_SIZE", text)
+    assert Settings.load().part_size == size
+
+
+@pytest.mark.parametrize(
+    ("text", "duration"),
+    [("60", timedelta(minutes=1)), ("PT1M", timedelta(minutes=1)), ("P1D", timedelta(days=1))],
+)
+def test_durations_in_seconds_or_iso_8601(
+    monkeypatch: pytest.MonkeyPatch, text: str, duration: timedelta
+) -> None:
+    monkeypatch.setenv("TRACESTORE_PURGE_GRACE", text)
+    assert Settings.load().purge_grace == duration
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "line"),
+    [
+        (
+            "TRACESTORE_PART_SIZE",
+            "64XB",
+            "TRACESTORE_PART_SIZE=64XB: expected bytes (67108864) or a size with a unit "
+            "(64MiB, 64MB, 1GiB)",
+        ),
+        (
+            "TRACESTORE_PURGE_GRACE",
+            "1h",
+            "TRACESTORE_PURGE_GRACE=1h: expected seconds (60) or ISO 8601 (PT1M, P1D)",
+        ),
+        (
+            "TRACESTORE_SESSION_TTL",
+            "0",
+            "TRACESTORE_SESSION_TTL=0: expected a positive duration: seconds (60) or "
+            "ISO 8601 (PT1M, P1D)",
+        ),
+        (
+            "TRACESTORE_PART_SIZE",
+            "1MiB",
+            "TRACESTORE_PART_SIZE=1MiB: Input should be greater than or equal to 5242880",
+        ),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_setting_value_and_form(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, line: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as refused:
+        Settings.load()
+    assert str(refused.value) == line
+
+
+def test_lists_are_comma_separated_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACESTORE_JWT_ALGORITHMS", "RS256, ES384")
+    monkeypatch.setenv("TRACESTORE_TRUSTED_PROXIES", '["10.0.0.0/8", "127.0.0.1"]')
+    settings = Settings.load()
+    assert settings.jwt_algorithms == ["RS256", "ES384"]
+    assert [str(n) for n in settings.trusted_proxies] == ["10.0.0.0/8", "127.0.0.1/32"]
+
+
+def test_unknown_variables_are_warned_about_with_the_nearest_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRACESTORE_SESION_TTL", "5")
+    monkeypatch.setenv("TRACESTORE_URL", "http://x")  # the client's: not unknown
+    assert Settings.load().warnings == [
+        "TRACESTORE_SESION_TTL is not a tracestore setting and is ignored; "
+        "did you mean TRACESTORE_SESSION_TTL?"
+    ]
+
+
+def test_toml_keys_as_fields_or_variables_and_unknown_ones_warned(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "tracestore.toml"
+    config.write_text(
+        'TRACESTORE_SESSION_TTL = 3\npart_size = "64MiB"\nsesion_ttl = 9\n'
+        'TRACESTORE_PURGE_GRAC = "PT1M"\n'
+    )
+    monkeypatch.setenv("TRACESTORE_CONFIG", str(config))
+    settings = Settings.load()
+    assert (settings.session_ttl, settings.part_size) == (timedelta(seconds=3), 64 * MIB)
+    assert settings.warnings == [
+        f"{config}: key 'sesion_ttl' is not a tracestore setting and is ignored; "
+        "did you mean session_ttl?",
+        f"{config}: key 'TRACESTORE_PURGE_GRAC' is not a tracestore setting and is ignored; "
+        "did you mean TRACESTORE_PURGE_GRACE?",
+    ]
+    # The environment wins over the file; a bad file value names the file.
+    monkeypatch.setenv("TRACESTORE_SESSION_TTL", "PT2M")
+    assert Settings.load().session_ttl == timedelta(minutes=2)
+    config.write_text('part_size = "lots"\n')
+    with pytest.raises(SettingsError, match=rf"^{config}: part_size = 'lots': expected bytes"):
+        Settings.load()
+    config.write_text("part_size = \n")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        Settings.load()
