@@ -53,10 +53,15 @@ def new_request_id() -> str:
 
 
 def error_response(request_id: str, status: int, code: str, message: str) -> JSONResponse:
+    headers = {"X-Request-Id": request_id}
+    if status >= 500:
+        # uvicorn drops the connection after an unexpected error (and a request's body may
+        # be unread): say so, or the client's next request on it is reset.
+        headers["Connection"] = "close"
     return JSONResponse(
         {"error": {"code": code, "message": message, "requestId": request_id}},
         status_code=status,
-        headers={"X-Request-Id": request_id},
+        headers=headers,
     )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import quote
 
-from tracestore.errors import ValidationError
+from tracestore.errors import ValidationError, quoted
 from tracestore.server.presigned import PartGrant, UrlSigner
 from tracestore.server.staging import (
     CLAIM_FILE,
@@ -330,7 +330,7 @@ class LocalBlobStore:
     def blob_path(self, sha256: str) -> Path:
         """The file that holds a blob's bytes."""
         if not _SHA256.fullmatch(sha256):
-            raise ValidationError(f"Invalid blob id {sha256!r}")
+            raise ValidationError(f"Invalid blob id {quoted(sha256)}")
         return self._blobs / sha256[:2] / sha256[2:4] / sha256
 
     def blob_exists(self, sha256: str) -> bool:

@@ -22,6 +22,7 @@ from tracestore.errors import (
     Gone,
     PayloadTooLarge,
     ValidationError,
+    quoted,
 )
 from tracestore.server import db
 from tracestore.server.auth import Principal
@@ -126,9 +127,9 @@ def _check_request(
     named: dict[str, schemas.CompleteFile] = {}
     for item in request.files:
         if item.name not in by_name:
-            raise ValidationError(f"File '{item.name}' is not part of this upload")
+            raise ValidationError(f"File {quoted(item.name)} is not part of this upload")
         if item.name in named:
-            raise ValidationError(f"File '{item.name}' is listed more than once")
+            raise ValidationError(f"File {quoted(item.name)} is listed more than once")
         named[item.name] = item
     missing = [f.name for f in files if f.name not in named]
     if missing:
@@ -231,8 +232,8 @@ def _commit_files(
                 )
             if normalise_etag(part.etag) != normalise_etag(given[number]):
                 raise ValidationError(
-                    f"ETag {given[number]!r} for part {number} of file '{file.name}' does not "
-                    "match the part the store holds; send the ETag the part PUT answered"
+                    f"ETag {quoted(given[number])} for part {number} of file '{file.name}' does "
+                    "not match the part the store holds; send the ETag the part PUT answered"
                 )
             expected = stage.part_length(number)
             if part.size > expected:

@@ -88,7 +88,8 @@ class UrlSigner:
 
     def _verify(self, signature: str, expires: int, now: datetime, *fields: str | int) -> None:
         expected = self._sign(expires, *fields)
-        if not hmac.compare_digest(expected, signature):
+        # compare_digest refuses non-ASCII text (TypeError); a signature is ASCII or forged.
+        if not signature.isascii() or not hmac.compare_digest(expected, signature):
             raise Forbidden("The URL signature does not match; request a new URL")
         if now.timestamp() >= expires:
             raise Forbidden("The URL has expired; request a new URL")

@@ -97,9 +97,10 @@ def get_blob(
     signature: str,
 ) -> FileResponse:
     """Serve a blob through a presigned download URL (range requests supported)."""
-    services.signer.verify_content(sha256, name, expires, signature, services.now())
+    path, stat = downloads.local_blob(services, store, sha256, name, expires, signature)
     return BlobResponse(
-        store.blob_path(sha256),
+        path,
+        stat_result=stat,
         media_type="application/octet-stream",
         headers={
             "Content-Disposition": content_disposition(name),

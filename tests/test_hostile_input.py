@@ -1,0 +1,113 @@
+"""Input a hostile client sends on purpose: every piece of it gets a 4xx with the error
+envelope (never a 500), an error message never echoes a huge value whole, and nothing stored
+is lost. Each test reproduces a finding of the attack on the service (issue 15)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.test_http_contract import assert_envelope
+from tests.uploading import UPLOAD_URL, complete, put_parts, raw_post, request_upload, upload
+from tracestore.server import lifecycle
+from tracestore.server.services import Services
+
+SUPPORTING = {"a.bin": (b"x" * 100, "supporting")}
+
+
+def _with_query(url: str, **changes: str) -> str:
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query)) | changes
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _started(http: TestClient) -> dict[str, Any]:
+    response = request_upload(http, SUPPORTING)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def test_a_non_ascii_part_signature_is_forbidden(http: TestClient) -> None:
+    url = _started(http)["files"][0]["parts"][0]["url"]
+    response = http.put(_with_query(url, signature="é" * 43), content=b"x" * 100)
+    assert "does not match" in assert_envelope(response, 403, "FORBIDDEN")["message"]
+
+
+def test_a_non_ascii_checksum_is_a_validation_error(http: TestClient) -> None:
+    url = _started(http)["files"][0]["parts"][0]["url"]
+    response = http.put(url, content=b"x" * 100, headers={"x-amz-checksum-sha256": "é".encode()})
+    assert "x-amz-checksum-sha256" in assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+
+
+def test_non_ascii_blob_and_archive_signatures_are_forbidden(http: TestClient) -> None:
+    traceset = upload(http, SUPPORTING)
+    api = f"/api/v1/tracesets/{traceset['id']}/download"
+    for params in ({"file": "a.bin"}, {}):
+        url = http.get(api, params=params).json()["url"]
+        response = http.get(_with_query(url, signature="ü"))
+        assert_envelope(response, 403, "FORBIDDEN")
+
+
+@pytest.mark.parametrize("depth", [200, 1_000, 100_000])
+def test_deeply_nested_metadata_is_a_validation_error(http: TestClient, depth: int) -> None:
+    body = (
+        '{"name":"deep","files":[{"name":"a","size":1,"role":"supporting"}],'
+        f'"workloadMetadata":{"[" * depth}{"]" * depth}}}'
+    )
+    response = raw_post(http, UPLOAD_URL, body)
+    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert "levels deep" in message
+
+
+def test_nesting_of_real_metadata_is_accepted(http: TestClient) -> None:
+    nested: Any = {"shape": {"rankCount": 1}}
+    extra: Any = "leaf"
+    for _ in range(25):  # 50 levels, with the body around it near the limit of 64
+        extra = {"x": [extra]}
+    nested["extra"] = extra
+    response = request_upload(http, SUPPORTING, nested)
+    assert response.status_code == 200, response.text
+
+
+def test_the_download_url_of_a_purged_blob_is_gone(
+    http: TestClient, services: Services, clock: Any
+) -> None:
+    traceset = upload(http, SUPPORTING)
+    url = http.get(f"/api/v1/tracesets/{traceset['id']}/download", params={"file": "a.bin"}).json()[
+        "url"
+    ]
+    assert http.delete(f"/api/v1/tracesets/{traceset['id']}").status_code == 204
+    clock.advance(seconds=services.settings.purge_grace.total_seconds() + 1)
+    assert lifecycle.sweep(services).purged_blobs == 1
+    # Back to when the URL was signed: it has not expired, only its bytes are gone.
+    clock.advance(seconds=-(services.settings.purge_grace.total_seconds() + 1))
+    response = http.get(url)
+    assert "no longer stored" in assert_envelope(response, 410, "GONE")["message"]
+
+
+def test_an_unexpected_error_answers_500_with_connection_close(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = _started(http)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(services.store, "list_parts", broken)
+    response = http.get(f"{UPLOAD_URL}/{answer['uploadId']}")
+    assert_envelope(response, 500, "INTERNAL_ERROR")
+    assert response.headers["connection"] == "close"
+    assert "disk went away" not in response.text
+
+
+def test_a_huge_etag_is_not_echoed_whole(http: TestClient) -> None:
+    answer = _started(http)
+    etags = put_parts(http, answer, SUPPORTING)
+    etags["a.bin"][0]["etag"] = "e" * 1_000_000
+    response = complete(http, answer["uploadId"], etags)
+    error = assert_envelope(response, 400, "VALIDATION_ERROR")
+    assert len(error["message"]) < 1_000
+    assert len(response.content) < 2_000
