@@ -4,14 +4,29 @@ is lost. Each test reproduces a finding of the attack on the service (issue 15).
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.test_http_contract import assert_envelope
-from tests.uploading import UPLOAD_URL, complete, put_parts, raw_post, request_upload, upload
+from tests.uploading import (
+    UPLOAD_URL,
+    complete,
+    put_parts,
+    raw_post,
+    record_counts,
+    request_upload,
+    upload,
+)
+from tracestore import schemas
+from tracestore.client.downloader import Downloader
+from tracestore.client.transfers import RetryPolicy, check_names, collect_files
+from tracestore.errors import ValidationError
 from tracestore.server import lifecycle
 from tracestore.server.services import Services
 
@@ -111,3 +126,49 @@ def test_a_huge_etag_is_not_echoed_whole(http: TestClient) -> None:
     error = assert_envelope(response, 400, "VALIDATION_ERROR")
     assert len(error["message"]) < 1_000
     assert len(response.content) < 2_000
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("a", "a/b"),
+        ("a/b/c", "a/b"),
+        ("a.txt", "A.txt"),
+        ("Dir/x", "dir/X"),
+        ("A", "a/b"),
+    ],
+)
+def test_names_that_collide_on_disk_are_refused_naming_both(
+    http: TestClient, services: Services, first: str, second: str
+) -> None:
+    files = {first: (b"1", "supporting"), second: (b"2", "supporting")}
+    response = request_upload(http, files)
+    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert repr(first) in message and repr(second) in message
+    assert record_counts(services)["tracesets"] == 0
+
+
+def test_names_that_only_share_a_directory_are_accepted(http: TestClient) -> None:
+    files = {n: (b"1", "supporting") for n in ("a/b", "a/c", "A/d", "ab", "a.b/c")}
+    assert request_upload(http, files).status_code == 200
+
+
+def test_the_client_refuses_colliding_names_before_any_request(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "run.json").write_text("{}")
+    files = collect_files([tmp_path / "x"], "supporting")
+    files.append(dataclasses.replace(files[0], name="RUN.json"))
+    with pytest.raises(ValidationError, match="differ only by case"):
+        check_names(files)
+
+
+def test_downloading_a_stored_colliding_pair_is_a_clear_error(tmp_path: Path) -> None:
+    def entry(name: str) -> schemas.TracesetFile:
+        return schemas.TracesetFile(
+            name=name, size=1, role="supporting", metadata_status="complete"
+        )
+
+    downloader = Downloader(httpx.Client(), RetryPolicy(), lambda *_: pytest.fail("no request"))
+    with pytest.raises(ValidationError, match="cannot be a file and a directory"):
+        downloader.fetch_all("ts_x", [entry("a"), entry("a/b")], tmp_path, 1, None)
+    assert list(tmp_path.iterdir()) == []

@@ -152,7 +152,8 @@ def _local(name: str, path: Path, role: schemas.Role) -> LocalFile:
 
 
 def check_names(files: Sequence[LocalFile]) -> None:
-    """Refuse names the service would refuse, and duplicates, before any request is made."""
+    """Refuse names the service would refuse (duplicates and names that collide on disk
+    included) before any request is made."""
     seen: dict[str, Path] = {}
     for file in files:
         problem = schemas.file_name_problem(file.name)
@@ -163,6 +164,9 @@ def check_names(files: Sequence[LocalFile]) -> None:
                 f"File name {file.name!r} is given twice: {seen[file.name]} and {file.path}"
             )
         seen[file.name] = file.path
+    collision = schemas.name_collision(seen)
+    if collision:
+        raise ValidationError(collision)
 
 
 def sha256_of(path: Path) -> str:
