@@ -28,7 +28,10 @@ from tracestore.client.downloader import Downloader
 from tracestore.client.transfers import RetryPolicy, check_names, collect_files
 from tracestore.errors import ValidationError
 from tracestore.server import lifecycle
-from tracestore.server.services import Services
+from tracestore.server.app import create_app
+from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+from tracestore.server.services import Services, build_services
+from tracestore.server.settings import MIB, Settings
 
 SUPPORTING = {"a.bin": (b"x" * 100, "supporting")}
 
@@ -172,3 +175,35 @@ def test_downloading_a_stored_colliding_pair_is_a_clear_error(tmp_path: Path) ->
     with pytest.raises(ValidationError, match="cannot be a file and a directory"):
         downloader.fetch_all("ts_x", [entry("a"), entry("a/b")], tmp_path, 1, None)
     assert list(tmp_path.iterdir()) == []
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_the_database_and_the_stored_bytes_are_private_to_the_service(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", part_size=5 * MIB, public_url="http://t")
+    services = build_services(settings)
+    try:
+        bootstrap(services.db, settings.data_dir, services.now())
+        token = (settings.data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+        with TestClient(create_app(services=services)) as http:
+            http.headers["Authorization"] = f"Bearer {token}"
+            answer = _started(http)
+            staged = {
+                p: (p.is_dir(), _mode(p))
+                for p in (settings.data_dir / "blobs" / "staging").rglob("*")
+            }
+            complete(http, answer["uploadId"], put_parts(http, answer, SUPPORTING))
+            services.wait_for_background()
+    finally:
+        services.close()
+    data = settings.data_dir
+    assert _mode(data) == 0o700
+    assert _mode(data / "tracestore.db") == 0o600
+    stored = list((data / "blobs").rglob("*"))
+    assert any(not is_dir for is_dir, _ in staged.values())
+    assert all(mode == (0o700 if is_dir else 0o600) for is_dir, mode in staged.values())
+    assert any(p.is_file() for p in stored)
+    for path in [data / "blobs", *stored]:
+        assert _mode(path) == (0o700 if path.is_dir() else 0o600), path

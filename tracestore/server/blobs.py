@@ -171,6 +171,19 @@ def normalise_etag(etag: str) -> str:
     return etag.strip().strip('"')
 
 
+def private_directory(path: Path) -> None:
+    """Create ``path`` and any missing parents readable by the service's user alone (0700):
+    stored traces are the tenants' data, whatever the umask (``Path.mkdir`` gives parents
+    the default mode)."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+
+
 class LocalBlobStore:
     """Blobs in a directory; the service itself serves the presigned part and download URLs.
 
@@ -185,8 +198,8 @@ class LocalBlobStore:
         self.signer = signer
         self._blobs = self.root / "blobs"
         self._staging = self.root / "staging"
-        self._blobs.mkdir(parents=True, exist_ok=True)
-        self._staging.mkdir(parents=True, exist_ok=True)
+        private_directory(self._blobs)
+        private_directory(self._staging)
         self._digests = StagedDigests()
 
     # --- staging ---
@@ -200,9 +213,11 @@ class LocalBlobStore:
         self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
     ) -> StagedFile:
         directory = self._staging_dir(upload_id, position)
-        directory.mkdir(parents=True, exist_ok=True)
-        # The file's bytes land here, each part at its offset (sparse until written).
-        with open(directory / DATA_FILE, "ab") as data:
+        private_directory(directory)
+        # The file's bytes land here, each part at its offset (sparse until written); the
+        # blob is this file linked, so its mode is the blob's.
+        fd = os.open(directory / DATA_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as data:
             data.truncate(size)
         return StagedFile(upload_id, position, size, part_size)
 
@@ -242,7 +257,7 @@ class LocalBlobStore:
         if not (directory / DATA_FILE).is_file():
             raise ValidationError("The upload session has no staging area; it may have ended")
         part_dir = directory / f"{part_number:05d}"
-        part_dir.mkdir(exist_ok=True)
+        part_dir.mkdir(mode=0o700, exist_ok=True)
         expected = staged.part_length(part_number)
         if length_known:
             claim = part_dir / CLAIM_FILE
@@ -314,7 +329,7 @@ class LocalBlobStore:
         data_path = self._staging_dir(staged.upload_id, staged.position) / DATA_FILE
         target = self.blob_path(blob.sha256)
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(target.parent)
             with contextlib.suppress(FileExistsError):
                 os.link(data_path, target)
 

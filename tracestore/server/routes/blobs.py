@@ -5,6 +5,7 @@ in the embedded store."""
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -13,11 +14,14 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore.server import downloads, presigned, receiving
 from tracestore.server.blobs import LocalBlobStore, content_disposition
-from tracestore.server.deps import ServicesDep
+from tracestore.server.deps import PRESIGNED_ERROR_RESPONSES, ServicesDep
 from tracestore.server.protocol import receive_into
 
-router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
-local_store_router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
+_TAGS: list[str | Enum] = ["embedded blob store"]
+router = APIRouter(prefix=presigned.PREFIX, tags=_TAGS, responses=PRESIGNED_ERROR_RESPONSES)
+local_store_router = APIRouter(
+    prefix=presigned.PREFIX, tags=_TAGS, responses=PRESIGNED_ERROR_RESPONSES
+)
 
 
 def _local_store(services: ServicesDep) -> LocalBlobStore:
@@ -87,7 +91,14 @@ class BlobResponse(FileResponse):
     chunk_size = 1024 * 1024
 
 
-@local_store_router.get(presigned.CONTENT, response_class=FileResponse)
+@local_store_router.get(
+    presigned.CONTENT,
+    response_class=FileResponse,
+    responses={
+        206: {"description": "The range asked for (a Range request)"},
+        416: {"description": "The range asked for lies outside the blob"},
+    },
+)
 def get_blob(
     sha256: str,
     services: ServicesDep,
