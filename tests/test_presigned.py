@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tracestore.errors import Forbidden
-from tracestore.server.presigned import PartGrant, UrlSigner
+from tracestore.server.presigned import PartGrant, UrlSigner, redacted
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EXPIRES = int(NOW.timestamp()) + 60
@@ -59,3 +59,15 @@ def test_a_signature_grants_only_what_it_was_made_for() -> None:
     part = _query(signer.part_path(grant))["signature"]
     with pytest.raises(Forbidden, match="does not match"):
         signer.verify_part(PartGrant("upload_a", 0, 1, 99, 100, EXPIRES), part, NOW)
+
+
+def test_redacted_removes_every_signature_and_keeps_the_rest() -> None:
+    signer = UrlSigner(b"key")
+    path = signer.part_path(PartGrant("upload_a", 0, 1, 100, 100, EXPIRES))
+    signature = _query(path)["signature"]
+    shown = redacted("http://h" + path)
+    assert signature not in shown
+    assert shown.startswith("http://h/blobs/parts/upload_a/0/1?size=100")
+    assert "signature=REDACTED" in shown
+    assert redacted("/x?a=1&signature=s&b=2") == "/x?a=1&signature=REDACTED&b=2"
+    assert redacted("/api/v1/tracesets?next=abc") == "/api/v1/tracesets?next=abc"

@@ -73,6 +73,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
     """Run the traceset service (SQLite and a local blob directory unless configured)."""
     import uvicorn
 
+    from tracestore.server.accesslog import log_config
     from tracestore.server.app import create_app
     from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
     from tracestore.server.protocol import HTTP_PROTOCOL
@@ -107,6 +108,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
             port=settings.port,
             workers=workers,
             log_level="info",
+            log_config=log_config(),
             http=HTTP_PROTOCOL,
         )
         return
@@ -115,6 +117,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
         host=settings.host,
         port=settings.port,
         log_level="info",
+        log_config=log_config(),
         http=HTTP_PROTOCOL,
     )
 

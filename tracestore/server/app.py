@@ -15,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from tracestore import __version__, schemas
 from tracestore.errors import (
@@ -22,6 +23,7 @@ from tracestore.errors import (
     InternalError,
     PayloadTooLarge,
     TracestoreError,
+    ValidationError,
 )
 from tracestore.server import lifecycle, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
@@ -141,6 +143,19 @@ def install_error_handlers(app: FastAPI) -> None:
             message = str(exc.detail)
         status = exc.status_code if exc.status_code in ERRORS_BY_STATUS else 500
         return error_response(_request_id(request), status, cls.code, message)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # A client that goes away mid-body (a dropped part PUT) is its own business, not a
+        # server error: one line, no traceback. Nobody reads the answer.
+        request_id = _request_id(request)
+        log.info("request %s: the client went away before its body was complete", request_id)
+        return error_response(
+            request_id,
+            400,
+            ValidationError.code,
+            "The connection closed before the request body was complete",
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

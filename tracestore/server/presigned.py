@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
@@ -20,6 +21,13 @@ PREFIX = "/blobs"
 PART = "/parts/{upload_id}/{position}/{part_number}"
 CONTENT = "/content/{sha256}"
 ARCHIVE = "/archive/{traceset_id}"
+_SIGNATURE = re.compile(r"([?&]signature=)[^&#]*")
+
+
+def redacted(target: str) -> str:
+    """A path and query (or URL) without its signature, for a log: a presigned URL's
+    signature is the grant, replayable by whoever reads it until it expires."""
+    return _SIGNATURE.sub(r"\1REDACTED", target)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,86 @@
+"""A real ``tracestore serve`` attacked from outside through raw sockets: what it logs, and
+that no client can stall it for the others (issue 15)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from tests.test_e2e_serve import Served, serving
+from tests.uploading import UPLOAD_URL
+
+pytestmark = pytest.mark.slow  # a server process per module
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("attacked") / "data"
+
+
+@pytest.fixture(scope="module")
+def served(data_dir: Path) -> Iterator[Served]:
+    with serving(data_dir) as server:
+        yield server
+
+
+def _api(served: Served) -> httpx.Client:
+    return httpx.Client(
+        base_url=served.url, headers={"Authorization": f"Bearer {served.token}"}, timeout=30
+    )
+
+
+def start_upload(served: Served, sizes: dict[str, int]) -> dict[str, Any]:
+    """An upload of supporting files of ``sizes``; its upload-url answer."""
+    with _api(served) as api:
+        response = api.post(
+            UPLOAD_URL,
+            json={
+                "name": "attacked",
+                "files": [{"name": n, "size": s, "role": "supporting"} for n, s in sizes.items()],
+            },
+        )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def open_body(url: str, length: int, sent: bytes = b"") -> socket.socket:
+    """A PUT of ``url`` declaring ``length`` bytes, of which only ``sent`` go out."""
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname or "", parts.port or 80), timeout=30)
+    head = (
+        f"PUT {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + sent)
+    return sock
+
+
+def server_log(data_dir: Path) -> str:
+    return (data_dir.parent / "server.log").read_text(errors="replace")
+
+
+def test_the_log_holds_no_signature_and_no_traceback_for_a_dropped_part(
+    served: Served, data_dir: Path
+) -> None:
+    answer = start_upload(served, {"a.bin": 1000, "b.bin": 10})
+    dropped, whole = (entry["parts"][0]["url"] for entry in answer["files"])
+    open_body(dropped, 1000, b"x" * 10).close()
+    assert httpx.put(whole, content=b"y" * 10).status_code == 200
+    deadline = time.monotonic() + 10
+    while "PUT /blobs/parts" not in server_log(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the dropped body's end is logged once its thread notices
+    log = server_log(data_dir)
+    for url in (dropped, whole):
+        signature = parse_qs(urlsplit(url).query)["signature"][0]
+        assert signature not in log
+    assert "signature=REDACTED" in log
+    assert "Traceback" not in log
+    assert " 500" not in log
