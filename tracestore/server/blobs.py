@@ -118,6 +118,11 @@ class StagingArea(Protocol):
         """Upload ids that hold staged state (for the sweeper's orphan check)."""
         ...
 
+    def discard_upload(self, upload_id: str) -> None:
+        """Remove every staged byte of every file of an upload, knowing only its id (an
+        upload whose process died before the database recorded it); harmless when none."""
+        ...
+
 
 @runtime_checkable
 class ContentStore(Protocol):
@@ -377,6 +382,13 @@ class LocalBlobStore:
         for entry in os.scandir(self._staging):
             if entry.is_dir():
                 yield entry.name
+
+    def discard_upload(self, upload_id: str) -> None:
+        upload_dir = self._staging_dir(upload_id, 0).parent
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(upload_dir):
+                self._digests.forget(Path(entry.path))
+        shutil.rmtree(upload_dir, ignore_errors=True)
 
 
 def content_disposition(filename: str) -> str:

@@ -101,7 +101,7 @@ def complete_upload(
         traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
         _link_blobs(session, traceset, committed, services.now())
     # The staged bytes go on the background worker rather than in the client's wait (a
-    # process stopped first leaves them to lifecycle.clean_finished_staging).
+    # process stopped first leaves them to lifecycle.clean_leftover_staging).
     services.run_in_background(_discard_staging, services, upload.id, list(stages.values()))
     primary_bytes = sum(f.size for f in files if f.role == "primary")
     schedule_inspection(services, upload.traceset_id, primary_bytes)

@@ -51,7 +51,7 @@ def start_upload(
 
     now = services.now()
     traceset_id = new_id("ts")
-    upload_id = new_id("upload")
+    upload_id = new_id("upload", now=now.timestamp())  # its time dates orphaned staging
     ttl_days = request.ttl_days or settings.default_ttl_days
     staged: list[StagedFile] = []
     try:
