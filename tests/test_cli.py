@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from tests.conftest import TESTDATA, FakeClock
 from tracestore.cli import main
 from tracestore.cli.output import NEXT_STEPS
+from tracestore.client import Client
 from tracestore.errors import ERRORS_BY_CODE
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
@@ -308,3 +309,19 @@ def test_upload_warns_or_with_strict_refuses_when_local_ranks_disagree(
     assert refused.exit_code == 2
     assert "local inspection disagrees with the metadata (--strict)" in refused.stderr
     assert "Uploading" not in refused.stderr
+
+
+def test_resume_of_an_upload_that_completed_answers_its_traceset(
+    run: Any, app_http: TestClient, admin_token: str, traces: Path, meta_file: Path
+) -> None:
+    # A completion whose 201 was lost (the client crashed after sending it).
+    started: list[str] = []
+    with Client("http://testserver", admin_token, http=app_http) as client:
+        traceset = client.upload_traceset(
+            traces,
+            workload_metadata=json.loads(meta_file.read_text()),
+            on_started=lambda session: started.append(session.upload_id),
+        )
+    result = run("upload", "--resume", started[0], str(traces))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split()[:2] == [traceset.id, "ready"]

@@ -396,10 +396,11 @@ class Client:
         is checked locally first (the service's own rules). Parts go out ``concurrency`` at a
         time, retried on network errors and 5xx; each file is hashed as its parts are sent
         and its SHA-256 goes with the completion, so the service verifies every byte it
-        stored. ``resume_upload_id`` finishes an earlier, interrupted upload of the
-        same files. ``on_started`` is called with the session once it exists (its
-        ``upload_id`` is what resumes it). Raises ``UploadIncomplete`` (with the upload id) if
-        it cannot finish, and ``UploadInterrupted`` on Ctrl-C.
+        stored. ``resume_upload_id`` finishes an earlier, interrupted upload of the same
+        files (or, if it completed after all, returns its traceset). ``on_started`` is called
+        with the session once it exists (its ``upload_id`` is what resumes it). Raises
+        ``UploadIncomplete`` (with the upload id) if it cannot finish, and
+        ``UploadInterrupted`` on Ctrl-C.
         """
         given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         files = collect_files(given, role) + collect_files(supporting, "supporting")
@@ -408,7 +409,10 @@ class Client:
         check_names(files)
         if resume_upload_id is not None:
             session = self.resume_upload(resume_upload_id)
-            received = received_parts(session, files)
+            received = received_parts(session, files)  # checks they are the session's files
+            if session.state == "completed":
+                # Completed by an earlier run whose answer was lost: the traceset is ready.
+                return self.get_traceset(session.traceset_id)
             if on_started:
                 on_started(session)
             return self._uploader().send_and_complete(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from tracestore import metadata, schemas
-from tracestore.errors import ValidationError
+from tracestore.errors import Conflict, ValidationError
 from tracestore.server import db
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import StagedFile
@@ -122,12 +122,19 @@ def start_upload(
 def resume_upload(
     services: Services, principal: Principal, upload_id: str
 ) -> schemas.UploadSessionResponse:
-    """The session as it stands: parts received, and fresh URLs for the parts missing."""
+    """The session as it stands: parts received, and fresh URLs for the parts missing. A
+    completed session lists no parts: its traceset is ready (a client whose completion's
+    answer was lost learns it here)."""
     with services.db.session(write=False) as session:
         upload, _traceset = visible_session(session, principal, upload_id)
+        if upload.state == "failed":
+            raise Conflict(f"Upload session '{upload.id}' has failed; start a new upload")
         check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
         files = files_of(session, upload.traceset_id)
-        view = _session_view(services, upload, files, with_received=True)
+        takes_parts = upload.state != "completed"
+        view = _session_view(
+            services, upload, files, with_received=takes_parts, with_urls=takes_parts
+        )
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
 
 
@@ -137,6 +144,7 @@ def _session_view(
     files: Sequence[db.TracesetFile],
     *,
     with_received: bool,
+    with_urls: bool = True,
 ) -> schemas.UploadUrlResponse:
     now = services.now()
     urls_expire = min(now + services.settings.part_url_ttl, upload.expires_at)
@@ -156,7 +164,7 @@ def _session_view(
                         url=services.store.part_url(stage, n, urls_expire),
                     )
                     for n in range(1, stage.part_count + 1)
-                    if n not in received
+                    if with_urls and n not in received
                 ],
                 received_parts=[
                     schemas.ReceivedPart(part_number=p.part_number, size=p.size, etag=p.etag)
