@@ -5,6 +5,7 @@ is lost. Each test reproduces a finding of the attack on the service (issue 15).
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -24,6 +25,7 @@ from tests.uploading import (
     upload,
 )
 from tracestore import schemas
+from tracestore.client import Client
 from tracestore.client.downloader import Downloader
 from tracestore.client.transfers import RetryPolicy, check_names, collect_files
 from tracestore.errors import ValidationError
@@ -207,3 +209,76 @@ def test_the_database_and_the_stored_bytes_are_private_to_the_service(tmp_path: 
     assert any(p.is_file() for p in stored)
     for path in [data / "blobs", *stored]:
         assert _mode(path) == (0o700 if path.is_dir() else 0o600), path
+
+
+def test_an_upload_larger_in_all_than_the_limit_is_refused_with_nothing_stored(
+    http: TestClient, services: Services
+) -> None:
+    body = {
+        "name": "huge",
+        "files": [{"name": f"f{i}", "size": 5 * 1024**4, "role": "supporting"} for i in range(50)],
+    }
+    response = http.post(UPLOAD_URL, json=body)
+    message = assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")["message"]
+    assert str(services.settings.max_upload_size) in message
+    assert record_counts(services)["tracesets"] == 0
+    assert list(services.store.staged_uploads()) == []
+
+
+def test_part_urls_come_in_bounded_pages(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(services.settings, "part_urls_per_answer", 6)
+    part = services.settings.part_size
+    sizes = {"big": 20 * part, "small": 10, "mid": 3 * part}
+    body = {
+        "name": "paged",
+        "files": [{"name": n, "size": s, "role": "supporting"} for n, s in sizes.items()],
+    }
+    answer = http.post(UPLOAD_URL, json=body).json()
+    listed = {f["name"]: [p["partNumber"] for p in f["parts"]] for f in answer["files"]}
+    assert listed == {"big": [1, 2], "small": [1], "mid": [1, 2]}
+    small = next(f for f in answer["files"] if f["name"] == "small")
+    assert http.put(small["parts"][0]["url"], content=b"s" * 10).status_code == 200
+    resumed = http.get(f"{UPLOAD_URL}/{answer['uploadId']}").json()
+    listed = {f["name"]: [p["partNumber"] for p in f["parts"]] for f in resumed["files"]}
+    assert listed == {"big": [1, 2, 3], "small": [], "mid": [1, 2, 3]}
+    page = http.get(
+        f"{UPLOAD_URL}/{answer['uploadId']}", params={"file": "big", "fromPart": 5}
+    ).json()
+    assert [(f["name"], [p["partNumber"] for p in f["parts"]]) for f in page["files"]] == [
+        ("big", [5, 6, 7, 8, 9, 10])
+    ]
+    unknown = http.get(f"{UPLOAD_URL}/{answer['uploadId']}", params={"file": "nope"})
+    assert_envelope(unknown, 404, "NOT_FOUND")
+
+
+def test_the_client_follows_pages_of_part_urls(
+    http: TestClient,
+    services: Services,
+    admin_token: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(services.settings, "part_urls_per_answer", 1)
+    part = services.settings.part_size
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "a.bin").write_bytes(os.urandom(3 * part + 5))
+    (source / "b.bin").write_bytes(os.urandom(part + 1))
+    pages: list[tuple[str | None, int]] = []
+    with Client("http://testserver", admin_token, http=http) as client:
+        original = client.resume_upload
+
+        def resume(upload_id: str, file: str | None = None, from_part: int = 1) -> Any:
+            pages.append((file, from_part))
+            return original(upload_id, file, from_part)
+
+        monkeypatch.setattr(client, "resume_upload", resume)
+        traceset = client.upload_traceset(source, role="supporting", concurrency=2)
+        assert traceset.status == "ready"
+        copy = tmp_path / "copy"
+        client.download_traceset(traceset.id, copy)
+    assert sorted(pages) == [("a.bin", 2), ("a.bin", 3), ("a.bin", 4), ("b.bin", 2)]
+    for name in ("a.bin", "b.bin"):
+        assert (copy / name).read_bytes() == (source / name).read_bytes()

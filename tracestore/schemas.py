@@ -256,7 +256,10 @@ class UploadFileUrls(WireModel):
     name: str
     size: int
     part_urls_expire_at: Timestamp
-    parts: list[PartUrl] = Field(description="Parts still to send, each with its URL")
+    parts: list[PartUrl] = Field(
+        description="Parts still to send, each with its URL: the first few of them (a page; "
+        "the resume route answers the next), or none once the session is completed"
+    )
     received_parts: list[ReceivedPart] = Field(
         default_factory=list, description="Parts the store already holds (resume)"
     )

@@ -332,9 +332,13 @@ class Client:
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
         return _answer(response, schemas.UploadUrlResponse)
 
-    def resume_upload(self, upload_id: str) -> schemas.UploadSessionResponse:
-        """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the rest."""
-        response = self._call("GET", f"{API}/upload-url/{_segment(upload_id)}")
+    def resume_upload(
+        self, upload_id: str, file: str | None = None, from_part: int = 1
+    ) -> schemas.UploadSessionResponse:
+        """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the
+        first parts missing (a page); with ``file``, that file's from ``from_part`` on."""
+        params = [("file", file), ("fromPart", str(from_part))] if file is not None else None
+        response = self._call("GET", f"{API}/upload-url/{_segment(upload_id)}", params=params)
         return _answer(response, schemas.UploadSessionResponse)
 
     def complete_upload(

@@ -162,8 +162,8 @@ def put_part(
 ) -> str:
     """PUT one part, hashing its bytes as they go, retrying network errors and 5xx with
     backoff; the ETag it answered. A 403 (the URL expired during a long upload) is retried
-    once with a fresh URL."""
-    url = job.url
+    once with a fresh URL; a job without a URL asks ``fresh_url`` for its first."""
+    url = job.url or fresh_url(job)
     refreshed = False
     last: TracestoreError | None = None
     for attempt in range(retry.attempts):
