@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,11 +171,28 @@ def test_token_found_in_the_local_data_dir(
     assert remote.exit_code == 2
 
 
-def test_network_error_exits_1() -> None:
-    result = CliRunner().invoke(main, ["ls", "--url", "http://127.0.0.1:9", "--token", "t"])
+def test_network_error_says_it_waits_then_exits_1() -> None:
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        main,
+        ["ls", "--url", "http://127.0.0.1:9", "--token", "t"],
+        env={"TRACESTORE_RETRY_SECONDS": "1.5"},
+    )
     assert result.exit_code == 1
-    assert "Cannot reach http://127.0.0.1:9" in result.stderr
+    assert time.monotonic() - started >= 1.5  # it kept trying, as through a restart
+    assert "Waiting for the service (Cannot reach http://127.0.0.1:9" in result.stderr
+    assert "Cannot reach http://127.0.0.1:9" in result.stderr.splitlines()[-2]
     assert NEXT_STEPS["NETWORK_ERROR"] in result.stderr
+
+
+def test_a_retry_budget_that_is_not_a_number_is_a_usage_error() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["ls", "--url", "http://127.0.0.1:9", "--token", "t"],
+        env={"TRACESTORE_RETRY_SECONDS": "soon"},
+    )
+    assert result.exit_code == 2
+    assert "TRACESTORE_RETRY_SECONDS='soon' is not a number" in result.stderr
 
 
 def test_ls_human_json_filters_and_limit(

@@ -37,9 +37,10 @@ class Served:
 
 
 @contextmanager
-def serving(data_dir: Path, *args: str) -> Iterator[Served]:
-    """``tracestore serve`` on a free port over ``data_dir``, stopped at the end."""
-    port = free_port()
+def serving(data_dir: Path, *args: str, port: int | None = None) -> Iterator[Served]:
+    """``tracestore serve`` on ``port`` (a free one by default) over ``data_dir``, stopped at
+    the end."""
+    port = port or free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
     env["TRACESTORE_PART_SIZE"] = str(PART)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115

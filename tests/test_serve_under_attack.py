@@ -3,7 +3,9 @@ that no client can stall it for the others (issue 15)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +17,11 @@ import pytest
 
 from tests.test_e2e_serve import Served, serving
 from tests.uploading import UPLOAD_URL
+from tracestore.client import Client, RetryPolicy, RetryWait
 
 pytestmark = pytest.mark.slow  # a server process per module
+
+MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +89,46 @@ def test_the_log_holds_no_signature_and_no_traceback_for_a_dropped_part(
     assert "signature=REDACTED" in log
     assert "Traceback" not in log
     assert " 500" not in log
+
+
+def test_an_upload_started_while_the_service_restarts_rides_it_out(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "a.bin").write_bytes(os.urandom(6 * MIB))
+    with serving(data_dir) as first:
+        port = urlsplit(first.url).port
+    waits: list[RetryWait] = []
+    outcome: dict[str, Any] = {}
+
+    def upload() -> None:
+        retry = RetryPolicy(on_wait=waits.append)
+        with Client(first.url, first.token, retry=retry) as client:
+            try:
+                outcome["traceset"] = client.upload_traceset(source, role="supporting")
+            except Exception as exc:  # reported by the assertion below
+                outcome["error"] = exc
+
+    uploading = threading.Thread(target=upload)
+    uploading.start()  # while nothing listens: the service is restarting
+    time.sleep(3)
+    with serving(data_dir, port=port) as second:
+        uploading.join(timeout=120)
+        assert "error" not in outcome, outcome
+        assert outcome["traceset"].status == "ready"
+        assert waits and all(w.reason.code == "NETWORK_ERROR" for w in waits)
+        with Client(second.url, second.token) as client:
+            copy = client.download_traceset(outcome["traceset"].id, tmp_path / "copy")
+    assert copy[0].read_bytes() == (source / "a.bin").read_bytes()
+
+
+def test_the_default_retry_budget_outlasts_a_half_minute_restart() -> None:
+    policy = RetryPolicy()
+    assert not policy.gives_up(20, time.monotonic() - 45)
+    assert policy.gives_up(20, time.monotonic() - policy.patience)
+    # Enough tries that the time, not their count, ends the waiting: on average (full
+    # jitter, half of each delay's cap) they last twice the patience.
+    assert (
+        sum(min(policy.max_delay, policy.base_delay * 2**a) for a in range(policy.attempts)) / 2
+        > 2 * policy.patience
+    )

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import click
 
 from tracestore import jsontext
-from tracestore.cli.output import error_lines
-from tracestore.client import Client
+from tracestore.cli.output import error_lines, waiting_notice
+from tracestore.client import Client, RetryPolicy
 from tracestore.client.transfers import collect_files
 from tracestore.errors import TracestoreError
 from tracestore.inspect import inspect_path, rank_census
@@ -53,6 +53,17 @@ def resolve_token(url: str, token: str | None) -> str:
     )
 
 
+def retry_policy() -> RetryPolicy:
+    """The client's retries, saying when they wait; ``TRACESTORE_RETRY_SECONDS`` (default
+    60) is how long a command keeps retrying a service that fails or cannot be reached."""
+    given = os.environ.get("TRACESTORE_RETRY_SECONDS")
+    try:
+        patience = float(given) if given else RetryPolicy.patience
+    except ValueError:
+        raise click.UsageError(f"TRACESTORE_RETRY_SECONDS={given!r} is not a number") from None
+    return RetryPolicy(patience=patience, on_wait=waiting_notice())
+
+
 def connection(command: F) -> F:
     """Adds --url and --token and turns them into a ``Client`` passed as ``client``."""
 
@@ -69,7 +80,7 @@ def connection(command: F) -> F:
         # Tests hand in an httpx client on the app in-process: ``main(obj={"http": ...})``.
         obj = click.get_current_context().obj
         http = obj.get("http") if isinstance(obj, dict) else None
-        with Client(url, resolve_token(url, token), http=http) as client:
+        with Client(url, resolve_token(url, token), http=http, retry=retry_policy()) as client:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Any
 import click
 
 from tracestore import jsontext, schemas
-from tracestore.client.transfers import ProgressCallback, ProgressEvent
+from tracestore.client.transfers import ProgressCallback, ProgressEvent, RetryWait
 from tracestore.errors import TracestoreError, UploadIncomplete
 
 # One line per error code: what to do next. The message itself comes from the service.
@@ -157,6 +158,28 @@ class Reporter:
 
     progress: ProgressCallback | None = None
     note: Callable[[str], None] = field(default=lambda text: click.echo(text, err=True))
+
+
+def waiting_notice(every: float = 5.0) -> Callable[[RetryWait], None]:
+    """What a command says while its requests wait to be retried (a service restarting):
+    one line on stderr, at most every ``every`` seconds, however many transfers wait."""
+    lock = threading.Lock()
+    last = -every
+
+    def notice(wait: RetryWait) -> None:
+        nonlocal last
+        with lock:
+            now = time.monotonic()
+            if now - last < every:
+                return
+            last = now
+        click.echo(
+            f"Waiting for the service ({wait.reason.message}); try {wait.attempt} "
+            f"in {wait.delay:.1f} s",
+            err=True,
+        )
+
+    return notice
 
 
 @contextmanager

@@ -40,6 +40,7 @@ from tracestore.client.uploader import Uploader, received_parts
 from tracestore.errors import (
     Conflict,
     InternalError,
+    TracestoreError,
     ValidationError,
 )
 
@@ -153,7 +154,9 @@ class Client:
         if body is not None:
             content = body_text(body)
             headers["Content-Type"] = "application/json"
-        for attempt in range(self.retry.attempts):
+        attempt = 0
+        failing_since: float | None = None
+        while True:
             try:
                 response = self.http.request(
                     method,
@@ -169,17 +172,21 @@ class Client:
             except httpx.TransportError as exc:
                 # A request that never connected was never seen: safe to send again.
                 retriable = idempotent or isinstance(exc, httpx.ConnectError)
-                if not retriable or attempt + 1 == self.retry.attempts:
-                    raise network_error(exc, url) from None
+                error: TracestoreError = network_error(exc, url)
+                failing_since = failing_since or time.monotonic()
+                if not retriable or self.retry.gives_up(attempt, failing_since):
+                    raise error from None
             else:
                 if response.status_code < 400:
                     return response
+                error = api_error(response)
+                failing_since = failing_since or time.monotonic()
                 if not (idempotent and response.status_code in RETRY_STATUSES):
-                    raise api_error(response)
-                if attempt + 1 == self.retry.attempts:
-                    raise api_error(response)
-            time.sleep(self.retry.delay(attempt))
-        raise AssertionError("unreachable")
+                    raise error
+                if self.retry.gives_up(attempt, failing_since):
+                    raise error
+            self.retry.wait(attempt, error)
+            attempt += 1
 
     def _uploader(self) -> Uploader:
         # Built per upload: ``http`` and ``retry`` are the client's as they are now.
