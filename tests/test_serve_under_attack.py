@@ -132,3 +132,44 @@ def test_the_default_retry_budget_outlasts_a_half_minute_restart() -> None:
         sum(min(policy.max_delay, policy.base_delay * 2**a) for a in range(policy.attempts)) / 2
         > 2 * policy.patience
     )
+
+
+def _status_if_answered(sock: socket.socket, wait: float) -> int | None:
+    """The status of an answer that arrives within ``wait`` seconds, else None."""
+    sock.settimeout(wait)
+    try:
+        line = sock.recv(64)
+    except TimeoutError:
+        return None
+    return int(line.split()[1]) if line else None
+
+
+def test_an_attacked_session_holds_its_own_slots_and_other_sessions_flow(
+    served: Served,
+) -> None:
+    from tracestore.server.receiving import BODY_LIMITS
+
+    files = 70  # more bodies than the service has body threads
+    attacked = start_upload(served, {f"f{i}.bin": 1000 for i in range(files)})
+    urls = [entry["parts"][0]["url"] for entry in attacked["files"]]
+    # Each sends its headers and one byte of its body, then nothing.
+    idle = [open_body(url, 1000, b"x") for url in urls]
+    again = [open_body(urls[0], 1000, b"x") for _ in range(3)]
+    try:
+        refused = [
+            _status_if_answered(sock, 2.0 if i == 0 else 0.05) for i, sock in enumerate(idle)
+        ]
+        assert refused.count(429) == files - BODY_LIMITS.per_session
+        assert refused.count(None) == BODY_LIMITS.per_session
+        assert [_status_if_answered(sock, 0.5) for sock in again] == [429] * 3
+        # Meanwhile another session's parts go in and out as ever.
+        other = start_upload(served, {f"g{i}.bin": 100 for i in range(20)})
+        started = time.monotonic()
+        with httpx.Client(timeout=10) as plain:
+            for entry in other["files"]:
+                response = plain.put(entry["parts"][0]["url"], content=b"g" * 100)
+                assert response.status_code == 200, response.text
+        assert time.monotonic() - started < 10
+    finally:
+        for sock in idle + again:
+            sock.close()

@@ -106,6 +106,13 @@ class PayloadTooLarge(TracestoreError):
     code = "PAYLOAD_TOO_LARGE"
 
 
+class TooManyRequests(TracestoreError):
+    """Too many requests of one kind at once (part bodies of one upload); retry later."""
+
+    status = 429
+    code = "TOO_MANY_REQUESTS"
+
+
 class UnprocessableEntity(TracestoreError):
     """The request is well-formed but its content fails a semantic check (422)."""
 
@@ -147,6 +154,7 @@ ERRORS_BY_CODE: dict[str, type[TracestoreError]] = {
         PreconditionFailed,
         PayloadTooLarge,
         UnprocessableEntity,
+        TooManyRequests,
         InternalError,
         NotImplementedByService,
         ServiceUnavailable,

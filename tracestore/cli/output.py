@@ -34,6 +34,8 @@ NEXT_STEPS: dict[str, str] = {
     "PAYLOAD_TOO_LARGE": "A file is larger than declared (did it change?); upload it again.",
     "UNPROCESSABLE_ENTITY": "Fix the workload metadata as the message says: snake_case "
     "descriptive members, and the same rank count as at upload.",
+    "TOO_MANY_REQUESTS": "The service limits how many parts of one upload arrive at once; "
+    "retry, or lower --concurrency.",
     "INTERNAL_ERROR": "The service failed; retry, or give its operator the request id.",
     "NOT_IMPLEMENTED": "The service deliberately does not offer this route.",
     "SERVICE_UNAVAILABLE": "The service's database or blob store is down; retry later.",

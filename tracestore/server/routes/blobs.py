@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from tracestore import schemas
 from tracestore.server import downloads, presigned, receiving
 from tracestore.server.blobs import LocalBlobStore, content_disposition
 from tracestore.server.deps import PRESIGNED_ERROR_RESPONSES, ServicesDep
@@ -55,7 +56,13 @@ def get_archive(
 @local_store_router.put(
     presigned.PART,
     status_code=200,
-    responses={200: {"description": "Stored; the ETag header names the part"}},
+    responses={
+        200: {"description": "Stored; the ETag header names the part"},
+        429: {
+            "model": schemas.ErrorEnvelope,
+            "description": "Too many bodies of this part or upload at once; retry later",
+        },
+    },
 )
 async def put_part(
     request: Request,
@@ -81,7 +88,7 @@ async def put_part(
         request.headers.get("content-length"),
     )
     etag = await receiving.receive_part(
-        writer, request.stream(), checksum, into=receive_into(request.scope)
+        writer, grant, request.stream(), checksum, into=receive_into(request.scope)
     )
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
 
