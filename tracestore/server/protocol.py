@@ -235,7 +235,9 @@ class _Body:
             if left <= 0:
                 raise ClientDisconnect()  # too slow
             want = min(len(self._buffer), self._remaining)
-            sock.settimeout(min(PARK_AFTER, left))
+            timeout = min(PARK_AFTER, left)
+            if sock.gettimeout() != timeout:  # each change is a system call
+                sock.settimeout(timeout)
             try:
                 n = sock.recv_into(self._buffer[self._filled : want])
             except TimeoutError:
