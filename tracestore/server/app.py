@@ -148,14 +148,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
         # A client that goes away mid-body (a dropped part PUT) is its own business, not a
         # server error: one line, no traceback. Nobody reads the answer.
-        request_id = _request_id(request)
-        log.info("request %s: the client went away before its body was complete", request_id)
-        return error_response(
-            request_id,
-            400,
-            ValidationError.code,
-            "The connection closed before the request body was complete",
-        )
+        log.info("request %s: the client went away mid-body", _request_id(request))
+        gone = ValidationError("The connection closed before the request body was complete")
+        return await domain_error(request, gone)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
