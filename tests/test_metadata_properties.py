@@ -1,0 +1,155 @@
+"""Property tests (hypothesis) of the upload metadata rules against a model of them written
+here from the seed page (/work/shared/seed/workload-metadata.txt), deliberately simple and
+sharing no code with ``tracestore.metadata``: for arbitrary JSON (nested nulls, floats, huge
+integers, booleans, strings, unicode, deep nesting) the service's verdict, the rank count it
+derives and the start of its message equal the model's. Fixed seed: the same cases every run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from tracestore.errors import ValidationError
+from tracestore.metadata import check_upload_metadata
+
+LIMIT = 2_147_483_647
+DEGREES = ["dp", "tp", "sp", "ep", "pp"]
+MISSING = (
+    "Uploads with primary trace files must declare a rank count: "
+    "set workloadMetadata.shape.rankCount, "
+    "or workloadMetadata.parallelism degrees (dp, tp, sp, ep, pp)"
+)
+
+
+def model(metadata: Any, has_primary: bool) -> tuple[int | None, str | None]:
+    """(rank count, None) when the upload is accepted, (None, the start of the message)
+    when it is refused: the seed page's rules, in its order."""
+    if metadata is None:
+        metadata = {}
+    if type(metadata) is not dict:
+        return None, "workloadMetadata must be an object or null"
+    parts = {}
+    for name in ("shape", "parallelism"):
+        value = metadata.get(name)
+        if value is not None and type(value) is not dict:
+            return None, f"workloadMetadata.{name} must be an object or null"
+        parts[name] = value or {}
+    text = json.dumps(metadata, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode()) > 65_536:
+        return None, f"workloadMetadata is {len(text.encode())} bytes when serialized"
+
+    def whole(value: Any) -> bool:
+        return type(value) is int and value >= 1
+
+    rank_count = parts["shape"].get("rankCount")
+    if rank_count is not None and not whole(rank_count):
+        return None, "workloadMetadata.shape.rankCount must be a whole number of at least 1"
+    product = None
+    for name in DEGREES:
+        degree = parts["parallelism"].get(name)
+        if degree is None:
+            continue
+        if not whole(degree):
+            return None, f"workloadMetadata.parallelism.{name} must be a whole number of at least 1"
+        product = degree if product is None else product * degree
+    if rank_count is not None and rank_count > LIMIT:
+        return None, "workloadMetadata.shape.rankCount must be at most 2,147,483,647"
+    if product is not None and product > LIMIT:
+        return None, "the parallelism product"
+    if rank_count is not None and product is not None and rank_count != product:
+        return None, f"workloadMetadata.shape.rankCount {rank_count} differs from the parallelism"
+    declared = rank_count if rank_count is not None else product
+    if declared is None and has_primary:
+        return None, MISSING
+    return declared, None
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 40),
+    st.integers(LIMIT - 3, LIMIT + 3),
+    st.integers(-(10**40), 10**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([1.0, 2.0, 8.0, 1e3]),
+    st.text(max_size=8),
+    st.sampled_from(["4", "8", "ünï", "1e3"]),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+rank_values = st.one_of(st.integers(1, 64), st.integers(1, 64), scalars, json_values)
+members = st.one_of(
+    st.none(),
+    json_values,
+    st.dictionaries(
+        st.sampled_from(["rankCount", "rank_count", *DEGREES, "cp", "fsdp", "other"]),
+        rank_values,
+        max_size=6,
+    ),
+)
+metadata_values = st.one_of(
+    st.none(),
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "shape": members,
+            "parallelism": members,
+            "workload_family": json_values,
+            "nested": st.recursive(
+                st.none(), lambda inner: st.lists(inner, max_size=1), max_leaves=30
+            ),
+            # Unicode, and lengths about the 65,536-byte limit (é is 2 bytes).
+            "padding": st.text(max_size=50) | st.integers(32_700, 32_780).map("é".__mul__),
+        },
+    ),
+)
+
+
+@seed(15)
+@settings(max_examples=1500, deadline=None)
+@given(metadata=metadata_values, has_primary=st.booleans())
+def test_the_rules_give_the_models_verdict(metadata: Any, has_primary: bool) -> None:
+    rank_count, refusal = model(metadata, has_primary)
+    try:
+        derived = check_upload_metadata(metadata, has_primary_files=has_primary)
+    except ValidationError as exc:
+        assert refusal is not None, f"refused {metadata!r}: {exc.message}"
+        assert exc.message.startswith(refusal), (exc.message, refusal)
+    else:
+        assert refusal is None, f"accepted {metadata!r}; the model says {refusal!r}"
+        assert derived == rank_count
+
+
+@seed(15)
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(metadata=metadata_values)
+def test_the_service_gives_the_models_verdict(http: TestClient, metadata: Any) -> None:
+    rank_count, refusal = model(metadata, True)
+    body: dict[str, Any] = {
+        "name": "property",
+        "files": [{"name": "rank_0.json", "size": 2, "role": "primary"}],
+        "workloadMetadata": metadata,
+    }
+    response = http.post("/api/v1/tracesets/upload-url", json=body)
+    if refusal is not None:
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["message"].startswith(refusal)
+        return
+    assert response.status_code == 200, response.text
+    traceset = http.get(f"/api/v1/tracesets/{response.json()['tracesetId']}").json()
+    assert traceset["rankCountDerived"] == rank_count
+    assert traceset["workloadMetadata"] == metadata
