@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tracestore.errors import ValidationError
-from tracestore.metadata import check_upload_metadata
+from tracestore.errors import UnprocessableEntity, ValidationError
+from tracestore.metadata import check_promotion_metadata, check_upload_metadata
 
 LIMIT = 2_147_483_647
 DEGREES = ["dp", "tp", "sp", "ep", "pp"]
@@ -41,10 +41,22 @@ def model(metadata: Any, has_primary: bool) -> tuple[int | None, str | None]:
     text = json.dumps(metadata, separators=(",", ":"), ensure_ascii=False)
     if len(text.encode()) > 65_536:
         return None, f"workloadMetadata is {len(text.encode())} bytes when serialized"
+    declared, refusal = rank_count_model(parts["shape"], parts["parallelism"])
+    if refusal is None and declared is None and has_primary:
+        return None, MISSING
+    return declared, refusal
 
-    def whole(value: Any) -> bool:
-        return type(value) is int and value >= 1
 
+def whole(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def rank_count_model(
+    shape: dict[str, Any], parallelism: dict[str, Any]
+) -> tuple[int | None, str | None]:
+    """The rank count the camelCase members declare, or the start of why they declare none
+    validly (the seed page's rules 3 to 6)."""
+    parts = {"shape": shape, "parallelism": parallelism}
     rank_count = parts["shape"].get("rankCount")
     if rank_count is not None and not whole(rank_count):
         return None, "workloadMetadata.shape.rankCount must be a whole number of at least 1"
@@ -62,10 +74,7 @@ def model(metadata: Any, has_primary: bool) -> tuple[int | None, str | None]:
         return None, "the parallelism product"
     if rank_count is not None and product is not None and rank_count != product:
         return None, f"workloadMetadata.shape.rankCount {rank_count} differs from the parallelism"
-    declared = rank_count if rank_count is not None else product
-    if declared is None and has_primary:
-        return None, MISSING
-    return declared, None
+    return (rank_count if rank_count is not None else product), None
 
 
 scalars = st.one_of(
@@ -153,3 +162,115 @@ def test_the_service_gives_the_models_verdict(http: TestClient, metadata: Any) -
     traceset = http.get(f"/api/v1/tracesets/{response.json()['tracesetId']}").json()
     assert traceset["rankCountDerived"] == rank_count
     assert traceset["workloadMetadata"] == metadata
+
+
+TEXTS = ["workload_family", "workload_name", "model_name", "precision", "accelerator"]
+SHAPE_NUMBERS = ["rank_count", "global_batch_size", "seq_len", "num_microbatches", "training_steps"]
+PROMOTION_DEGREES = [*DEGREES, "cp", "fsdp"]
+
+
+def promotion_model(metadata: Any, held: int | None) -> str | None:
+    """None when promotion accepts ``metadata`` for a traceset holding rank count ``held``,
+    else the start of its message: SPEC 6's rules, member by member in the model's order."""
+    if type(metadata) is not dict:
+        return "workloadMetadata must be an object"
+    for name in TEXTS:
+        if metadata.get(name) is not None and type(metadata[name]) is not str:
+            return f"workloadMetadata.{name} must be a string"
+    shape, parallelism = metadata.get("shape"), metadata.get("parallelism")
+    if shape is not None:
+        if type(shape) is not dict:
+            return "workloadMetadata.shape must be an object or null"
+        for name in SHAPE_NUMBERS:
+            if shape.get(name) is not None and not whole(shape[name]):
+                return f"workloadMetadata.shape.{name} must be a whole number of at least 1"
+        declared = shape.get("rankCount")
+        given = shape.get("rank_count")
+        if given is not None and type(declared) is int and given != declared:
+            return "workloadMetadata.shape.rank_count"
+    product = None
+    if parallelism is not None:
+        if type(parallelism) is not dict:
+            return "workloadMetadata.parallelism must be an object or null"
+        for name in PROMOTION_DEGREES:
+            if parallelism.get(name) is not None and not whole(parallelism[name]):
+                return f"workloadMetadata.parallelism.{name} must be a whole number of at least 1"
+        degrees = [parallelism[d] for d in DEGREES if parallelism.get(d) is not None]
+        if not degrees:
+            return "workloadMetadata.parallelism must hold at least one of dp, tp, sp, ep, pp"
+        product = 1
+        for degree in degrees:
+            product *= degree
+        fsdp = parallelism.get("fsdp")
+        if fsdp is not None and (parallelism.get("dp") or 1) % fsdp:
+            return f"workloadMetadata.parallelism.fsdp {fsdp} must divide dp"
+    given = shape.get("rank_count") if shape else None
+    if given is not None and product is not None and given != product:
+        return f"workloadMetadata.shape.rank_count {given} differs from"
+    declared_count, refusal = rank_count_model(shape or {}, parallelism or {})
+    if refusal is not None:
+        return refusal
+    if declared_count != held:
+        declares = "no rank count" if declared_count is None else f"rank count {declared_count}"
+        return f"workloadMetadata declares {declares}, but traceset ts_x holds"
+    return None
+
+
+small = st.one_of(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8), rank_values)
+promotion_metadata = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            **{name: st.one_of(st.text(max_size=8), scalars) for name in TEXTS},
+            "shape": st.one_of(
+                members,
+                st.dictionaries(
+                    st.sampled_from([*SHAPE_NUMBERS, "rankCount", "other"]), small, max_size=4
+                ),
+            ),
+            "parallelism": st.one_of(
+                members,
+                st.dictionaries(st.sampled_from([*PROMOTION_DEGREES, "x"]), small, max_size=4),
+            ),
+            "workloadFamily": json_values,
+        },
+    ),
+    # Mostly well-formed: the degree, divisibility and product rules get their turn.
+    st.fixed_dictionaries(
+        {
+            "parallelism": st.dictionaries(
+                st.sampled_from(PROMOTION_DEGREES), st.integers(1, 8), min_size=1, max_size=4
+            )
+        },
+        optional={
+            "shape": st.dictionaries(
+                st.sampled_from(["rank_count", "rankCount", "seq_len"]),
+                st.sampled_from([1, 2, 4, 8, 16, 64]),
+                max_size=2,
+            ),
+            "workload_family": st.text(max_size=8),
+        },
+    ),
+)
+
+
+@seed(15)
+@settings(max_examples=1500, deadline=None)
+@given(metadata=promotion_metadata, held=st.sampled_from(["declared", None, 1, 8, 64]))
+def test_promotion_gives_the_models_verdict(metadata: Any, held: Any) -> None:
+    if held == "declared":  # the count the metadata declares: the guard lets it pass
+        parts = metadata if type(metadata) is dict else {}
+        shape, parallelism = parts.get("shape"), parts.get("parallelism")
+        held = rank_count_model(
+            shape if type(shape) is dict else {},
+            parallelism if type(parallelism) is dict else {},
+        )[0]
+    refusal = promotion_model(metadata, held)
+    try:
+        check_promotion_metadata(metadata, traceset_id="ts_x", held_rank_count=held)
+    except UnprocessableEntity as exc:
+        assert refusal is not None, f"refused {metadata!r}: {exc.message}"
+        assert exc.message.startswith(refusal), (exc.message, refusal)
+    else:
+        assert refusal is None, f"accepted {metadata!r}; the model says {refusal!r}"
