@@ -169,6 +169,16 @@ SHAPE_NUMBERS = ["rank_count", "global_batch_size", "seq_len", "num_microbatches
 PROMOTION_DEGREES = [*DEGREES, "cp", "fsdp"]
 
 
+def numbers_refusal(member: str, value: Any, names: list[str]) -> str | None:
+    """Why ``value`` is not an object whose ``names`` are whole numbers (first one first)."""
+    if type(value) is not dict:
+        return f"workloadMetadata.{member} must be an object or null"
+    for name in names:
+        if value.get(name) is not None and not whole(value[name]):
+            return f"workloadMetadata.{member}.{name} must be a whole number of at least 1"
+    return None
+
+
 def promotion_model(metadata: Any, held: int | None) -> str | None:
     """None when promotion accepts ``metadata`` for a traceset holding rank count ``held``,
     else the start of its message: SPEC 6's rules, member by member in the model's order."""
@@ -179,22 +189,18 @@ def promotion_model(metadata: Any, held: int | None) -> str | None:
             return f"workloadMetadata.{name} must be a string"
     shape, parallelism = metadata.get("shape"), metadata.get("parallelism")
     if shape is not None:
-        if type(shape) is not dict:
-            return "workloadMetadata.shape must be an object or null"
-        for name in SHAPE_NUMBERS:
-            if shape.get(name) is not None and not whole(shape[name]):
-                return f"workloadMetadata.shape.{name} must be a whole number of at least 1"
+        refusal = numbers_refusal("shape", shape, SHAPE_NUMBERS)
+        if refusal:
+            return refusal
         declared = shape.get("rankCount")
         given = shape.get("rank_count")
         if given is not None and type(declared) is int and given != declared:
             return "workloadMetadata.shape.rank_count"
     product = None
     if parallelism is not None:
-        if type(parallelism) is not dict:
-            return "workloadMetadata.parallelism must be an object or null"
-        for name in PROMOTION_DEGREES:
-            if parallelism.get(name) is not None and not whole(parallelism[name]):
-                return f"workloadMetadata.parallelism.{name} must be a whole number of at least 1"
+        refusal = numbers_refusal("parallelism", parallelism, PROMOTION_DEGREES)
+        if refusal:
+            return refusal
         degrees = [parallelism[d] for d in DEGREES if parallelism.get(d) is not None]
         if not degrees:
             return "workloadMetadata.parallelism must hold at least one of dp, tp, sp, ep, pp"
