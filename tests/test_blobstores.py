@@ -298,6 +298,19 @@ def test_staged_uploads_names_the_sessions_holding_staged_bytes(harness: Harness
     assert set(store.staged_uploads()) == set()
 
 
+def test_discard_upload_removes_an_upload_known_only_by_its_id(harness: Harness) -> None:
+    store = harness.store
+    orphan = harness.stage(10, PART + 1)
+    kept = harness.stage(10)
+    harness.put_all(orphan[1], _bytes(PART + 1))
+    store.discard_upload(orphan[0].upload_id)
+    assert set(store.staged_uploads()) == {kept[0].upload_id}
+    assert all(store.list_parts(staged) == {} for staged in orphan)
+    store.discard_upload(orphan[0].upload_id)  # harmless when there is nothing left
+    store.discard_staging(kept[0])
+    harness.store.check()
+
+
 # --- S3: completion cut off between its steps, then retried ---
 
 

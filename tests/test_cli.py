@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from tests.conftest import TESTDATA, FakeClock
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
 from tracestore.cli.output import NEXT_STEPS, with_url
+from tracestore.client import Client
 from tracestore.errors import ERRORS_BY_CODE
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
@@ -195,11 +197,28 @@ def test_the_local_service_and_its_admin_token_are_found_in_the_data_dir(
     assert stale.exit_code == 2 and "is not running" in stale.stderr
 
 
-def test_network_error_exits_1() -> None:
-    result = CliRunner().invoke(main, ["ls", "--url", "http://127.0.0.1:9", "--token", "t"])
+def test_network_error_says_it_waits_then_exits_1() -> None:
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        main,
+        ["ls", "--url", "http://127.0.0.1:9", "--token", "t"],
+        env={"TRACESTORE_RETRY_SECONDS": "1.5"},
+    )
     assert result.exit_code == 1
-    assert "Cannot reach http://127.0.0.1:9" in result.stderr
+    assert time.monotonic() - started >= 1.5  # it kept trying, as through a restart
+    assert "Waiting for the service (Cannot reach http://127.0.0.1:9" in result.stderr
+    assert "Cannot reach http://127.0.0.1:9" in result.stderr.splitlines()[-2]
     assert NEXT_STEPS["NETWORK_ERROR"] in result.stderr
+
+
+def test_a_retry_budget_that_is_not_a_number_is_a_usage_error() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["ls", "--url", "http://127.0.0.1:9", "--token", "t"],
+        env={"TRACESTORE_RETRY_SECONDS": "soon"},
+    )
+    assert result.exit_code == 2
+    assert "TRACESTORE_RETRY_SECONDS='soon' is not a number" in result.stderr
 
 
 def test_ls_human_json_filters_and_limit(
@@ -334,3 +353,19 @@ def test_upload_warns_or_with_strict_refuses_when_local_ranks_disagree(
     assert refused.exit_code == 2
     assert "local inspection disagrees with the metadata (--strict)" in refused.stderr
     assert "Uploading" not in refused.stderr
+
+
+def test_resume_of_an_upload_that_completed_answers_its_traceset(
+    run: Any, app_http: TestClient, admin_token: str, traces: Path, meta_file: Path
+) -> None:
+    # A completion whose 201 was lost (the client crashed after sending it).
+    started: list[str] = []
+    with Client("http://testserver", admin_token, http=app_http) as client:
+        traceset = client.upload_traceset(
+            traces,
+            workload_metadata=json.loads(meta_file.read_text()),
+            on_started=lambda session: started.append(session.upload_id),
+        )
+    result = run("upload", "--resume", started[0], str(traces))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split()[:2] == [traceset.id, "ready"]

@@ -39,12 +39,16 @@ class Served:
 
 @contextmanager
 def serving(
-    data_dir: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    data_dir: Path,
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> Iterator[Served]:
-    """``tracestore serve`` on a free port over ``data_dir``, stopped at the end; with
-    ``cwd``, started there without --data-dir (``data_dir`` is then its default one);
-    ``env`` adds to its environment."""
-    port = free_port()
+    """``tracestore serve`` on ``port`` (a free one by default) over ``data_dir``, stopped at
+    the end; with ``cwd``, started there without --data-dir (``data_dir`` is then its default
+    one); ``env`` adds to its environment."""
+    port = port or free_port()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
     base_env["TRACESTORE_PART_SIZE"] = str(PART)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115

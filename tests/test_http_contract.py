@@ -274,3 +274,20 @@ def test_openapi_description_is_valid_and_documents_the_seed_schema(http: TestCl
     for path, operations in document["paths"].items():
         for operation in operations.values():
             assert "HTTPValidationError" not in str(operation.get("responses", {})), path
+
+
+def test_presigned_routes_document_the_errors_they_answer(http: TestClient) -> None:
+    paths = http.get("/openapi.json").json()["paths"]
+    blob_operations = [
+        (path, method, operation)
+        for path, operations in paths.items()
+        if path.startswith("/blobs/")
+        for method, operation in operations.items()
+    ]
+    assert len(blob_operations) == 3
+    for path, method, operation in blob_operations:
+        statuses = set(operation["responses"])
+        assert {"400", "403", "404", "409", "410", "500"} <= statuses, (method, path)
+        assert "401" not in statuses, (method, path)  # no bearer token: a signature
+    content = paths["/blobs/content/{sha256}"]["get"]["responses"]
+    assert {"206", "416"} <= set(content)

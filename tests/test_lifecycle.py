@@ -29,10 +29,11 @@ from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.blobs import LocalBlobStore
-from tracestore.server.lifecycle import SweepReport, sweep
+from tracestore.server.ids import created_at, new_id
+from tracestore.server.lifecycle import ORPHAN_GRACE, SweepReport, sweep
 from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services, build_services
-from tracestore.server.settings import Settings
+from tracestore.server.settings import MIB, Settings
 
 
 def _sha(data: bytes) -> str:
@@ -212,6 +213,28 @@ def test_finished_sessions_leftover_staging_is_cleaned(
     (leftover / "00001.abc").write_bytes(b"stale")
     assert sweep(services).cleaned_staging == 1
     assert not leftover.exists()
+
+
+def test_staging_the_database_never_recorded_is_collected_after_a_grace(
+    http: TestClient, services: Services, clock: FakeClock
+) -> None:
+    # What start_upload leaves when its process is killed between staging and commit.
+    orphan_id = new_id("upload", now=clock().timestamp())
+    for position in range(3):
+        services.store.stage_file(orphan_id, position, 100, 5 * MIB, None)
+    live = request_upload(http, {"a.bin": (b"a" * 100, "supporting")}).json()
+    assert sweep(services).cleaned_staging == 0  # it may still be being started
+    clock.advance(seconds=ORPHAN_GRACE.total_seconds() + 1)
+    assert sweep(services).cleaned_staging == 1
+    assert set(services.store.staged_uploads()) == {live["uploadId"]}
+    assert not (services.settings.data_dir / "blobs" / "staging" / orphan_id).exists()
+
+
+def test_ids_tell_when_they_were_made() -> None:
+    moment = datetime(2026, 5, 1, 12, 30, 15, tzinfo=UTC)
+    assert created_at(new_id("upload", now=moment.timestamp())) == moment
+    assert created_at("upload_not-an-id") is None
+    assert created_at("upload_" + "z" * 27) is None
 
 
 def test_sweeper_with_the_bytes_in_s3_aborts_staging_and_deletes_objects(

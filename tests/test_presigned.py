@@ -10,7 +10,13 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tracestore.errors import Forbidden, ValidationError
-from tracestore.server.presigned import PartGrant, RequestOrigin, UrlSigner, request_base_url
+from tracestore.server.presigned import (
+    PartGrant,
+    RequestOrigin,
+    UrlSigner,
+    redacted,
+    request_base_url,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EXPIRES = int(NOW.timestamp()) + 60
@@ -104,3 +110,15 @@ def test_forwarded_headers_count_only_from_a_trusted_proxy() -> None:
 def test_a_malformed_host_is_a_validation_error(origin: RequestOrigin, named: str) -> None:
     with pytest.raises(ValidationError, match=named):
         request_base_url(origin)
+
+
+def test_redacted_removes_every_signature_and_keeps_the_rest() -> None:
+    signer = UrlSigner(b"key")
+    path = signer.part_path(PartGrant("upload_a", 0, 1, 100, 100, EXPIRES))
+    signature = _query(path)["signature"]
+    shown = redacted("http://h" + path)
+    assert signature not in shown
+    assert shown.startswith("http://h/blobs/parts/upload_a/0/1?size=100")
+    assert "signature=REDACTED" in shown
+    assert redacted("/x?a=1&signature=s&b=2") == "/x?a=1&signature=REDACTED&b=2"
+    assert redacted("/api/v1/tracesets?next=abc") == "/api/v1/tracesets?next=abc"

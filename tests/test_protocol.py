@@ -23,6 +23,7 @@ import uvicorn
 from starlette.requests import ClientDisconnect
 
 from tests.ports import free_port
+from tracestore.server import protocol
 from tracestore.server.protocol import HTTP_PROTOCOL, BodyProtocol, _run_pump, receive_into
 
 
@@ -278,3 +279,53 @@ def test_a_cancelled_receive_returns_only_once_the_sink_is_done() -> None:
 
     asyncio.run(main())
     assert events[-1] == "cancelled" and events[-2] == "sink end"
+
+
+def test_idle_bodies_hold_no_thread_and_other_bodies_keep_flowing(
+    served: tuple[int, HashingApp],
+) -> None:
+    # More senders than there are body threads, each stopped after one byte of its body.
+    port, app = served
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(100)]
+    try:
+        for sock in idle:
+            sock.sendall(put_head("/sink", 1_000_000) + b"x")
+        time.sleep(0.5)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(3):
+            body = os.urandom(2 * 1024 * 1024)
+            assert put(conn, "/sink", body) == expected(body)
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while app.events.count("disconnect") < len(idle):
+        assert time.monotonic() < deadline, app.events
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("limits", "pause"),
+    [
+        ({"MIN_RATE": 50_000, "RATE_GRACE": 0.5}, 0.1),  # ~10 kB/s: too slow
+        ({"MIN_RATE": 1, "BODY_DEADLINE": 1.0}, 0.01),  # fast enough, but never ends
+    ],
+)
+def test_a_body_that_trickles_is_cut_off(
+    served: tuple[int, HashingApp],
+    monkeypatch: pytest.MonkeyPatch,
+    limits: dict[str, float],
+    pause: float,
+) -> None:
+    port, app = served
+    for name, value in limits.items():
+        monkeypatch.setattr(protocol, name, value)
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(put_head("/sink", 10_000_000))
+        with contextlib.suppress(OSError):  # the server closes the connection on us
+            while "disconnect" not in app.events and time.monotonic() - started < 10:
+                sock.sendall(b"x" * 1000)
+                time.sleep(pause)
+    assert "disconnect" in app.events
+    assert time.monotonic() - started < 5

@@ -457,3 +457,17 @@ def test_record_counts_waits_for_the_background_removal_of_staging(
 
     services.run_in_background(remove_later)
     assert record_counts(services)["files on disk"] == settled["files on disk"]
+
+
+def test_resume_of_a_completed_session_answers_its_ready_traceset_and_no_urls(
+    http: TestClient,
+) -> None:
+    files = {"a.bin": (b"a" * 100, "supporting")}
+    answer = request_upload(http, files).json()
+    done = complete(http, answer["uploadId"], put_parts(http, answer, files))
+    assert done.status_code == 201, done.text
+    resumed = http.get(f"/api/v1/tracesets/upload-url/{answer['uploadId']}")
+    assert resumed.status_code == 200, resumed.text
+    view = resumed.json()
+    assert (view["state"], view["tracesetId"]) == ("completed", done.json()["id"])
+    assert [(f["name"], f["parts"]) for f in view["files"]] == [("a.bin", [])]

@@ -9,6 +9,19 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+# The most of a given value an error message repeats: a message never echoes a huge input.
+QUOTE_LIMIT = 80
+
+
+def shortened(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters (``…`` marks the cut), for an error message."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def quoted(value: str, limit: int = QUOTE_LIMIT) -> str:
+    """``value`` as an error message quotes it: ``repr`` of it, ``shortened``."""
+    return shortened(repr(value), limit)
+
 
 class TracestoreError(Exception):
     """Base of every error tracestore reports; carries status, code, message, request id."""
@@ -93,6 +106,13 @@ class PayloadTooLarge(TracestoreError):
     code = "PAYLOAD_TOO_LARGE"
 
 
+class TooManyRequests(TracestoreError):
+    """Too many requests of one kind at once (part bodies of one upload); retry later."""
+
+    status = 429
+    code = "TOO_MANY_REQUESTS"
+
+
 class UnprocessableEntity(TracestoreError):
     """The request is well-formed but its content fails a semantic check (422)."""
 
@@ -134,6 +154,7 @@ ERRORS_BY_CODE: dict[str, type[TracestoreError]] = {
         PreconditionFailed,
         PayloadTooLarge,
         UnprocessableEntity,
+        TooManyRequests,
         InternalError,
         NotImplementedByService,
         ServiceUnavailable,

@@ -32,9 +32,34 @@ class RawJSON(str):
     """A fragment of JSON text to be embedded verbatim by ``dumps``."""
 
 
+class NestedTooDeeply(ValueError):
+    """JSON nested deeper than the parser's recursion allows (``loads``)."""
+
+
 def loads(text: str | bytes) -> Any:
-    """Parse JSON, keeping the text of every non-integer number (see ``RawNumber``)."""
-    return json.loads(text, parse_float=RawNumber, parse_constant=_refuse_constant)
+    """Parse JSON, keeping the text of every non-integer number (see ``RawNumber``).
+    Raises ``ValueError`` for text that is not JSON (``NestedTooDeeply`` for nesting the
+    parser cannot follow)."""
+    try:
+        return json.loads(text, parse_float=RawNumber, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise NestedTooDeeply("it is nested too deeply") from None
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep arrays and objects nest in ``value`` (a scalar is 0, ``[[]]`` is 2); without
+    recursion, so any depth ``loads`` returns can be measured."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth + 1)
+        pending.extend((member, depth + 1) for member in item)
+    return deepest
 
 
 def _refuse_constant(name: str) -> Any:

@@ -7,6 +7,7 @@ models are what ``GET`` answers and what the client returns.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -63,6 +64,32 @@ def file_name_problem(name: str) -> str | None:
             bad = sorted({ch for ch in segment if not _SEGMENT.fullmatch(ch)})
             return f"contains characters outside [A-Za-z0-9._+=@-]: {''.join(bad)!r}"
     return None
+
+
+def name_collision(names: Iterable[str]) -> str | None:
+    """Why two of ``names`` cannot both be files of one directory tree, naming both: one is
+    a directory of the other (``a`` and ``a/b``), or they differ only by case (one file on
+    a case-insensitive file system); None when no two collide."""
+    files: dict[str, str] = {}  # case-folded name -> name
+    directories: dict[str, str] = {}  # case-folded directory -> a name inside it
+    for name in names:
+        key = name.casefold()
+        if key in files and files[key] != name:
+            return f"File names {files[key]!r} and {name!r} differ only by case"
+        if key in directories:
+            return _file_and_directory(name, directories[key])
+        files[key] = name
+        segments = key.split("/")
+        for depth in range(1, len(segments)):
+            directory = "/".join(segments[:depth])
+            if directory in files:
+                return _file_and_directory(files[directory], name)
+            directories.setdefault(directory, name)
+    return None
+
+
+def _file_and_directory(file: str, inside: str) -> str:
+    return f"File names {file!r} and {inside!r} collide: {file!r} cannot be a file and a directory"
 
 
 class WireModel(BaseModel):
@@ -220,6 +247,9 @@ class UploadRequest(RequestModel):
             if spec.name in seen:
                 raise ValueError(f"File name {spec.name!r} appears more than once")
             seen.add(spec.name)
+        collision = name_collision(seen)
+        if collision:
+            raise ValueError(collision)
         return files
 
 
@@ -239,7 +269,10 @@ class UploadFileUrls(WireModel):
     name: str
     size: int
     part_urls_expire_at: Timestamp
-    parts: list[PartUrl] = Field(description="Parts still to send, each with its URL")
+    parts: list[PartUrl] = Field(
+        description="Parts still to send, each with its URL: the first few of them (a page; "
+        "the resume route answers the next), or none once the session is completed"
+    )
     received_parts: list[ReceivedPart] = Field(
         default_factory=list, description="Parts the store already holds (resume)"
     )

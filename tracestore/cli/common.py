@@ -5,6 +5,7 @@ before an upload, and the error exit."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,8 +22,8 @@ from tracestore.cli.local_service import (
     read_service,
     same_service,
 )
-from tracestore.cli.output import error_lines
-from tracestore.client import Client
+from tracestore.cli.output import error_lines, waiting_notice
+from tracestore.client import Client, RetryPolicy
 from tracestore.client.transfers import collect_files
 from tracestore.errors import TracestoreError
 from tracestore.inspect import inspect_path, rank_census
@@ -74,6 +75,17 @@ def given_url() -> str | None:
     return context.meta.get(_GIVEN_URL) if context is not None else None
 
 
+def retry_policy() -> RetryPolicy:
+    """The client's retries, saying when they wait; ``TRACESTORE_RETRY_SECONDS`` (default
+    60) is how long a command keeps retrying a service that fails or cannot be reached."""
+    given = os.environ.get("TRACESTORE_RETRY_SECONDS")
+    try:
+        patience = float(given) if given else RetryPolicy.patience
+    except ValueError:
+        raise click.UsageError(f"TRACESTORE_RETRY_SECONDS={given!r} is not a number") from None
+    return RetryPolicy(patience=patience, on_wait=waiting_notice())
+
+
 def connection(command: F) -> F:
     """Adds --url and --token and turns them into a ``Client`` passed as ``client``."""
 
@@ -93,7 +105,7 @@ def connection(command: F) -> F:
         # Tests hand in an httpx client on the app in-process: ``main(obj={"http": ...})``.
         http = context.obj.get("http") if isinstance(context.obj, dict) else None
         url, token = resolve_connection(url, token)
-        with Client(url, token, http=http) as client:
+        with Client(url, token, http=http, retry=retry_policy()) as client:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:

@@ -6,6 +6,7 @@ import re
 import shlex
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from tracestore import jsontext, schemas
-from tracestore.client.transfers import ProgressCallback, ProgressEvent
+from tracestore.client.transfers import ProgressCallback, ProgressEvent, RetryWait
 from tracestore.errors import TracestoreError, UploadIncomplete
 
 # One line per error code: what to do next. The message itself comes from the service.
@@ -35,6 +36,8 @@ NEXT_STEPS: dict[str, str] = {
     "PAYLOAD_TOO_LARGE": "A file is larger than declared (did it change?); upload it again.",
     "UNPROCESSABLE_ENTITY": "Fix the workload metadata as the message says: snake_case "
     "descriptive members, and the same rank count as at upload.",
+    "TOO_MANY_REQUESTS": "The service limits how many parts of one upload arrive at once; "
+    "retry, or lower --concurrency.",
     "INTERNAL_ERROR": "The service failed; retry, or give its operator the request id.",
     "NOT_IMPLEMENTED": "The service deliberately does not offer this route.",
     "SERVICE_UNAVAILABLE": "The service's database or blob store is down; retry later.",
@@ -171,6 +174,28 @@ class Reporter:
 
     progress: ProgressCallback | None = None
     note: Callable[[str], None] = field(default=lambda text: click.echo(text, err=True))
+
+
+def waiting_notice(every: float = 5.0) -> Callable[[RetryWait], None]:
+    """What a command says while its requests wait to be retried (a service restarting):
+    one line on stderr, at most every ``every`` seconds, however many transfers wait."""
+    lock = threading.Lock()
+    last = -every
+
+    def notice(wait: RetryWait) -> None:
+        nonlocal last
+        with lock:
+            now = time.monotonic()
+            if now - last < every:
+                return
+            last = now
+        click.echo(
+            f"Waiting for the service ({wait.reason.message}); try {wait.attempt} "
+            f"in {wait.delay:.1f} s",
+            err=True,
+        )
+
+    return notice
 
 
 @contextmanager

@@ -86,6 +86,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
     """Run the traceset service (SQLite and a local blob directory unless configured)."""
     import uvicorn
 
+    from tracestore.server.accesslog import log_config
     from tracestore.server.app import create_app
     from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
     from tracestore.server.protocol import HTTP_PROTOCOL
@@ -113,7 +114,12 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
     )
     click.echo(_handed_out_urls(settings), err=True)
     # Forwarded headers are the app's to judge (TRACESTORE_TRUSTED_PROXIES), not uvicorn's.
-    options: dict[str, Any] = {"log_level": "info", "http": HTTP_PROTOCOL, "proxy_headers": False}
+    options: dict[str, Any] = {
+        "log_level": "info",
+        "log_config": log_config(),  # the access log without signatures
+        "http": HTTP_PROTOCOL,
+        "proxy_headers": False,
+    }
     record = record_service(settings.data_dir, url)
     # uvicorn re-raises the signal it stopped on; as an exception, the record is removed.
     signal.signal(signal.SIGTERM, _exit_on_signal)

@@ -11,7 +11,15 @@ from tracestore.client.transfers import (
     ProgressCallback,
     ProgressEvent,
     RetryPolicy,
+    RetryWait,
     UploadInterrupted,
 )
 
-__all__ = ["Client", "ProgressCallback", "ProgressEvent", "RetryPolicy", "UploadInterrupted"]
+__all__ = [
+    "Client",
+    "ProgressCallback",
+    "ProgressEvent",
+    "RetryPolicy",
+    "RetryWait",
+    "UploadInterrupted",
+]

@@ -40,6 +40,7 @@ from tracestore.client.uploader import Uploader, received_parts
 from tracestore.errors import (
     Conflict,
     InternalError,
+    TracestoreError,
     ValidationError,
 )
 
@@ -153,7 +154,9 @@ class Client:
         if body is not None:
             content = body_text(body)
             headers["Content-Type"] = "application/json"
-        for attempt in range(self.retry.attempts):
+        attempt = 0
+        failing_since: float | None = None
+        while True:
             try:
                 response = self.http.request(
                     method,
@@ -169,17 +172,21 @@ class Client:
             except httpx.TransportError as exc:
                 # A request that never connected was never seen: safe to send again.
                 retriable = idempotent or isinstance(exc, httpx.ConnectError)
-                if not retriable or attempt + 1 == self.retry.attempts:
-                    raise network_error(exc, url) from None
+                error: TracestoreError = network_error(exc, url)
+                failing_since = failing_since or time.monotonic()
+                if not retriable or self.retry.gives_up(attempt, failing_since):
+                    raise error from None
             else:
                 if response.status_code < 400:
                     return response
+                error = api_error(response)
+                failing_since = failing_since or time.monotonic()
                 if not (idempotent and response.status_code in RETRY_STATUSES):
-                    raise api_error(response)
-                if attempt + 1 == self.retry.attempts:
-                    raise api_error(response)
-            time.sleep(self.retry.delay(attempt))
-        raise AssertionError("unreachable")
+                    raise error
+                if self.retry.gives_up(attempt, failing_since):
+                    raise error
+            self.retry.wait(attempt, error)
+            attempt += 1
 
     def _uploader(self) -> Uploader:
         # Built per upload: ``http`` and ``retry`` are the client's as they are now.
@@ -332,9 +339,13 @@ class Client:
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
         return _answer(response, schemas.UploadUrlResponse)
 
-    def resume_upload(self, upload_id: str) -> schemas.UploadSessionResponse:
-        """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the rest."""
-        response = self._call("GET", f"{API}/upload-url/{_segment(upload_id)}")
+    def resume_upload(
+        self, upload_id: str, file: str | None = None, from_part: int = 1
+    ) -> schemas.UploadSessionResponse:
+        """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the
+        first parts missing (a page); with ``file``, that file's from ``from_part`` on."""
+        params = [("file", file), ("fromPart", str(from_part))] if file is not None else None
+        response = self._call("GET", f"{API}/upload-url/{_segment(upload_id)}", params=params)
         return _answer(response, schemas.UploadSessionResponse)
 
     def complete_upload(
@@ -396,10 +407,11 @@ class Client:
         is checked locally first (the service's own rules). Parts go out ``concurrency`` at a
         time, retried on network errors and 5xx; each file is hashed as its parts are sent
         and its SHA-256 goes with the completion, so the service verifies every byte it
-        stored. ``resume_upload_id`` finishes an earlier, interrupted upload of the
-        same files. ``on_started`` is called with the session once it exists (its
-        ``upload_id`` is what resumes it). Raises ``UploadIncomplete`` (with the upload id) if
-        it cannot finish, and ``UploadInterrupted`` on Ctrl-C.
+        stored. ``resume_upload_id`` finishes an earlier, interrupted upload of the same
+        files (or, if it completed after all, returns its traceset). ``on_started`` is called
+        with the session once it exists (its ``upload_id`` is what resumes it). Raises
+        ``UploadIncomplete`` (with the upload id) if it cannot finish, and
+        ``UploadInterrupted`` on Ctrl-C.
         """
         given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         files = collect_files(given, role) + collect_files(supporting, "supporting")
@@ -408,7 +420,10 @@ class Client:
         check_names(files)
         if resume_upload_id is not None:
             session = self.resume_upload(resume_upload_id)
-            received = received_parts(session, files)
+            received = received_parts(session, files)  # checks they are the session's files
+            if session.state == "completed":
+                # Completed by an earlier run whose answer was lost: the traceset is ready.
+                return self.get_traceset(session.traceset_id)
             if on_started:
                 on_started(session)
             return self._uploader().send_and_complete(

@@ -17,7 +17,7 @@ import httpx
 
 from tracestore import schemas
 from tracestore.client.transfers import ProgressCallback, RetryPolicy, download_to
-from tracestore.errors import IntegrityError
+from tracestore.errors import IntegrityError, ValidationError
 
 DownloadUrlCall = Callable[[str, str], schemas.DownloadAnswer]
 
@@ -68,6 +68,10 @@ class Downloader:
             # Never write outside ``root``, whatever name a service answers.
             if schemas.file_name_problem(entry.name):
                 raise IntegrityError(f"The service answered an unsafe file name {entry.name!r}")
+        # Stored before the service refused such names: one would overwrite the other.
+        collision = schemas.name_collision(entry.name for entry in wanted)
+        if collision:
+            raise ValidationError(f"{collision}; download one of them at a time, to another path")
         total = sum(f.size for f in wanted)
         stop = threading.Event()
         pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ts-get")

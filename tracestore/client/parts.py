@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,11 +163,13 @@ def put_part(
 ) -> str:
     """PUT one part, hashing its bytes as they go, retrying network errors and 5xx with
     backoff; the ETag it answered. A 403 (the URL expired during a long upload) is retried
-    once with a fresh URL."""
-    url = job.url
+    once with a fresh URL; a job without a URL asks ``fresh_url`` for its first."""
+    url = job.url or fresh_url(job)
     refreshed = False
     last: TracestoreError | None = None
-    for attempt in range(retry.attempts):
+    attempt = 0
+    failing_since: float | None = None
+    while True:
         sent = 0
         transfer = job.digest.transfer(job.part_number)
 
@@ -216,7 +219,9 @@ def put_part(
             progress(ProgressEvent("upload", job.file.name, -sent, total))
         if stop.is_set():
             raise Stopped
-        if attempt + 1 < retry.attempts:
-            stop.wait(retry.delay(attempt))
-    assert last is not None
-    raise last
+        assert last is not None
+        failing_since = failing_since or time.monotonic()
+        if retry.gives_up(attempt, failing_since):
+            raise last
+        retry.wait(attempt, last, stop)
+        attempt += 1

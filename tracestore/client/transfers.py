@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal, NamedTuple
 
@@ -59,17 +59,49 @@ class UploadInterrupted(KeyboardInterrupt):
         self.traceset_id = traceset_id
 
 
+class RetryWait(NamedTuple):
+    """A retry about to wait: why (the error of the try that failed), which try comes next
+    (2 for the first retry), and the seconds until it."""
+
+    reason: TracestoreError
+    attempt: int
+    delay: float
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently to retry a network error or a 5xx answer."""
+    """How often and how patiently to retry a network error or a 5xx answer: with backoff,
+    until ``attempts`` tries or until it has failed for ``patience`` seconds, whichever comes
+    first. The default rides out a service restart of half a minute. ``on_wait`` hears of
+    every wait (the command line says it is waiting)."""
 
-    attempts: int = 6
-    base_delay: float = 0.1
-    max_delay: float = 15.0
+    attempts: int = 100
+    base_delay: float = 0.25
+    max_delay: float = 5.0
+    patience: float = 60.0
+    on_wait: Callable[[RetryWait], None] | None = field(default=None, compare=False)
 
     def delay(self, attempt: int) -> float:
         """Exponential backoff with full jitter, so parallel retries do not march in step."""
         return random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
+
+    def gives_up(self, attempt: int, failing_since: float) -> bool:
+        """Whether try ``attempt`` (from 0), which just failed, was the last: the tries are
+        used up, or the first failure was ``patience`` seconds ago (``failing_since``, by
+        ``time.monotonic()``; a try that takes long is not failing while it runs)."""
+        return attempt + 1 >= self.attempts or time.monotonic() - failing_since >= self.patience
+
+    def wait(
+        self, attempt: int, reason: TracestoreError, stop: threading.Event | None = None
+    ) -> None:
+        """Sleep before try ``attempt + 1`` (cut short when ``stop`` is set)."""
+        delay = self.delay(attempt)
+        if self.on_wait is not None:
+            self.on_wait(RetryWait(reason, attempt + 2, delay))
+        if stop is not None:
+            stop.wait(delay)
+        else:
+            time.sleep(delay)
 
 
 def api_error(response: httpx.Response) -> TracestoreError:
@@ -152,7 +184,8 @@ def _local(name: str, path: Path, role: schemas.Role) -> LocalFile:
 
 
 def check_names(files: Sequence[LocalFile]) -> None:
-    """Refuse names the service would refuse, and duplicates, before any request is made."""
+    """Refuse names the service would refuse (duplicates and names that collide on disk
+    included) before any request is made."""
     seen: dict[str, Path] = {}
     for file in files:
         problem = schemas.file_name_problem(file.name)
@@ -163,6 +196,9 @@ def check_names(files: Sequence[LocalFile]) -> None:
                 f"File name {file.name!r} is given twice: {seen[file.name]} and {file.path}"
             )
         seen[file.name] = file.path
+    collision = schemas.name_collision(seen)
+    if collision:
+        raise ValidationError(collision)
 
 
 def sha256_of(path: Path) -> str:
@@ -289,7 +325,9 @@ def download_to(
     current = url()
     last: TracestoreError | None = None
     attempt = 0
+    failing_since: float | None = None
     while sink.have < size or (size == 0 and not partial.exists()):
+        had = sink.have
         headers = {"Range": f"bytes={sink.have}-"} if sink.have else {}
         try:
             request = http.build_request(
@@ -315,7 +353,7 @@ def download_to(
         except NetworkError as exc:
             last = exc
         except TracestoreError as exc:
-            if exc.status == 403 and attempt < retry.attempts:
+            if exc.status == 403 and attempt + 1 < retry.attempts:
                 current, last = url(), exc
             elif exc.status in RETRY_STATUSES:
                 last = exc
@@ -324,10 +362,13 @@ def download_to(
         finally:
             sink.close()
         if last is not None:
-            attempt += 1
-            if attempt >= retry.attempts:
+            if sink.have > had:  # bytes came: failing starts anew
+                attempt, failing_since = 0, None
+            failing_since = failing_since or time.monotonic()
+            if retry.gives_up(attempt, failing_since):
                 raise last
-            time.sleep(retry.delay(attempt))
+            retry.wait(attempt, last, stop)
+            attempt += 1
     if sha256 is not None and sink.digest.hexdigest() != sha256:
         partial.unlink(missing_ok=True)
         raise IntegrityError(

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 
@@ -26,7 +27,16 @@ from tracestore.client.transfers import (
 from tracestore.errors import IntegrityError, TracestoreError, UploadIncomplete, ValidationError
 from tracestore.filedigest import FileDigest
 
-ResumeCall = Callable[[str], schemas.UploadSessionResponse]
+
+class ResumeCall(Protocol):
+    """``Client.resume_upload``: the session, or with ``file`` that file's next page of part
+    URLs from ``from_part`` on."""
+
+    def __call__(
+        self, upload_id: str, file: str | None = None, from_part: int = 1
+    ) -> schemas.UploadSessionResponse: ...
+
+
 CompleteCall = Callable[[str, Mapping[str, Mapping[int, str]], Mapping[str, str]], schemas.Traceset]
 
 
@@ -133,12 +143,17 @@ class Uploader:
         fresh: dict[tuple[str, int], str] = {}
 
         def fresh_url(job: PartJob) -> str:
+            # A part past the page of URLs an answer carried, or whose URL expired: the
+            # resume route answers the next page. Each URL is handed out once, so one
+            # that expires again asks anew.
+            key = (job.file.name, job.part_number)
             with lock:
-                if (job.file.name, job.part_number) not in fresh:
-                    for entry in self.resume(session.upload_id).files:
+                if key not in fresh:
+                    page = self.resume(session.upload_id, job.file.name, job.part_number)
+                    for entry in page.files:
                         for part in entry.parts:
                             fresh[(entry.name, part.part_number)] = part.url
-                url = fresh.get((job.file.name, job.part_number))
+                url = fresh.pop(key, None)
             if url is None:
                 raise IntegrityError(f"Part {job.part_number} of {job.file.name} has no URL")
             return url
@@ -207,8 +222,7 @@ def _part_jobs(
         urls = {p.part_number: p.url for p in entry.parts}
         held = received.get(entry.name, {})
         for number in range(1, digest.part_count + 1):
-            if number not in urls and number not in held:
-                raise IntegrityError(f"Part {number} of {entry.name} has no URL")
+            # A part without a URL (past the answer's page) gets one when its turn comes.
             job = PartJob(
                 file,
                 digest,
@@ -216,7 +230,7 @@ def _part_jobs(
                 (number - 1) * digest.part_size,
                 digest.part_length(number),
                 urls.get(number, ""),
-                None if number in urls else held[number],
+                None if number in urls else held.get(number),
             )
             jobs.append((number, index, job))
     jobs.sort(key=lambda item: item[:2])

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from tracestore import __version__, schemas
 from tracestore.errors import (
@@ -23,6 +24,7 @@ from tracestore.errors import (
     InternalError,
     PayloadTooLarge,
     TracestoreError,
+    ValidationError,
 )
 from tracestore.server import lifecycle, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
@@ -55,10 +57,15 @@ def new_request_id() -> str:
 
 
 def error_response(request_id: str, status: int, code: str, message: str) -> JSONResponse:
+    headers = {"X-Request-Id": request_id}
+    if status >= 500:
+        # uvicorn drops the connection after an unexpected error (and a request's body may
+        # be unread): say so, or the client's next request on it is reset.
+        headers["Connection"] = "close"
     return JSONResponse(
         {"error": {"code": code, "message": message, "requestId": request_id}},
         status_code=status,
-        headers={"X-Request-Id": request_id},
+        headers=headers,
     )
 
 
@@ -138,6 +145,14 @@ def install_error_handlers(app: FastAPI) -> None:
             message = str(exc.detail)
         status = exc.status_code if exc.status_code in ERRORS_BY_STATUS else 500
         return error_response(_request_id(request), status, cls.code, message)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # A client that goes away mid-body (a dropped part PUT) is its own business, not a
+        # server error: one line, no traceback. Nobody reads the answer.
+        log.info("request %s: the client went away mid-body", _request_id(request))
+        gone = ValidationError("The connection closed before the request body was complete")
+        return await domain_error(request, gone)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

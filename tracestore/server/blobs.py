@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import quote
 
-from tracestore.errors import ValidationError
+from tracestore.errors import ValidationError, quoted
 from tracestore.server.presigned import PartGrant, UrlSigner
 from tracestore.server.staging import (
     CLAIM_FILE,
@@ -122,6 +122,11 @@ class StagingArea(Protocol):
         """Upload ids that hold staged state (for the sweeper's orphan check)."""
         ...
 
+    def discard_upload(self, upload_id: str) -> None:
+        """Remove every staged byte of every file of an upload, knowing only its id (an
+        upload whose process died before the database recorded it); harmless when none."""
+        ...
+
 
 @runtime_checkable
 class ContentStore(Protocol):
@@ -178,6 +183,19 @@ def normalise_etag(etag: str) -> str:
     return etag.strip().strip('"')
 
 
+def private_directory(path: Path) -> None:
+    """Create ``path`` and any missing parents readable by the service's user alone (0700):
+    stored traces are the tenants' data, whatever the umask (``Path.mkdir`` gives parents
+    the default mode)."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+
+
 class LocalBlobStore:
     """Blobs in a directory; the service itself serves the presigned part and download URLs.
 
@@ -191,8 +209,8 @@ class LocalBlobStore:
         self.signer = signer
         self._blobs = self.root / "blobs"
         self._staging = self.root / "staging"
-        self._blobs.mkdir(parents=True, exist_ok=True)
-        self._staging.mkdir(parents=True, exist_ok=True)
+        private_directory(self._blobs)
+        private_directory(self._staging)
         self._digests = StagedDigests()
 
     # --- staging ---
@@ -206,9 +224,11 @@ class LocalBlobStore:
         self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
     ) -> StagedFile:
         directory = self._staging_dir(upload_id, position)
-        directory.mkdir(parents=True, exist_ok=True)
-        # The file's bytes land here, each part at its offset (sparse until written).
-        with open(directory / DATA_FILE, "ab") as data:
+        private_directory(directory)
+        # The file's bytes land here, each part at its offset (sparse until written); the
+        # blob is this file linked, so its mode is the blob's.
+        fd = os.open(directory / DATA_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as data:
             data.truncate(size)
         return StagedFile(upload_id, position, size, part_size)
 
@@ -250,7 +270,7 @@ class LocalBlobStore:
         if not (directory / DATA_FILE).is_file():
             raise ValidationError("The upload session has no staging area; it may have ended")
         part_dir = directory / f"{part_number:05d}"
-        part_dir.mkdir(exist_ok=True)
+        part_dir.mkdir(mode=0o700, exist_ok=True)
         expected = staged.part_length(part_number)
         if length_known:
             claim = part_dir / CLAIM_FILE
@@ -322,7 +342,7 @@ class LocalBlobStore:
         data_path = self._staging_dir(staged.upload_id, staged.position) / DATA_FILE
         target = self.blob_path(blob.sha256)
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(target.parent)
             with contextlib.suppress(FileExistsError):
                 os.link(data_path, target)
 
@@ -338,7 +358,7 @@ class LocalBlobStore:
     def blob_path(self, sha256: str) -> Path:
         """The file that holds a blob's bytes."""
         if not _SHA256.fullmatch(sha256):
-            raise ValidationError(f"Invalid blob id {sha256!r}")
+            raise ValidationError(f"Invalid blob id {quoted(sha256)}")
         return self._blobs / sha256[:2] / sha256[2:4] / sha256
 
     def blob_exists(self, sha256: str) -> bool:
@@ -372,6 +392,13 @@ class LocalBlobStore:
         for entry in os.scandir(self._staging):
             if entry.is_dir():
                 yield entry.name
+
+    def discard_upload(self, upload_id: str) -> None:
+        upload_dir = self._staging_dir(upload_id, 0).parent
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(upload_dir):
+                self._digests.forget(Path(entry.path))
+        shutil.rmtree(upload_dir, ignore_errors=True)
 
 
 def content_disposition(filename: str) -> str:

@@ -22,6 +22,7 @@ from tracestore.errors import (
     Gone,
     PayloadTooLarge,
     ValidationError,
+    quoted,
 )
 from tracestore.server import db
 from tracestore.server.auth import Principal
@@ -100,7 +101,7 @@ def complete_upload(
         traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
         _link_blobs(session, traceset, committed, services.now())
     # The staged bytes go on the background worker rather than in the client's wait (a
-    # process stopped first leaves them to lifecycle.clean_finished_staging).
+    # process stopped first leaves them to lifecycle.clean_leftover_staging).
     services.run_in_background(_discard_staging, services, upload.id, list(stages.values()))
     primary_bytes = sum(f.size for f in files if f.role == "primary")
     schedule_inspection(services, upload.traceset_id, primary_bytes)
@@ -126,9 +127,9 @@ def _check_request(
     named: dict[str, schemas.CompleteFile] = {}
     for item in request.files:
         if item.name not in by_name:
-            raise ValidationError(f"File '{item.name}' is not part of this upload")
+            raise ValidationError(f"File {quoted(item.name)} is not part of this upload")
         if item.name in named:
-            raise ValidationError(f"File '{item.name}' is listed more than once")
+            raise ValidationError(f"File {quoted(item.name)} is listed more than once")
         named[item.name] = item
     missing = [f.name for f in files if f.name not in named]
     if missing:
@@ -231,8 +232,8 @@ def _commit_files(
                 )
             if normalise_etag(part.etag) != normalise_etag(given[number]):
                 raise ValidationError(
-                    f"ETag {given[number]!r} for part {number} of file '{file.name}' does not "
-                    "match the part the store holds; send the ETag the part PUT answered"
+                    f"ETag {quoted(given[number])} for part {number} of file '{file.name}' does "
+                    "not match the part the store holds; send the ETag the part PUT answered"
                 )
             expected = stage.part_length(number)
             if part.size > expected:

@@ -6,8 +6,9 @@ through Alembic migrations in ``migrations/``; ``Database.migrate()`` applies th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -209,9 +210,13 @@ class Database:
         self.url = url
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite"):
-            path = url.split("///", 1)[1] if "///" in url else ""
+            path = url.split("///", 1)[1].partition("?")[0] if "///" in url else ""
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
+                # SQLite would create it under the umask (0644): it holds token hashes and
+                # every tenant's metadata. Its -wal and -shm files take the same mode.
+                with suppress(FileExistsError):
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
             # A server connection can die between uses (restart, idle timeout); a local

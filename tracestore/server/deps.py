@@ -91,3 +91,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (500, "Internal error"),
     )
 }
+
+# The presigned routes (``/blobs``) take no bearer token: the signature is the grant, so a
+# bad one answers 403, never 401.
+PRESIGNED_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: response for status, response in ERROR_RESPONSES.items() if status != 401
+}

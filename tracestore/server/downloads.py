@@ -4,20 +4,22 @@ the archive stream itself, resolve (where the bytes are) and validate (are they 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tracestore import schemas
-from tracestore.errors import Conflict, NotFound
+from tracestore.errors import Conflict, Gone, NotFound, quoted
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import ContentStore
+from tracestore.server.blobs import ContentStore, LocalBlobStore
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.lifecycle import record_use
 from tracestore.server.services import Services
@@ -108,6 +110,27 @@ def open_archive(
         if f.sha256 is not None
     ]
     return ArchiveStream(filename, archive_size(entries), stream_zip(entries))
+
+
+def local_blob(
+    services: Services,
+    store: LocalBlobStore,
+    sha256: str,
+    filename: str,
+    expires: int,
+    signature: str,
+) -> tuple[Path, os.stat_result]:
+    """Check an embedded-store blob URL's signature; the blob's file and its status. Gone
+    when the bytes were purged after the URL was signed."""
+    services.signer.verify_content(sha256, filename, expires, signature, services.now())
+    path = store.blob_path(sha256)
+    try:
+        return path, path.stat()
+    except FileNotFoundError:
+        raise Gone(
+            f"The bytes of {quoted(filename)} are no longer stored (its traceset was deleted "
+            "or expired)"
+        ) from None
 
 
 def _archive_name(name: str, traceset_id: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC, datetime
 
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _EPOCH = 1_400_000_000  # KSUID's epoch, so 32-bit seconds last until 2150
@@ -19,3 +20,16 @@ def new_id(prefix: str, *, now: float | None = None) -> str:
         value, digit = divmod(value, 62)
         chars.append(_ALPHABET[digit])
     return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def created_at(identifier: str) -> datetime | None:
+    """When ``new_id`` made ``identifier`` (to the second), or None when it is not one."""
+    _, _, text = identifier.rpartition("_")
+    if len(text) != _LENGTH or any(ch not in _ALPHABET for ch in text):
+        return None
+    value = 0
+    for ch in text:
+        value = value * 62 + _ALPHABET.index(ch)
+    if value >= 1 << 160:
+        return None
+    return datetime.fromtimestamp((value >> 128) + _EPOCH, UTC)

@@ -23,6 +23,7 @@ from tracestore import schemas
 from tracestore.errors import Gone
 from tracestore.server import db
 from tracestore.server.blobs import StagedFile, StagingArea
+from tracestore.server.ids import created_at
 from tracestore.server.inspection import inspect_abandoned
 from tracestore.server.services import Services
 from tracestore.server.sessions import staged_file
@@ -34,6 +35,9 @@ BATCH = 200
 EXPIRING_STATUSES = ("ready", "upload_failed")
 IN_FLIGHT = ("open", "completing")
 FINISHED = ("completed", "failed", "expired")
+# Staging with no session row is an orphan once this old (by its upload id): far longer
+# than start_upload takes to stage files and commit.
+ORPHAN_GRACE = timedelta(hours=1)
 
 
 # --- TTL ---
@@ -87,7 +91,7 @@ def sweep(services: Services, *, should_stop: Callable[[], bool] = lambda: False
     now = services.now()
     expired = expire_tracesets(services, now, should_stop)
     failed = expire_sessions(services, now, should_stop)
-    cleaned = clean_finished_staging(services)
+    cleaned = clean_leftover_staging(services, now)
     purged, freed, deferred = purge_blobs(services, now, should_stop)
     reinspected = 0 if should_stop() else inspect_abandoned(services)
     return SweepReport(
@@ -165,19 +169,30 @@ def expire_sessions(
     return done
 
 
-def clean_finished_staging(services: Services) -> int:
+def clean_leftover_staging(services: Services, now: datetime) -> int:
     """Staged parts left behind by a finished session (a process stopped before it removed
-    them)."""
+    them), and orphans: staging of an upload the database never recorded (``start_upload``
+    stages before it commits; a process killed in between), once past ``ORPHAN_GRACE``."""
     staging: StagingArea = services.store
     cleaned = 0
     for upload_id in list(staging.staged_uploads()):
         with services.db.session(write=False) as session:
             upload = session.get(db.UploadSession, upload_id)
-            if upload is None or upload.state not in FINISHED:
+            if upload is None:
+                started = created_at(upload_id)
+                # An upload still being started has no row yet either: leave it its time.
+                if started is None or now - started < ORPHAN_GRACE:
+                    continue
+                stages = None
+            elif upload.state in FINISHED:
+                stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
+            else:
                 continue
-            stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
-        for stage in stages:
-            staging.discard_staging(stage)
+        if stages is None:
+            staging.discard_upload(upload_id)
+        else:
+            for stage in stages:
+                staging.discard_staging(stage)
         cleaned += 1
     return cleaned
 

@@ -23,6 +23,13 @@ PREFIX = "/blobs"
 PART = "/parts/{upload_id}/{position}/{part_number}"
 CONTENT = "/content/{sha256}"
 ARCHIVE = "/archive/{traceset_id}"
+_SIGNATURE = re.compile(r"([?&]signature=)[^&#]*")
+
+
+def redacted(target: str) -> str:
+    """A path and query (or URL) without its signature, for a log: a presigned URL's
+    signature is the grant, replayable by whoever reads it until it expires."""
+    return _SIGNATURE.sub(r"\1REDACTED", target)
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,8 @@ class UrlSigner:
 
     def _verify(self, signature: str, expires: int, now: datetime, *fields: str | int) -> None:
         expected = self._sign(expires, *fields)
-        if not hmac.compare_digest(expected, signature):
+        # compare_digest refuses non-ASCII text (TypeError); a signature is ASCII or forged.
+        if not signature.isascii() or not hmac.compare_digest(expected, signature):
             raise Forbidden("The URL signature does not match; request a new URL")
         if now.timestamp() >= expires:
             raise Forbidden("The URL has expired; request a new URL")

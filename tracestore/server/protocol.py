@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +41,15 @@ RECEIVE_INTO = "tracestore.receive_into"
 # What ``tracestore serve`` passes to uvicorn as ``http=`` (a string, so workers load it).
 HTTP_PROTOCOL = "tracestore.server.protocol:BodyProtocol"
 CHUNK = 1024 * 1024
-# A body that makes no progress for this long is given up (and its connection closed).
-IDLE_TIMEOUT = 300.0
+# A body must keep up MIN_RATE on average once its first RATE_GRACE seconds are past, and
+# end within BODY_DEADLINE: a sender that trickles or stalls is cut off (its connection
+# closed) whatever each recv does.
+MIN_RATE = 64 * 1024
+RATE_GRACE = 30.0
+BODY_DEADLINE = 3600.0
+# A body with no bytes waiting for this long gives its thread back and waits for the
+# socket on the event loop: idle senders hold no thread, however many there are.
+PARK_AFTER = 0.1
 
 Sink = Callable[[memoryview], None]
 ReceiveInto = Callable[[Sink], Awaitable[None]]
@@ -55,9 +63,9 @@ def receive_into(scope: dict[str, Any] | Any) -> ReceiveInto | None:
     return extension if callable(extension) else None
 
 
-# Bodies are received on threads of their own: a body holds its thread for as long as its
-# sender takes, which must not starve the threads that run the app's endpoints. Bodies
-# beyond this many wait (their bytes wait in the kernel's socket buffers meanwhile).
+# Bodies are received on threads of their own, so that they never starve the threads that
+# run the app's endpoints. A body holds a thread only while its bytes flow (it parks when
+# they stop); bodies beyond this many wait, their bytes in the kernel's socket buffers.
 # (The executor starts its threads only as bodies come.)
 _PUMPS = ThreadPoolExecutor(64, thread_name_prefix="tracestore-body")
 
@@ -111,7 +119,6 @@ class BodyProtocol(HttpToolsProtocol):
             # A socket of our own on the same connection: the transport may close its file
             # descriptor (shutdown) while the thread still reads.
             with socket.socket(fileno=os.dup(raw.fileno())) as sock:
-                sock.settimeout(IDLE_TIMEOUT)
                 await _run_pump(sock, early, length - len(early), sink)
         except BaseException:
             # Some of the body may still be on the wire: this connection serves no more.
@@ -142,22 +149,51 @@ class _ReceiveInto:
 
 
 async def _run_pump(sock: socket.socket | None, early: bytes, remaining: int, sink: Sink) -> None:
-    """Run ``_pump`` on a body thread. Cancelled, it returns only once the thread has
+    """Receive a body: ``early`` and then ``remaining`` bytes from ``sock`` into ``sink``, on
+    body threads while bytes flow and on the event loop (no thread) while they do not.
+    Raises ClientDisconnect when the sender goes, stalls or falls behind ``MIN_RATE``."""
+    body = _Body(sock, early, remaining, sink)
+    while not await _on_body_thread(body.pump, sock):
+        await _readable(cast(socket.socket, sock), body.time_left())
+
+
+async def _on_body_thread(pump: Callable[[], bool], sock: socket.socket | None) -> bool:
+    """Run ``pump`` on a body thread. Cancelled, it returns only once the thread has
     stopped (its socket shut down so that a pending read ends at once): whoever cleans up
     behind the sink (closing the file it writes to) must find no slice being handed over."""
-    pump = asyncio.get_running_loop().run_in_executor(_PUMPS, _pump, sock, early, remaining, sink)
+    running = asyncio.get_running_loop().run_in_executor(_PUMPS, pump)
     try:
-        await asyncio.shield(pump)
+        return await asyncio.shield(running)
     except asyncio.CancelledError:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-        while not pump.done():
+        while not running.done():
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({pump})  # never cancels the pump, never raises its error
-        if not pump.cancelled():
-            pump.exception()  # retrieved: the cancellation, not the pump's end, is the news
+                await asyncio.wait({running})  # never cancels the pump, never raises its error
+        if not running.cancelled():
+            running.exception()  # retrieved: the cancellation, not the pump's end, is the news
         raise
+
+
+async def _readable(sock: socket.socket, timeout: float) -> None:
+    """Wait on the event loop until ``sock`` has bytes (or its end) to read; ClientDisconnect
+    when none come within ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    fd = sock.fileno()
+    loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait_for(ready, max(0.0, timeout))
+    except TimeoutError:
+        raise ClientDisconnect() from None
+    finally:
+        loop.remove_reader(fd)
 
 
 def _new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
@@ -167,25 +203,56 @@ def _new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
     return parser
 
 
-def _pump(sock: socket.socket | None, early: bytes, remaining: int, sink: Sink) -> None:
-    if early:
-        sink(memoryview(early))
-    if sock is None or remaining <= 0:
-        return
-    buffer = memoryview(bytearray(min(CHUNK, remaining)))
-    while remaining > 0:
-        want = min(len(buffer), remaining)
-        filled = 0
-        while filled < want:
+class _Body:
+    """A body being received: what is left of it, the slice being filled, and how long it
+    may still take. ``pump`` runs on one body thread at a time."""
+
+    def __init__(self, sock: socket.socket | None, early: bytes, remaining: int, sink: Sink):
+        self._sock = sock
+        self._early = early
+        self._remaining = remaining if sock is not None else 0
+        self._sink = sink
+        self._buffer = memoryview(bytearray(min(CHUNK, max(self._remaining, 0))))
+        self._filled = 0
+        self._received = 0
+        self._started = time.monotonic()
+
+    def time_left(self) -> float:
+        """Seconds until the body falls behind ``MIN_RATE`` or passes ``BODY_DEADLINE``."""
+        behind = self._started + RATE_GRACE + self._received / MIN_RATE
+        return min(behind, self._started + BODY_DEADLINE) - time.monotonic()
+
+    def pump(self) -> bool:
+        """Hand the sink what arrives until the body is whole (True), or until no bytes have
+        come for ``PARK_AFTER`` (False: wait for the socket, then call again)."""
+        if self._early:
+            early, self._early = self._early, b""
+            self._sink(memoryview(early))
+        sock = self._sock
+        while self._remaining > 0:
+            assert sock is not None
+            left = self.time_left()
+            if left <= 0:
+                raise ClientDisconnect()  # too slow
+            want = min(len(self._buffer), self._remaining)
+            timeout = min(PARK_AFTER, left)
+            if sock.gettimeout() != timeout:  # each change is a system call
+                sock.settimeout(timeout)
             try:
-                n = sock.recv_into(buffer[filled:want])
-            except (TimeoutError, ConnectionError):  # stalled, reset
+                n = sock.recv_into(self._buffer[self._filled : want])
+            except TimeoutError:
+                return False
+            except ConnectionError:  # reset
                 raise ClientDisconnect() from None
             if n == 0:
                 raise ClientDisconnect()
-            filled += n
-        sink(buffer[:filled])
-        remaining -= filled
+            self._filled += n
+            self._received += n
+            if self._filled == want:
+                self._sink(self._buffer[:want])
+                self._remaining -= want
+                self._filled = 0
+        return True
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

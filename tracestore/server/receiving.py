@@ -4,12 +4,15 @@ written; ``receive_part`` writes the body as it arrives."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from tracestore.errors import Conflict, NotFound, PayloadTooLarge, ValidationError
+from tracestore.errors import Conflict, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
 from tracestore.server import db
 from tracestore.server.blobs import LocalBlobStore, StagedFile
 from tracestore.server.presigned import PartGrant
@@ -68,6 +71,51 @@ def open_part(
     return store.open_part_writer(stage, part_number, length_known=content_length is not None)
 
 
+class BodyLimits:
+    """How many part bodies this process receives at once per part URL and per upload
+    session: a client that opens bodies and sends little holds its own session's slots,
+    never the service (server/protocol.py bounds how long each may take)."""
+
+    def __init__(self, per_part: int, per_session: int) -> None:
+        self.per_part = per_part
+        self.per_session = per_session
+        self._parts: Counter[tuple[str, int, int]] = Counter()
+        self._sessions: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def hold(self, grant: PartGrant) -> Iterator[None]:
+        """A slot for one body of ``grant``'s part while the block runs; TooManyRequests
+        (429, which clients retry with backoff) when its part or session has none free."""
+        part = (grant.upload_id, grant.position, grant.part_number)
+        with self._lock:
+            if self._parts[part] >= self.per_part:
+                raise TooManyRequests(
+                    f"Part {grant.part_number} of this file is already being received "
+                    f"{self.per_part} times at once; retry later"
+                )
+            if self._sessions[grant.upload_id] >= self.per_session:
+                raise TooManyRequests(
+                    f"Upload '{grant.upload_id}' already sends {self.per_session} parts at "
+                    "once; retry later, or send fewer at a time"
+                )
+            self._parts[part] += 1
+            self._sessions[grant.upload_id] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._parts[part] -= 1
+                self._sessions[grant.upload_id] -= 1
+                self._parts += Counter()  # drops the zero counts
+                self._sessions += Counter()
+
+
+# A retry may start before the server has noticed its first try's connection went; the CLI
+# sends up to 64 parts at once (more wait for a slot, retried).
+BODY_LIMITS = BodyLimits(per_part=2, per_session=32)
+
+
 # Each batch is one thread hop (and one pwritev); 4 MiB per hop measured ~0.5 CPU-s per
 # 2 GiB cheaper than 1 MiB, and bounds what a request holds in memory.
 _WRITE_BATCH = 4 * 1024 * 1024
@@ -75,31 +123,42 @@ _WRITE_BATCH = 4 * 1024 * 1024
 
 async def receive_part(
     writer: PartWriter,
+    grant: PartGrant,
     body: AsyncIterator[bytes],
     checksum: str | None,
     into: ReceiveInto | None = None,
 ) -> str:
-    """Write one part's body (of the length ``open_part`` checked) as it arrives; the part's
-    ETag. ``into``, when the server offers it, receives the body in a worker thread
-    instead of through ``body``."""
-    verify = checksum is not None
+    """Write one part's body (of the length ``open_part`` checked) as it arrives, within
+    ``BODY_LIMITS``; the part's ETag. ``into``, when the server offers it, receives the body
+    in a worker thread instead of through ``body``."""
     try:
-        if into is not None:
-            # Straight from the socket in a worker thread (server/protocol.py).
-            await into(lambda view: writer.write((view,), checksum=verify))
-            return await run_in_threadpool(writer.finish, checksum)
-        # Bodies arrive in small messages; each batch is written with one thread hop.
-        pending: list[bytes] = []
-        pending_size = 0
-        async for chunk in body:
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size >= _WRITE_BATCH:
-                await run_in_threadpool(writer.write, pending, checksum=verify)
-                pending, pending_size = [], 0
-        if pending:
-            await run_in_threadpool(writer.write, pending, checksum=verify)
-        return await run_in_threadpool(writer.finish, checksum)
+        with BODY_LIMITS.hold(grant):
+            return await _receive(writer, body, checksum, into)
     except BaseException:
         writer.abort()
         raise
+
+
+async def _receive(
+    writer: PartWriter,
+    body: AsyncIterator[bytes],
+    checksum: str | None,
+    into: ReceiveInto | None,
+) -> str:
+    verify = checksum is not None
+    if into is not None:
+        # Straight from the socket in a worker thread (server/protocol.py).
+        await into(lambda view: writer.write((view,), checksum=verify))
+        return await run_in_threadpool(writer.finish, checksum)
+    # Bodies arrive in small messages; each batch is written with one thread hop.
+    pending: list[bytes] = []
+    pending_size = 0
+    async for chunk in body:
+        pending.append(chunk)
+        pending_size += len(chunk)
+        if pending_size >= _WRITE_BATCH:
+            await run_in_threadpool(writer.write, pending, checksum=verify)
+            pending, pending_size = [], 0
+    if pending:
+        await run_in_threadpool(writer.write, pending, checksum=verify)
+    return await run_in_threadpool(writer.finish, checksum)

@@ -322,6 +322,29 @@ class S3BlobStore:
                 seen.add(upload_id)
                 yield upload_id
 
+    def discard_upload(self, upload_id: str) -> None:
+        if not _UPLOAD_ID.fullmatch(upload_id):
+            raise ValidationError(f"Invalid upload id {upload_id!r}")
+        prefix = self._key("staging", upload_id) + "/"
+        uploads = self.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        for page in uploads:
+            for upload in page.get("Uploads", []):
+                try:
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+                except ClientError as exc:
+                    if _error_code(exc) != "NoSuchUpload":
+                        raise
+        objects = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        for page in objects:
+            for item in page.get("Contents", []):
+                self.client.delete_object(Bucket=self.bucket, Key=item["Key"])
+
     # --- blobs ---
 
     def _size(self, key: str) -> int | None:

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlparse
 from sqlalchemy import text
 
 from tracestore.errors import ServiceUnavailable
-from tracestore.server.blobs import BlobStore, LocalBlobStore
+from tracestore.server.blobs import BlobStore, LocalBlobStore, private_directory
 from tracestore.server.db import Database, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
 from tracestore.server.presigned import UrlSigner
@@ -78,7 +78,7 @@ def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
     """Open the database (migrated to the newest schema) and the blob store, and the JWT
     verifier when a JWKS is configured."""
     verifier = JwtVerifier.from_settings(settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_directory(settings.data_dir)
     database = Database(settings.resolved_database_url)
     database.migrate()
     signer = UrlSigner(settings.signing_key_bytes())

@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     jwt_workspaces_claim: str = "workspaces"
     jwt_admin_claim: str = "tenant_admin"
 
+    # What one upload may ask of the service: bytes declared in all, part URLs per answer.
+    max_upload_size: int = Field(default=5 * 1024**4, ge=1)
+    part_urls_per_answer: int = Field(default=10_000, ge=1)
+
     @field_validator("jwt_algorithms")
     @classmethod
     def _only_asymmetric(cls, value: list[str]) -> list[str]:

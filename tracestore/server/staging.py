@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from tracestore.errors import PayloadTooLarge, ValidationError
+from tracestore.errors import PayloadTooLarge, ValidationError, quoted
 from tracestore.filedigest import FileDigest, PartTransfer, ReadBack
 
 DATA_FILE = "data"
@@ -168,9 +168,11 @@ class PartWriter:
             )
         if checksum_b64 is not None:
             actual = base64.b64encode(self._checksum.digest()).decode()
-            if not hmac.compare_digest(actual, checksum_b64.strip()):
+            given = checksum_b64.strip()
+            # compare_digest refuses non-ASCII text (TypeError): such a header never matches.
+            if not given.isascii() or not hmac.compare_digest(actual, given):
                 raise ValidationError(
-                    f"Part {self.part_number}: x-amz-checksum-sha256 {checksum_b64.strip()} "
+                    f"Part {self.part_number}: x-amz-checksum-sha256 {quoted(given)} "
                     f"does not match the received bytes ({actual})"
                 )
         os.close(self._fd)

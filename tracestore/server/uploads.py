@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from tracestore import metadata, schemas
-from tracestore.errors import ValidationError
+from tracestore.errors import Conflict, NotFound, PayloadTooLarge, ValidationError, quoted
 from tracestore.server import db
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import StagedFile
@@ -45,6 +45,12 @@ def start_upload(
             f"An upload may hold at most {settings.max_files_per_upload} files; "
             f"got {len(request.files)}"
         )
+    declared = sum(spec.size for spec in request.files)
+    if declared > settings.max_upload_size:
+        raise PayloadTooLarge(
+            f"The files of an upload may total at most {settings.max_upload_size} bytes; "
+            f"these total {declared}"
+        )
     workspace_id = request.workspace_id or principal.default_workspace_id
     if workspace_id is None:
         raise ValidationError("workspaceId is required: the caller has no default workspace")
@@ -52,7 +58,7 @@ def start_upload(
 
     now = services.now()
     traceset_id = new_id("ts")
-    upload_id = new_id("upload")
+    upload_id = new_id("upload", now=now.timestamp())  # its time dates orphaned staging
     ttl_days = request.ttl_days or settings.default_ttl_days
     staged: list[StagedFile] = []
     try:
@@ -121,14 +127,38 @@ def start_upload(
 
 
 def resume_upload(
-    services: Services, principal: Principal, upload_id: str, base_url: str
+    services: Services,
+    principal: Principal,
+    upload_id: str,
+    base_url: str,
+    file_name: str | None = None,
+    from_part: int = 1,
 ) -> schemas.UploadSessionResponse:
-    """The session as it stands: parts received, and fresh URLs for the parts missing."""
+    """The session as it stands: parts received, and fresh URLs for the first parts missing
+    (a page, as ``start_upload`` answers). With ``file_name``, that file alone and its
+    missing parts from ``from_part`` on (the next page of it). A completed session lists no
+    parts: its traceset is ready (a client whose completion's answer was lost learns it
+    here)."""
     with services.db.session(write=False) as session:
         upload, _traceset = visible_session(session, principal, upload_id)
+        if upload.state == "failed":
+            raise Conflict(f"Upload session '{upload.id}' has failed; start a new upload")
         check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
         files = files_of(session, upload.traceset_id)
-        view = _session_view(services, upload, files, base_url, with_received=True)
+        if file_name is not None:
+            files = [f for f in files if f.name == file_name]
+            if not files:
+                raise NotFound(f"File {quoted(file_name)} is not part of upload '{upload.id}'")
+        takes_parts = upload.state != "completed"
+        view = _session_view(
+            services,
+            upload,
+            files,
+            base_url,
+            with_received=takes_parts,
+            with_urls=takes_parts,
+            from_part=from_part,
+        )
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
 
 
@@ -139,13 +169,20 @@ def _session_view(
     base_url: str,
     *,
     with_received: bool,
+    with_urls: bool = True,
+    from_part: int = 1,
 ) -> schemas.UploadUrlResponse:
     now = services.now()
     urls_expire = min(now + services.settings.part_url_ttl, upload.expires_at)
+    stages = [staged_file(upload, file) for file in files]
+    held = [services.store.list_parts(stage) if with_received else {} for stage in stages]
+    # Part URLs come in pages, so no answer grows with the upload: each file with parts
+    # missing gets its first few missing ones, the resume route the next few.
+    wanting = sum(1 for stage, got in zip(stages, held, strict=True) if len(got) < stage.part_count)
+    per_file = max(1, services.settings.part_urls_per_answer // max(1, wanting))
     out = []
-    for file in files:
-        stage = staged_file(upload, file)
-        received = services.store.list_parts(stage) if with_received else {}
+    for file, stage, received in zip(files, stages, held, strict=True):
+        missing = [n for n in range(from_part, stage.part_count + 1) if n not in received]
         out.append(
             schemas.UploadFileUrls(
                 name=file.name,
@@ -157,8 +194,7 @@ def _session_view(
                         size=stage.part_length(n),
                         url=services.store.part_url(stage, n, urls_expire, base_url=base_url),
                     )
-                    for n in range(1, stage.part_count + 1)
-                    if n not in received
+                    for n in (missing[:per_file] if with_urls else ())
                 ],
                 received_parts=[
                     schemas.ReceivedPart(part_number=p.part_number, size=p.size, etag=p.etag)

@@ -8,10 +8,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from tracestore.errors import ValidationError
-from tracestore.jsontext import loads, value_text
+from tracestore.errors import ValidationError, shortened
+from tracestore.jsontext import NestedTooDeeply, loads, nesting_depth, value_text
 
 Model = TypeVar("Model", bound=BaseModel)
+
+# How deep arrays and objects may nest in a JSON body (workloadMetadata sits at depth 2).
+MAX_BODY_DEPTH = 64
+_TOO_DEEP = f"Request body nests arrays and objects more than {MAX_BODY_DEPTH} levels deep"
 
 _LOCATION_ROOTS = {"body", "query", "path", "header"}
 
@@ -41,10 +45,7 @@ def error_message(error: dict[str, Any]) -> str:
         return f"Request body is not valid JSON: {error.get('ctx', {}).get('error', message)}"
     shown = ""
     if "input" in error and error.get("type") not in ("missing",):
-        rendered = value_text(error["input"])
-        if len(rendered) > 80:
-            rendered = rendered[:80] + "…"
-        shown = f", got {rendered}"
+        shown = f", got {shortened(value_text(error['input']))}"
     return f"{where}: {message[0].lower() + message[1:]}{shown}"
 
 
@@ -62,8 +63,13 @@ def parse_json_body(body: bytes, model: type[Model]) -> Model:
     ValidationError (400) naming what is wrong otherwise."""
     try:
         data = loads(body)
+    except NestedTooDeeply:
+        raise ValidationError(_TOO_DEEP) from None
     except ValueError as exc:
         raise ValidationError(f"Request body is not valid JSON: {exc}") from None
+    # Nesting deeper than any real body costs recursion in every later step (500s).
+    if nesting_depth(data) > MAX_BODY_DEPTH:
+        raise ValidationError(_TOO_DEEP)
     if not isinstance(data, dict):
         raise ValidationError("Request body must be a JSON object")
     try:

@@ -5,19 +5,24 @@ in the embedded store."""
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from tracestore import schemas
 from tracestore.server import downloads, presigned, receiving
 from tracestore.server.blobs import LocalBlobStore, content_disposition
-from tracestore.server.deps import ServicesDep
+from tracestore.server.deps import PRESIGNED_ERROR_RESPONSES, ServicesDep
 from tracestore.server.protocol import receive_into
 
-router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
-local_store_router = APIRouter(prefix=presigned.PREFIX, tags=["embedded blob store"])
+_TAGS: list[str | Enum] = ["embedded blob store"]
+router = APIRouter(prefix=presigned.PREFIX, tags=_TAGS, responses=PRESIGNED_ERROR_RESPONSES)
+local_store_router = APIRouter(
+    prefix=presigned.PREFIX, tags=_TAGS, responses=PRESIGNED_ERROR_RESPONSES
+)
 
 
 def _local_store(services: ServicesDep) -> LocalBlobStore:
@@ -51,7 +56,13 @@ def get_archive(
 @local_store_router.put(
     presigned.PART,
     status_code=200,
-    responses={200: {"description": "Stored; the ETag header names the part"}},
+    responses={
+        200: {"description": "Stored; the ETag header names the part"},
+        429: {
+            "model": schemas.ErrorEnvelope,
+            "description": "Too many bodies of this part or upload at once; retry later",
+        },
+    },
 )
 async def put_part(
     request: Request,
@@ -77,7 +88,7 @@ async def put_part(
         request.headers.get("content-length"),
     )
     etag = await receiving.receive_part(
-        writer, request.stream(), checksum, into=receive_into(request.scope)
+        writer, grant, request.stream(), checksum, into=receive_into(request.scope)
     )
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
 
@@ -87,7 +98,14 @@ class BlobResponse(FileResponse):
     chunk_size = 1024 * 1024
 
 
-@local_store_router.get(presigned.CONTENT, response_class=FileResponse)
+@local_store_router.get(
+    presigned.CONTENT,
+    response_class=FileResponse,
+    responses={
+        206: {"description": "The range asked for (a Range request)"},
+        416: {"description": "The range asked for lies outside the blob"},
+    },
+)
 def get_blob(
     sha256: str,
     services: ServicesDep,
@@ -97,9 +115,10 @@ def get_blob(
     signature: str,
 ) -> FileResponse:
     """Serve a blob through a presigned download URL (range requests supported)."""
-    services.signer.verify_content(sha256, name, expires, signature, services.now())
+    path, stat = downloads.local_blob(services, store, sha256, name, expires, signature)
     return BlobResponse(
-        store.blob_path(sha256),
+        path,
+        stat_result=stat,
         media_type="application/octet-stream",
         headers={
             "Content-Disposition": content_disposition(name),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
@@ -57,7 +59,15 @@ def complete_upload(
     tags=["uploads"],
 )
 def resume_upload(
-    upload_id: str, services: ServicesDep, principal: PrincipalDep, base_url: BaseUrlDep
+    upload_id: str,
+    services: ServicesDep,
+    principal: PrincipalDep,
+    base_url: BaseUrlDep,
+    file: Annotated[str | None, Query(description="Only this file")] = None,
+    from_part: Annotated[
+        int, Query(alias="fromPart", ge=1, description="With file: its parts from this one on")
+    ] = 1,
 ) -> schemas.UploadSessionResponse:
-    """Resume an upload: the parts already received, and fresh URLs for those missing."""
-    return uploads.resume_upload(services, principal, upload_id, base_url)
+    """Resume an upload: the parts already received, and fresh URLs for the first of those
+    missing (a page; ``file`` and ``fromPart`` ask for the next page of one file)."""
+    return uploads.resume_upload(services, principal, upload_id, base_url, file, from_part)

@@ -1,0 +1,284 @@
+"""Input a hostile client sends on purpose: every piece of it gets a 4xx with the error
+envelope (never a 500), an error message never echoes a huge value whole, and nothing stored
+is lost. Each test reproduces a finding of the attack on the service (issue 15)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.test_http_contract import assert_envelope
+from tests.uploading import (
+    UPLOAD_URL,
+    complete,
+    put_parts,
+    raw_post,
+    record_counts,
+    request_upload,
+    upload,
+)
+from tracestore import schemas
+from tracestore.client import Client
+from tracestore.client.downloader import Downloader
+from tracestore.client.transfers import RetryPolicy, check_names, collect_files
+from tracestore.errors import ValidationError
+from tracestore.server import lifecycle
+from tracestore.server.app import create_app
+from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+from tracestore.server.services import Services, build_services
+from tracestore.server.settings import MIB, Settings
+
+SUPPORTING = {"a.bin": (b"x" * 100, "supporting")}
+
+
+def _with_query(url: str, **changes: str) -> str:
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query)) | changes
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _started(http: TestClient) -> dict[str, Any]:
+    response = request_upload(http, SUPPORTING)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def test_a_non_ascii_part_signature_is_forbidden(http: TestClient) -> None:
+    url = _started(http)["files"][0]["parts"][0]["url"]
+    response = http.put(_with_query(url, signature="é" * 43), content=b"x" * 100)
+    assert "does not match" in assert_envelope(response, 403, "FORBIDDEN")["message"]
+
+
+def test_a_non_ascii_checksum_is_a_validation_error(http: TestClient) -> None:
+    url = _started(http)["files"][0]["parts"][0]["url"]
+    response = http.put(url, content=b"x" * 100, headers={"x-amz-checksum-sha256": "é".encode()})
+    assert "x-amz-checksum-sha256" in assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+
+
+def test_non_ascii_blob_and_archive_signatures_are_forbidden(http: TestClient) -> None:
+    traceset = upload(http, SUPPORTING)
+    api = f"/api/v1/tracesets/{traceset['id']}/download"
+    for params in ({"file": "a.bin"}, {}):
+        url = http.get(api, params=params).json()["url"]
+        response = http.get(_with_query(url, signature="ü"))
+        assert_envelope(response, 403, "FORBIDDEN")
+
+
+@pytest.mark.parametrize("depth", [200, 1_000, 100_000])
+def test_deeply_nested_metadata_is_a_validation_error(http: TestClient, depth: int) -> None:
+    body = (
+        '{"name":"deep","files":[{"name":"a","size":1,"role":"supporting"}],'
+        f'"workloadMetadata":{"[" * depth}{"]" * depth}}}'
+    )
+    response = raw_post(http, UPLOAD_URL, body)
+    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert "levels deep" in message
+
+
+def test_nesting_of_real_metadata_is_accepted(http: TestClient) -> None:
+    nested: Any = {"shape": {"rankCount": 1}}
+    extra: Any = "leaf"
+    for _ in range(25):  # 50 levels, with the body around it near the limit of 64
+        extra = {"x": [extra]}
+    nested["extra"] = extra
+    response = request_upload(http, SUPPORTING, nested)
+    assert response.status_code == 200, response.text
+
+
+def test_the_download_url_of_a_purged_blob_is_gone(
+    http: TestClient, services: Services, clock: Any
+) -> None:
+    traceset = upload(http, SUPPORTING)
+    url = http.get(f"/api/v1/tracesets/{traceset['id']}/download", params={"file": "a.bin"}).json()[
+        "url"
+    ]
+    assert http.delete(f"/api/v1/tracesets/{traceset['id']}").status_code == 204
+    clock.advance(seconds=services.settings.purge_grace.total_seconds() + 1)
+    assert lifecycle.sweep(services).purged_blobs == 1
+    # Back to when the URL was signed: it has not expired, only its bytes are gone.
+    clock.advance(seconds=-(services.settings.purge_grace.total_seconds() + 1))
+    response = http.get(url)
+    assert "no longer stored" in assert_envelope(response, 410, "GONE")["message"]
+
+
+def test_an_unexpected_error_answers_500_with_connection_close(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = _started(http)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(services.store, "list_parts", broken)
+    response = http.get(f"{UPLOAD_URL}/{answer['uploadId']}")
+    assert_envelope(response, 500, "INTERNAL_ERROR")
+    assert response.headers["connection"] == "close"
+    assert "disk went away" not in response.text
+
+
+def test_a_huge_etag_is_not_echoed_whole(http: TestClient) -> None:
+    answer = _started(http)
+    etags = put_parts(http, answer, SUPPORTING)
+    etags["a.bin"][0]["etag"] = "e" * 1_000_000
+    response = complete(http, answer["uploadId"], etags)
+    error = assert_envelope(response, 400, "VALIDATION_ERROR")
+    assert len(error["message"]) < 1_000
+    assert len(response.content) < 2_000
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("a", "a/b"),
+        ("a/b/c", "a/b"),
+        ("a.txt", "A.txt"),
+        ("Dir/x", "dir/X"),
+        ("A", "a/b"),
+    ],
+)
+def test_names_that_collide_on_disk_are_refused_naming_both(
+    http: TestClient, services: Services, first: str, second: str
+) -> None:
+    files = {first: (b"1", "supporting"), second: (b"2", "supporting")}
+    response = request_upload(http, files)
+    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert repr(first) in message and repr(second) in message
+    assert record_counts(services)["tracesets"] == 0
+
+
+def test_names_that_only_share_a_directory_are_accepted(http: TestClient) -> None:
+    files = {n: (b"1", "supporting") for n in ("a/b", "a/c", "A/d", "ab", "a.b/c")}
+    assert request_upload(http, files).status_code == 200
+
+
+def test_the_client_refuses_colliding_names_before_any_request(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "run.json").write_text("{}")
+    files = collect_files([tmp_path / "x"], "supporting")
+    files.append(dataclasses.replace(files[0], name="RUN.json"))
+    with pytest.raises(ValidationError, match="differ only by case"):
+        check_names(files)
+
+
+def test_downloading_a_stored_colliding_pair_is_a_clear_error(tmp_path: Path) -> None:
+    def entry(name: str) -> schemas.TracesetFile:
+        return schemas.TracesetFile(
+            name=name, size=1, role="supporting", metadata_status="complete"
+        )
+
+    downloader = Downloader(httpx.Client(), RetryPolicy(), lambda *_: pytest.fail("no request"))
+    with pytest.raises(ValidationError, match="cannot be a file and a directory"):
+        downloader.fetch_all("ts_x", [entry("a"), entry("a/b")], tmp_path, 1, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_the_database_and_the_stored_bytes_are_private_to_the_service(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", part_size=5 * MIB, public_url="http://t")
+    services = build_services(settings)
+    try:
+        bootstrap(services.db, settings.data_dir, services.now())
+        token = (settings.data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+        with TestClient(create_app(services=services)) as http:
+            http.headers["Authorization"] = f"Bearer {token}"
+            answer = _started(http)
+            staged = {
+                p: (p.is_dir(), _mode(p))
+                for p in (settings.data_dir / "blobs" / "staging").rglob("*")
+            }
+            complete(http, answer["uploadId"], put_parts(http, answer, SUPPORTING))
+            services.wait_for_background()
+    finally:
+        services.close()
+    data = settings.data_dir
+    assert _mode(data) == 0o700
+    assert _mode(data / "tracestore.db") == 0o600
+    stored = list((data / "blobs").rglob("*"))
+    assert any(not is_dir for is_dir, _ in staged.values())
+    assert all(mode == (0o700 if is_dir else 0o600) for is_dir, mode in staged.values())
+    assert any(p.is_file() for p in stored)
+    for path in [data / "blobs", *stored]:
+        assert _mode(path) == (0o700 if path.is_dir() else 0o600), path
+
+
+def test_an_upload_larger_in_all_than_the_limit_is_refused_with_nothing_stored(
+    http: TestClient, services: Services
+) -> None:
+    body = {
+        "name": "huge",
+        "files": [{"name": f"f{i}", "size": 5 * 1024**4, "role": "supporting"} for i in range(50)],
+    }
+    response = http.post(UPLOAD_URL, json=body)
+    message = assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")["message"]
+    assert str(services.settings.max_upload_size) in message
+    assert record_counts(services)["tracesets"] == 0
+    assert list(services.store.staged_uploads()) == []
+
+
+def test_part_urls_come_in_bounded_pages(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(services.settings, "part_urls_per_answer", 6)
+    part = services.settings.part_size
+    sizes = {"big": 20 * part, "small": 10, "mid": 3 * part}
+    body = {
+        "name": "paged",
+        "files": [{"name": n, "size": s, "role": "supporting"} for n, s in sizes.items()],
+    }
+    answer = http.post(UPLOAD_URL, json=body).json()
+    listed = {f["name"]: [p["partNumber"] for p in f["parts"]] for f in answer["files"]}
+    assert listed == {"big": [1, 2], "small": [1], "mid": [1, 2]}
+    small = next(f for f in answer["files"] if f["name"] == "small")
+    assert http.put(small["parts"][0]["url"], content=b"s" * 10).status_code == 200
+    resumed = http.get(f"{UPLOAD_URL}/{answer['uploadId']}").json()
+    listed = {f["name"]: [p["partNumber"] for p in f["parts"]] for f in resumed["files"]}
+    assert listed == {"big": [1, 2, 3], "small": [], "mid": [1, 2, 3]}
+    page = http.get(
+        f"{UPLOAD_URL}/{answer['uploadId']}", params={"file": "big", "fromPart": 5}
+    ).json()
+    assert [(f["name"], [p["partNumber"] for p in f["parts"]]) for f in page["files"]] == [
+        ("big", [5, 6, 7, 8, 9, 10])
+    ]
+    unknown = http.get(f"{UPLOAD_URL}/{answer['uploadId']}", params={"file": "nope"})
+    assert_envelope(unknown, 404, "NOT_FOUND")
+
+
+def test_the_client_follows_pages_of_part_urls(
+    http: TestClient,
+    services: Services,
+    admin_token: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(services.settings, "part_urls_per_answer", 1)
+    part = services.settings.part_size
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "a.bin").write_bytes(os.urandom(3 * part + 5))
+    (source / "b.bin").write_bytes(os.urandom(part + 1))
+    pages: list[tuple[str | None, int]] = []
+    with Client("http://testserver", admin_token, http=http) as client:
+        original = client.resume_upload
+
+        def resume(upload_id: str, file: str | None = None, from_part: int = 1) -> Any:
+            pages.append((file, from_part))
+            return original(upload_id, file, from_part)
+
+        monkeypatch.setattr(client, "resume_upload", resume)
+        traceset = client.upload_traceset(source, role="supporting", concurrency=2)
+        assert traceset.status == "ready"
+        copy = tmp_path / "copy"
+        client.download_traceset(traceset.id, copy)
+    assert sorted(pages) == [("a.bin", 2), ("a.bin", 3), ("a.bin", 4), ("b.bin", 2)]
+    for name in ("a.bin", "b.bin"):
+        assert (copy / name).read_bytes() == (source / name).read_bytes()
