@@ -348,6 +348,19 @@ def test_download_verifies_and_resumes(
         client.download_traceset(traceset.id, out, files=["nope"])
 
 
+def test_the_command_line_starts_without_the_client_stack() -> None:
+    # `tracestore --help` took ~460 ms importing rich, pydantic and httpx at start; they load
+    # in the commands that use them (bench/cli_start.py measures the start).
+    code = (
+        "import sys, tracestore.cli\n"
+        "heavy = {'httpx', 'pydantic', 'rich', 'tracestore.schemas', 'tracestore.client',\n"
+        "         'tracestore.inspect', 'importlib.metadata'}\n"
+        "loaded = sorted(m for m in heavy if m in sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_import_loads_no_server_dependency() -> None:
     code = (
         "import sys, tracestore.client, tracestore.cli.client\n"

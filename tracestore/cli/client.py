@@ -11,7 +11,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,10 +33,11 @@ from tracestore.cli.output import (
     traceset_text,
     wire,
 )
-from tracestore.client import Client
-from tracestore.client.transfers import UploadInterrupted
 from tracestore.errors import UploadIncomplete, ValidationError
-from tracestore.schemas import UploadUrlResponse
+
+if TYPE_CHECKING:  # the client (httpx, pydantic) loads when a command runs, not at start
+    from tracestore.client import Client
+    from tracestore.schemas import UploadUrlResponse
 
 
 @click.command()
@@ -87,6 +88,7 @@ def upload(
 ) -> None:
     """Upload files and directories as one traceset (parallel, resumable, verified)."""
     from tracestore import metadata as rules
+    from tracestore.client.transfers import UploadInterrupted
 
     workload_metadata = read_metadata(metadata_file)
     if resume_id is None:

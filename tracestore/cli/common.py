@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -23,10 +23,10 @@ from tracestore.cli.local_service import (
     same_service,
 )
 from tracestore.cli.output import error_lines, waiting_notice
-from tracestore.client import Client, RetryPolicy
-from tracestore.client.transfers import collect_files
 from tracestore.errors import TracestoreError
-from tracestore.inspect import inspect_path, rank_census
+
+if TYPE_CHECKING:  # the client (httpx, pydantic) loads only when a command runs
+    from tracestore.client import RetryPolicy
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_API_ERROR = 1
@@ -76,6 +76,8 @@ def given_url() -> str | None:
 
 
 def retry_policy() -> RetryPolicy:
+    from tracestore.client import RetryPolicy
+
     """The client's retries, saying when they wait; ``TRACESTORE_RETRY_SECONDS`` (default
     60) is how long a command keeps retrying a service that fails or cannot be reached."""
     given = os.environ.get("TRACESTORE_RETRY_SECONDS")
@@ -105,6 +107,8 @@ def connection(command: F) -> F:
         # Tests hand in an httpx client on the app in-process: ``main(obj={"http": ...})``.
         http = context.obj.get("http") if isinstance(context.obj, dict) else None
         url, token = resolve_connection(url, token)
+        from tracestore.client import Client
+
         with Client(url, token, http=http, retry=retry_policy()) as client:
             try:
                 return command(client=client, **kwargs)
@@ -140,6 +144,9 @@ def census_problems(
     """What a quick local inspection finds wrong with the primary files (empty if none)."""
     if role != "primary":
         return []
+    from tracestore.client.transfers import collect_files
+    from tracestore.inspect import inspect_path, rank_census
+
     try:
         files = [
             (f.name, inspect_path(f.path, f.name, quick=True))

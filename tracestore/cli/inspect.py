@@ -5,16 +5,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracestore import metadata
 from tracestore.cli.common import json_option, read_metadata
 from tracestore.cli.output import echo_json, table
-from tracestore.client.transfers import collect_files
 from tracestore.errors import ValidationError
-from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
+
+if TYPE_CHECKING:  # the inspectors load when the command runs, not at start
+    from tracestore.inspect import FileInspection, RankCensus
 
 
 @click.command("inspect")
@@ -37,6 +37,10 @@ def inspect_command(
 ) -> None:
     """Inspect trace files and directories locally: each file's format, rank and
     collectives, and the rank census of the set (missing, duplicated, unranked ranks)."""
+    from tracestore import metadata
+    from tracestore.client.transfers import collect_files
+    from tracestore.inspect import inspect_path, rank_census
+
     workload_metadata = read_metadata(metadata_file)
     try:
         declared = metadata.declared_rank_count(workload_metadata)

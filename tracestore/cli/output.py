@@ -10,13 +10,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracestore import jsontext, schemas
-from tracestore.client.transfers import ProgressCallback, ProgressEvent, RetryWait
+from tracestore import jsontext
 from tracestore.errors import TracestoreError, UploadIncomplete
+
+if TYPE_CHECKING:  # pydantic and httpx load only in the commands that use them
+    from tracestore import schemas
+    from tracestore.client.transfers import ProgressCallback, ProgressEvent, RetryWait
 
 # One line per error code: what to do next. The message itself comes from the service.
 NEXT_STEPS: dict[str, str] = {
@@ -78,6 +81,8 @@ def echo_json(value: Any) -> None:
 
 
 def wire(model: schemas.WireModel | schemas.SnakeWireModel) -> Any:
+    from tracestore import schemas
+
     """A response model back to its wire JSON (camelCase), metadata kept as given."""
     return schemas.wire_dict(model)
 
@@ -105,6 +110,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def timestamp(value: Any) -> str:
+    from tracestore import schemas
+
     return schemas.format_timestamp(value) if value is not None else "-"
 
 

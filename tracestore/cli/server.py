@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracestore import schemas
 from tracestore.cli.common import json_option
 from tracestore.cli.local_service import forget_service, local_url, record_service
 from tracestore.cli.output import echo_json, table, timestamp, wire
 from tracestore.errors import TracestoreError
 
 if TYPE_CHECKING:
+    from tracestore import schemas
     from tracestore.server.services import Services
     from tracestore.server.settings import Settings
 
