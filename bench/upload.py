@@ -3,11 +3,16 @@
 
     .venv/bin/python bench/upload.py                 # 16 × 128 MiB and 256 × 8 MiB, 3 runs each
     .venv/bin/python bench/upload.py --scale 0.125   # quick: file sizes scaled down
+    .venv/bin/python bench/upload.py --cases cli-large,cli-many   # the command line's cases
 
 Prints, per case, the median of the runs: our MB/s, the baseline's MB/s, their ratio
 against the target (0.7 for the large files, 0.5 for the many small ones), where our time
 went (part PUTs, during which both sides hash, and completion), the CPU seconds of client
 and server, and the client's peak RSS against its budget (64 MiB + concurrency × part size).
+
+The ``cli-*`` cases run ``tracestore upload`` as users do, a fresh process from a shell
+(start, the local inspection of the files, the upload, the answer), on 8 × 64 MiB (target
+0.7) and 1,000 × 1 MiB (target 0.4); their phases are not split.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Case:
     files: int
     size: int
     target: float
+    cli: bool = False
 
 
 def write_files(directory: Path, case: Case) -> None:
@@ -106,6 +112,37 @@ def run_ours(server: Server, source: Path, concurrency: int) -> dict[str, float]
     }
 
 
+def run_cli(server: Server, source: Path, concurrency: int) -> dict[str, float]:
+    """``tracestore upload`` as a fresh process, as from a shell."""
+    metadata = source.parent / f"{source.name}-metadata.json"
+    metadata.write_text(json.dumps({"shape": {"rankCount": 1}}))
+    script = Path(sys.executable).with_name("tracestore")
+    settle()
+    before = cpu_seconds(server.process.pid)
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        [
+            *(str(script), "upload", str(source), "--workload-metadata", str(metadata)),
+            *("--url", server.url, "--token", server.token, "--concurrency", str(concurrency)),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert child.stdout is not None
+    output = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0 or json.loads(output)["status"] != "ready":
+        raise SystemExit(f"tracestore upload failed (status {status})")
+    return {
+        "seconds": seconds,
+        "client_cpu": usage.ru_utime + usage.ru_stime,
+        "server_cpu": cpu_seconds(server.process.pid) - before,
+        "rss": usage.ru_maxrss * 1024,
+    }
+
+
 def run_baseline(source: Path, target: Path) -> float:
     files = sorted(str(p) for p in source.iterdir())
     settle()
@@ -133,6 +170,12 @@ def main() -> None:
     cases = {
         "large": Case("16 × 128 MiB", 16, int(128 * MIB * args.scale), 0.7),
         "many": Case("256 × 8 MiB", 256, int(8 * MIB * args.scale), 0.5),
+        "cli-large": Case(
+            "tracestore upload, 8 × 64 MiB", 8, int(64 * MIB * args.scale), 0.7, True
+        ),
+        "cli-many": Case(
+            "tracestore upload, 1,000 × 1 MiB", 1000, int(MIB * args.scale), 0.4, True
+        ),
     }
     part_size = args.part_size_mib * MIB
     root = Path(tempfile.mkdtemp(prefix="tracestore-bench-", dir=args.workdir))
@@ -150,7 +193,8 @@ def main() -> None:
             total = case.files * case.size
             ours, base = [], []
             for run in range(args.repeat):
-                ours.append(run_ours(server, source, args.concurrency))
+                run_one = run_cli if case.cli else run_ours
+                ours.append(run_one(server, source, args.concurrency))
                 base.append(run_baseline(source, root / f"copy-{key}-{run}"))
             median = {k: statistics.median(r[k] for r in ours) for k in ours[0]}
             ours_mbs = total / median["seconds"] / 1e6
@@ -164,7 +208,9 @@ def main() -> None:
                     "baseline_MBps": round(base_mbs, 1),
                     "ratio": round(ours_mbs / base_mbs, 3),
                     "target": case.target,
-                    "phases_s": {k: round(median[k], 2) for k in ("put", "complete")},
+                    "phases_s": {
+                        k: round(median[k], 2) for k in ("put", "complete") if k in median
+                    },
                     "cpu_s": {
                         "client": round(median["client_cpu"], 2),
                         "server": round(median["server_cpu"], 2),
