@@ -35,6 +35,7 @@ class Served:
     url: str
     token: str
     env: dict[str, str]
+    pid: int = 0  # the server process (a test may SIGKILL it)
 
 
 @contextmanager
@@ -76,7 +77,7 @@ def serving(
             time.sleep(0.1)
         token = (data_dir / "admin-token").read_text().strip()
         client_env = {**base_env, "TRACESTORE_URL": url, "TRACESTORE_TOKEN": token}
-        yield Served(url, token, client_env)
+        yield Served(url, token, client_env, server.pid)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -1,0 +1,90 @@
+"""Slow clients (issue 15): 200 connections against one real `tracestore serve` that send a
+part's headers and then trickle its body a byte at a time or stall, while a well-behaved
+client lists and uploads. The good client's work completes and its median latency stays
+within 2 × what it was before the attack."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_e2e_serve import Served, serving
+from tests.test_serve_under_attack import _api, open_body, start_upload
+from tracestore.client import Client
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
+
+SESSIONS = 10
+FILES_PER_SESSION = 20  # within the per-session body limit: every attacker is admitted
+TRICKLE_EVERY = 0.25  # seconds between the bytes of a trickling body
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    with serving(tmp_path / "data") as server:
+        yield server
+
+
+def _good_client_medians(served: Served, source: Path, rounds: int) -> tuple[float, float]:
+    """Median seconds of a first-page list and of a whole two-file upload."""
+    lists, uploads = [], []
+    with _api(served) as api, Client(served.url, served.token) as client:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            assert api.get("/api/v1/tracesets", params={"limit": 20}).status_code == 200
+            lists.append(time.perf_counter() - start)
+        for _ in range(max(3, rounds // 4)):
+            start = time.perf_counter()
+            traceset = client.upload_traceset(source, role="supporting")
+            uploads.append(time.perf_counter() - start)
+            assert traceset.status == "ready"
+    return statistics.median(lists), statistics.median(uploads)
+
+
+def test_two_hundred_slow_bodies_do_not_slow_a_good_client(served: Served, tmp_path: Path) -> None:
+    source = tmp_path / "good"
+    source.mkdir()
+    (source / "a.bin").write_bytes(b"a" * 100_000)
+    (source / "b.bin").write_bytes(b"b" * 200_000)
+    _good_client_medians(served, source, 4)  # warm: connections, caches, first inspection
+    list_before, upload_before = _good_client_medians(served, source, 20)
+
+    attackers: list[socket.socket] = []
+    for _ in range(SESSIONS):
+        answer = start_upload(served, {f"f{i}.bin": 10_000 for i in range(FILES_PER_SESSION)})
+        for entry in answer["files"]:
+            attackers.append(open_body(entry["parts"][0]["url"], 10_000, b"x"))
+    trickling, stalled = attackers[::2], attackers[1::2]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(TRICKLE_EVERY):
+            for sock in trickling:
+                with contextlib.suppress(OSError):  # one the service closed
+                    sock.send(b"x")
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
+    try:
+        time.sleep(1.0)  # every attacker admitted and waiting
+        list_during, upload_during = _good_client_medians(served, source, 20)
+        # Every attacking connection is still held open by the service, none refused.
+        for sock in stalled:
+            sock.settimeout(0.001)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
+    finally:
+        stop.set()
+        trickler.join(timeout=5)
+        for sock in attackers:
+            sock.close()
+    assert len(attackers) == 200
+    assert list_during <= 2 * list_before, (list_before, list_during)
+    assert upload_during <= 2 * upload_before, (upload_before, upload_during)
