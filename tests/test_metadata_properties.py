@@ -2,7 +2,8 @@
 here from the seed page (/work/shared/seed/workload-metadata.txt), deliberately simple and
 sharing no code with ``tracestore.metadata``: for arbitrary JSON (nested nulls, floats, huge
 integers, booleans, strings, unicode, deep nesting) the service's verdict, the rank count it
-derives and the start of its message equal the model's. Fixed seed: the same cases every run."""
+derives and the start of its message equal the model's, both in the pure rules and through
+the upload-url and promote routes. Fixed seed: the same cases every run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from tests.uploading import upload
 from tracestore.errors import UnprocessableEntity, ValidationError
 from tracestore.metadata import check_promotion_metadata, check_upload_metadata
 
@@ -280,3 +282,46 @@ def test_promotion_gives_the_models_verdict(metadata: Any, held: Any) -> None:
         assert exc.message.startswith(refusal), (exc.message, refusal)
     else:
         assert refusal is None, f"accepted {metadata!r}; the model says {refusal!r}"
+
+
+HELD_UPLOADS: dict[Any, tuple[dict[str, tuple[bytes, str]], Any]] = {
+    None: ({"notes.txt": (b"no ranks", "supporting")}, None),
+    1: ({"rank_0.json": (b"{}", "primary")}, {"shape": {"rankCount": 1}}),
+    8: (
+        {f"rank_{i}.json": (b"{}", "primary") for i in range(8)},
+        {"parallelism": {"dp": 8}},
+    ),
+}
+
+
+@seed(15)
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    metadata=promotion_metadata.filter(lambda value: value is not None),
+    held=st.sampled_from([None, 1, 8]),
+)
+def test_the_promote_route_gives_the_models_verdict(
+    http: TestClient, metadata: Any, held: Any
+) -> None:
+    # A fresh ready traceset per case: a promoted one would answer "already there".
+    files, stored = HELD_UPLOADS[held]
+    traceset_id = upload(http, files, stored)["id"]
+    refusal = promotion_model(metadata, held)
+    response = http.post(
+        f"/api/v1/tracesets/{traceset_id}/promote",
+        json={"target": "tenant", "workloadMetadata": metadata},
+    )
+    if refusal is not None:
+        assert response.status_code == 422, response.text
+        expected = refusal.replace("traceset ts_x", f"traceset {traceset_id}")
+        assert response.json()["error"]["message"].startswith(expected)
+        return
+    assert response.status_code == 200, response.text
+    assert response.json()["promotionApplied"] is True
+    promoted = http.get(f"/api/v1/tracesets/{traceset_id}").json()
+    assert promoted["scope"] == "tenant"
+    assert promoted["workloadMetadata"] == metadata
