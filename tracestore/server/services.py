@@ -16,7 +16,7 @@ from tracestore.errors import ServiceUnavailable
 from tracestore.server.blobs import BlobStore, LocalBlobStore, private_directory
 from tracestore.server.db import Database, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
-from tracestore.server.presigned import UrlSigner
+from tracestore.server.presigned import KEY_REFRESH, UrlSigner, signing_keys
 from tracestore.server.settings import Settings
 
 Clock = Callable[[], datetime]
@@ -74,6 +74,14 @@ class Services:
         return {"database": "ok", "blobStore": "ok"}
 
 
+def failure_reason(exc: BaseException) -> str:
+    """One line saying why ``exc`` happened: the driver's own first line for a database
+    error, the message otherwise."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
+
+
 def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
     """Open the database (migrated to the newest schema) and the blob store, and the JWT
     verifier when a JWKS is configured."""
@@ -81,7 +89,7 @@ def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
     private_directory(settings.data_dir)
     database = Database(settings.resolved_database_url)
     database.migrate()
-    signer = UrlSigner(settings.signing_key_bytes())
+    signer = url_signer(settings, database, clock)
     return Services(
         settings=settings,
         db=database,
@@ -90,6 +98,21 @@ def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
         clock=clock,
         jwt_verifier=verifier,
     )
+
+
+def url_signer(settings: Settings, database: Database, clock: Clock = utcnow) -> UrlSigner:
+    """The signer of ``settings.signing_key`` when set, else of the database's shared keys
+    (reread now and then, so a rotation reaches every process)."""
+    if settings.signing_key:
+        return UrlSigner(settings.signing_key.encode())
+    # A key replaced just after a process reread them may sign for one more KEY_REFRESH.
+    lifetime = settings.url_lifetime + KEY_REFRESH
+
+    def load() -> list[bytes]:
+        return signing_keys(database, clock(), lifetime, settings.data_dir / "signing-key")
+
+    keys = load()
+    return UrlSigner(keys[0], keys[1:], reload=load)
 
 
 def stores_bytes_locally(settings: Settings) -> bool:
