@@ -328,3 +328,90 @@ def test_an_admin_command_names_a_postgres_database_without_a_store(
     assert result.exit_code == 1
     assert f"No tracestore store at {url} (from TRACESTORE_DATABASE_URL)" in result.output
     assert not schema_exists(url)
+
+
+# --- refusing to start, with one line that names what to fix ---
+
+
+def refusal(tmp_path: Path, env: dict[str, str]) -> str:
+    """The one line a `tracestore serve` that must not start exits with."""
+    command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(free_port())]
+    done = subprocess.run(
+        [*command, "--data-dir", str(tmp_path / "data")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("Warning:")]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def s3_env(s3: MotoServer, bucket: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    return replica_env(
+        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
+        TRACESTORE_S3_ENDPOINT_URL=s3.endpoint_url,
+        # Nothing else on this machine may lend boto3 credentials.
+        HOME=str(tmp_path),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-credentials"),
+        AWS_CONFIG_FILE=str(tmp_path / "no-config"),
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_DEFAULT_REGION="us-east-1",
+        **extra,
+    )
+
+
+def test_serve_without_s3_credentials_refuses_to_start(s3: MotoServer, tmp_path: Path) -> None:
+    line = refusal(tmp_path, s3_env(s3, s3.new_bucket(), tmp_path))
+    assert line.startswith("Error: Cannot start: blob store: no S3 credentials for s3://")
+    assert "AWS_ACCESS_KEY_ID" in line
+
+
+def test_serve_with_a_missing_bucket_refuses_to_start(s3: MotoServer, tmp_path: Path) -> None:
+    credentials = {k: v for k, v in AWS_ENV.items() if "KEY" in k or "TOKEN" in k}
+    line = refusal(tmp_path, s3_env(s3, "no-such-bucket", tmp_path, **credentials))
+    assert "the bucket 'no-such-bucket' does not exist" in line
+    assert "TRACESTORE_BLOB_URL" in line
+
+
+def test_serve_with_an_unreachable_s3_endpoint_refuses_to_start(tmp_path: Path) -> None:
+    env = replica_env(
+        TRACESTORE_BLOB_URL="s3://bucket/ts",
+        TRACESTORE_S3_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}",
+        **AWS_ENV,
+    )
+    line = refusal(tmp_path, env)
+    assert "cannot reach the S3 store at http://127.0.0.1:" in line
+    assert "TRACESTORE_S3_ENDPOINT_URL" in line
+
+
+def test_serve_with_an_unreachable_database_refuses_to_start(tmp_path: Path) -> None:
+    url = f"postgresql+psycopg://tracestore:secret@127.0.0.1:{free_port()}/traces"
+    line = refusal(tmp_path, replica_env(TRACESTORE_DATABASE_URL=url))
+    assert line.startswith(
+        "Error: Cannot use the database postgresql+psycopg://tracestore:***@127.0.0.1:"
+    )
+    assert "(TRACESTORE_DATABASE_URL)" in line and "secret" not in line
+
+
+def test_readyz_names_the_failing_dependency_and_why(
+    postgres: str, s3: MotoServer, tmp_path: Path
+) -> None:
+    bucket = s3.new_bucket()
+    env = replica_env(
+        TRACESTORE_DATABASE_URL=fresh_database(postgres),
+        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
+        TRACESTORE_S3_ENDPOINT_URL=s3.endpoint_url,
+        **AWS_ENV,
+    )
+    with replicas(tmp_path, env, count=1) as (replica,):
+        s3.client().delete_bucket(Bucket=bucket)
+        answer = httpx.get(f"{replica.url}/readyz", timeout=30)
+    assert answer.status_code == 503
+    message = answer.json()["error"]["message"]
+    assert message == (
+        f"Not ready: blob store: the bucket {bucket!r} does not exist at {s3.endpoint_url}: "
+        "create it, or name an existing one in TRACESTORE_BLOB_URL"
+    )

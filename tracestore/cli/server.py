@@ -102,6 +102,8 @@ def _built(settings: Settings, build: Callable[[Settings], Services]) -> Service
 
     try:
         return build(settings)
+    except ValueError as exc:  # a blob URL of no known scheme
+        raise click.ClickException(str(exc)) from None
     except SQLAlchemyError as exc:
         raise click.ClickException(
             f"Cannot use the database {shown_url(settings.resolved_database_url)} "
@@ -151,6 +153,10 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
     settings = _server_settings(data_dir, host=host, port=port)
     # Migrate and bootstrap once here (one process at a time, under the database's lock).
     services = _built(settings, build_services)
+    failures = services.failures(write=True)
+    if failures:
+        services.close()
+        raise click.ClickException("Cannot start: " + "; ".join(failures))
     token = bootstrap(services.db, settings.data_dir, services.now())
     services.close()
     if token is not None:

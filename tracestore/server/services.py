@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from tracestore.errors import ServiceUnavailable
 from tracestore.server.blobs import BlobStore, LocalBlobStore, private_directory
-from tracestore.server.db import Database, utcnow
+from tracestore.server.db import Database, shown_url, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
 from tracestore.server.presigned import KEY_REFRESH, UrlSigner, signing_keys
 from tracestore.server.settings import Settings
@@ -58,20 +58,30 @@ class Services:
         self.db.dispose()
 
     def readiness(self) -> dict[str, str]:
-        """Check the database and the blob store; ServiceUnavailable names what failed."""
+        """Check the database and the blob store; ServiceUnavailable names each that failed
+        and why."""
+        failures = self.failures()
+        if failures:
+            raise ServiceUnavailable("Not ready: " + "; ".join(failures))
+        return {"database": "ok", "blobStore": "ok"}
+
+    def failures(self, *, write: bool = False) -> list[str]:
+        """One line per dependency that does not answer (``write``: the blob store must
+        take an object too), naming it, why, and the setting to fix."""
         failures = []
         try:
             with self.db.session(write=False) as session:
                 session.execute(text("SELECT 1"))
         except Exception as exc:
-            failures.append(f"database: {type(exc).__name__}")
+            failures.append(
+                f"database {shown_url(self.db.url)}: {failure_reason(exc)} "
+                "(TRACESTORE_DATABASE_URL)"
+            )
         try:
-            self.store.check()
+            self.store.check(write=write)
         except Exception as exc:
-            failures.append(f"blob store: {type(exc).__name__}")
-        if failures:
-            raise ServiceUnavailable("Not ready: " + "; ".join(failures))
-        return {"database": "ok", "blobStore": "ok"}
+            failures.append(f"blob store: {failure_reason(exc)}")
+        return failures
 
 
 def failure_reason(exc: BaseException) -> str:
