@@ -5,11 +5,13 @@ administer) with one line when a dependency is missing. Real processes throughou
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import random
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from tests.pgserver import PostgresServer
 from tests.ports import free_port
 from tests.s3server import AWS_ENV, MotoServer
 from tracestore.cli import main
+from tracestore.client import Client
 from tracestore.server.db import Database, schema_exists
 from tracestore.server.presigned import UrlSigner, rotate_signing_key, signing_keys
 from tracestore.server.services import url_signer
@@ -220,8 +223,6 @@ def upload_on_a_complete_on_b_download_via_c(
     assert archive.status_code == 200, archive.text
     zipped = httpx.get(on(c, archive.json()["url"]), timeout=60)
     assert zipped.status_code == 200, zipped.text
-    import io
-    import zipfile
 
     with zipfile.ZipFile(io.BytesIO(zipped.content)) as opened:
         assert {n: opened.read(n) for n in opened.namelist()} == files
@@ -415,3 +416,72 @@ def test_readyz_names_the_failing_dependency_and_why(
         f"Not ready: blob store: the bucket {bucket!r} does not exist at {s3.endpoint_url}: "
         "create it, or name an existing one in TRACESTORE_BLOB_URL"
     )
+
+
+# --- docs/deploy.md's example, in miniature ---
+
+DEPLOY_DOC = Path(__file__).parent.parent / "docs" / "deploy.md"
+
+
+def example_block(name: str) -> str:
+    """The ```sh block after ``<!-- example: NAME -->`` in docs/deploy.md."""
+    text = DEPLOY_DOC.read_text()
+    after = text.split(f"<!-- example: {name} -->\n```sh\n", 1)[1]
+    return after.split("\n```", 1)[0]
+
+
+def test_the_deploy_example_runs_in_miniature(
+    postgres: str, s3: MotoServer, tmp_path: Path
+) -> None:
+    bin_dir = str(Path(sys.executable).parent)  # where the `tracestore` command is
+    port_a, port_b = free_port(), free_port()
+    env = replica_env(
+        PATH=bin_dir + os.pathsep + os.environ["PATH"],
+        DATABASE_URL=fresh_database(postgres),
+        BLOB_URL=f"s3://{s3.new_bucket()}/tracestore",
+        S3_ENDPOINT_URL=s3.endpoint_url,
+        PUBLIC_URL=f"http://127.0.0.1:{port_a}",
+        TRUSTED_PROXIES="127.0.0.1",
+        AWS_ACCESS_KEY_ID=AWS_ENV["AWS_ACCESS_KEY_ID"],
+        AWS_SECRET_ACCESS_KEY=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    setup = subprocess.run(
+        ["bash", "-euc", example_block("setup")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert setup.returncode == 0, setup.stderr
+    assert "is at schema revision 0004" in setup.stdout
+    token = (tmp_path / "ops-token").read_text().splitlines()[0]
+
+    replica = example_block("replica").replace("tracestore serve", "exec tracestore serve")
+    with ExitStack() as stack:
+        started = []
+        for index, port in enumerate((port_a, port_b)):
+            command = replica.replace("--port 8000", f"--port {port}")
+            log = stack.enter_context(open(tmp_path / f"replica{index}.log", "wb"))
+            process = subprocess.Popen(
+                ["bash", "-euc", command],
+                cwd=tmp_path,
+                env={**env, "TRACESTORE_DATA_DIR": str(tmp_path / f"host{index}")},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            served = Replica(f"http://127.0.0.1:{port}", tmp_path / f"replica{index}", process, log)
+            stack.callback(stop, served)
+            started.append(served)
+        for served in started:
+            assert wait_ready(served).status_code == 200, served.output()
+        source = tmp_path / "traces"
+        source.mkdir()
+        (source / "rank_0.bin").write_bytes(random.Random(3).randbytes(1000))
+        with Client(started[1].url, token) as client:
+            made = client.upload_traceset(source, workload_metadata={"shape": {"rankCount": 1}})
+        with Client(started[0].url, token) as client:
+            assert client.get_traceset(made.id).status == "ready"
+            back = client.download_traceset(made.id, tmp_path / "back")
+        assert [p.read_bytes() for p in back] == [(source / "rank_0.bin").read_bytes()]
