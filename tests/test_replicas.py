@@ -29,6 +29,7 @@ from tests.ports import free_port
 from tests.s3server import AWS_ENV, MotoServer
 from tracestore.cli import main
 from tracestore.client import Client
+from tracestore.errors import Forbidden
 from tracestore.server.db import Database, schema_exists
 from tracestore.server.presigned import UrlSigner, rotate_signing_key, signing_keys
 from tracestore.server.services import url_signer
@@ -485,3 +486,15 @@ def test_the_deploy_example_runs_in_miniature(
             assert client.get_traceset(made.id).status == "ready"
             back = client.download_traceset(made.id, tmp_path / "back")
         assert [p.read_bytes() for p in back] == [(source / "rank_0.bin").read_bytes()]
+
+
+def test_a_signer_keeps_its_keys_when_the_database_is_away(tmp_path: Path) -> None:
+    def away() -> list[bytes]:
+        raise OSError("database away")
+
+    signer = UrlSigner(b"key", reload=away)
+    signature = signer.archive_path("ts_a", 4_000_000_000).rsplit("signature=", 1)[1]
+    time.sleep(1.1)
+    with pytest.raises(Forbidden):
+        signer.verify_archive("ts_a", 4_000_000_000, "forged", _now())
+    signer.verify_archive("ts_a", 4_000_000_000, signature, _now())

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import ipaddress
 import itertools
+import logging
 import re
 import secrets
 import threading
@@ -31,6 +32,8 @@ from sqlalchemy.exc import IntegrityError
 
 from tracestore.errors import Forbidden, ValidationError
 from tracestore.server.db import Database, SigningKey, serialize
+
+log = logging.getLogger("tracestore.presigned")
 
 # How long a process signs with the keys it read before reading them again, so a rotation
 # made elsewhere reaches it; a signature that matches none of them rereads at once.
@@ -95,8 +98,14 @@ class UrlSigner:
         with self._lock:
             if time.monotonic() - self._loaded_at < _RECHECK_SECONDS:
                 return False
-            keys = tuple(self._reload())
-            self._keys, self._loaded_at = keys, time.monotonic()
+            self._loaded_at = time.monotonic()
+            try:
+                self._keys = tuple(self._reload())
+            except Exception:
+                # The database is away: keep signing with the keys read last (readiness
+                # reports the database), and try again at the next refresh.
+                log.warning("could not reread the signing keys", exc_info=True)
+                return False
         return True
 
     def part_path(self, grant: PartGrant) -> str:
