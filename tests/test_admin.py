@@ -87,7 +87,9 @@ def test_token_and_workspace_commands_print_what_admin_returns(tmp_path: Path) -
     runner = CliRunner()
     data = ["--data-dir", str(tmp_path / "data")]
 
-    created = runner.invoke(main, ["token", "create", *data, "--expires-in-days", "3", "--json"])
+    created = runner.invoke(
+        main, ["token", "create", *data, "--init", "--expires-in-days", "3", "--json"]
+    )
     assert created.exit_code == 0, created.output
     issued = json.loads(created.stdout)
     assert list(issued) == ["id", "token", "userId", "name", "expiresAt"]
@@ -187,7 +189,7 @@ def test_tenant_and_user_commands_print_what_admin_returns(tmp_path: Path) -> No
     runner = CliRunner()
     data = ["--data-dir", str(tmp_path / "data")]
 
-    made = runner.invoke(main, ["tenant", "create", *data, "vision", "--json"])
+    made = runner.invoke(main, ["tenant", "create", *data, "--init", "vision", "--json"])
     assert made.exit_code == 0, made.output
     tenant = json.loads(made.stdout)
     assert list(tenant) == ["id", "name", "createdAt", "workspaces"]

@@ -399,7 +399,7 @@ def test_the_server_sweeps_on_a_timer_and_stops_cleanly(
 
 def test_gc_command_sweeps_a_data_directory(tmp_path: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(main, ["gc", "--data-dir", str(tmp_path / "data"), "--json"])
+    result = runner.invoke(main, ["gc", "--data-dir", str(tmp_path / "data"), "--init", "--json"])
     assert result.exit_code == 0, result.output
     report: dict[str, Any] = json.loads(result.output)
     assert report["expiredTracesets"] == 0 and report["purgedBlobs"] == 0

@@ -1,5 +1,6 @@
 """The commands that run and administer a service on its data directory: ``serve``,
-``tenant``, ``user``, ``token``, ``workspace``, ``gc``.
+``migrate``, ``tenant``, ``user``, ``token``, ``workspace``, ``gc``, ``signing-key``. The
+administration commands work on an existing store only, unless given ``--init``.
 
 They need the ``server`` extra and import it only when they run, so the client commands
 work with the client alone.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import shlex
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,13 +48,17 @@ def _server_settings(data_dir: Path | None, **overrides: Any) -> Settings:
 
 
 @contextmanager
-def _services(data_dir: Path | None) -> Iterator[Services]:
-    """The service's parts on ``data_dir`` (bootstrapped on first use), closed afterwards;
-    a domain error becomes the command's error message."""
+def _services(data_dir: Path | None, init: bool = False) -> Iterator[Services]:
+    """The service's parts on ``data_dir`` (bootstrapped on first use, and made only when
+    ``init``: an admin command pointed at the wrong place must not make a new store and a
+    new admin), closed afterwards; a domain error becomes the command's error message."""
     from tracestore.server.auth import bootstrap
     from tracestore.server.services import build_services
 
-    services = build_services(_server_settings(data_dir))
+    settings = _server_settings(data_dir)
+    if not init:
+        _require_store(settings)
+    services = _built(settings, build_services)
     try:
         bootstrap(services.db, services.settings.data_dir, services.now())
         yield services
@@ -63,12 +68,65 @@ def _services(data_dir: Path | None) -> Iterator[Services]:
         services.close()
 
 
+def _require_store(settings: Settings) -> None:
+    """Refuse, naming the database and where its URL came from, unless it holds a store."""
+    from tracestore.server.db import schema_exists, shown_url
+    from tracestore.server.services import failure_reason
+
+    url = settings.resolved_database_url
+    try:
+        found = schema_exists(url)
+    except Exception as exc:
+        raise click.ClickException(
+            f"Cannot reach the database {shown_url(url)} (TRACESTORE_DATABASE_URL): "
+            f"{failure_reason(exc)}"
+        ) from None
+    if not found:
+        source = (
+            "TRACESTORE_DATABASE_URL"
+            if settings.database_url
+            else f"the data directory {settings.data_dir.resolve()}"
+        )
+        raise click.ClickException(
+            f"No tracestore store at {shown_url(url)} (from {source}); point --data-dir "
+            "or TRACESTORE_DATABASE_URL at the service's, or pass --init to create a new one"
+        )
+
+
+def _built(settings: Settings, build: Callable[[Settings], Services]) -> Services:
+    """``build(settings)``, a database that cannot be reached or migrated one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tracestore.server.db import shown_url
+    from tracestore.server.services import failure_reason
+
+    try:
+        return build(settings)
+    except ValueError as exc:  # a blob URL of no known scheme
+        raise click.ClickException(str(exc)) from None
+    except SQLAlchemyError as exc:
+        raise click.ClickException(
+            f"Cannot use the database {shown_url(settings.resolved_database_url)} "
+            f"(TRACESTORE_DATABASE_URL): {failure_reason(exc)}"
+        ) from None
+
+
 data_dir_option = click.option(
     "--data-dir",
     type=click.Path(path_type=Path),
     default=None,
     help="Data directory (default: $TRACESTORE_DATA_DIR or ./tracestore-data).",
 )
+init_option = click.option(
+    "--init",
+    is_flag=True,
+    help="Create the store (database and admin) when there is none yet.",
+)
+
+
+def store_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--data-dir`` and ``--init``, for the commands that administer an existing store."""
+    return data_dir_option(init_option(command))
 
 
 @click.command()
@@ -93,8 +151,12 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
     from tracestore.server.services import build_services
 
     settings = _server_settings(data_dir, host=host, port=port)
-    # Migrate and bootstrap once here, so several workers never race to do it.
-    services = build_services(settings)
+    # Migrate and bootstrap once here (one process at a time, under the database's lock).
+    services = _built(settings, build_services)
+    failures = services.failures(write=True)
+    if failures:
+        services.close()
+        raise click.ClickException("Cannot start: " + "; ".join(failures))
     token = bootstrap(services.db, settings.data_dir, services.now())
     services.close()
     if token is not None:
@@ -143,6 +205,37 @@ def serve(host: str | None, port: int | None, data_dir: Path | None, workers: in
     finally:
         forget_service(record)
         listener.close()
+
+
+@click.command()
+@data_dir_option
+def migrate(data_dir: Path | None) -> None:
+    """Bring the database to the newest schema (creating it if new); safe to repeat and to
+    run while replicas start. Run it first when deploying a new version."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tracestore.server.blobs import private_directory
+    from tracestore.server.db import Database, shown_url
+    from tracestore.server.services import failure_reason
+
+    settings = _server_settings(data_dir)
+    url = settings.resolved_database_url
+    if not settings.database_url:
+        private_directory(settings.data_dir)
+    database = Database(url)
+    try:
+        database.migrate()
+        with database.session(write=False) as session:
+            revision = session.scalar(text("SELECT version_num FROM alembic_version"))
+    except SQLAlchemyError as exc:
+        raise click.ClickException(
+            f"Cannot migrate the database {shown_url(url)} (TRACESTORE_DATABASE_URL): "
+            f"{failure_reason(exc)}"
+        ) from None
+    finally:
+        database.dispose()
+    click.echo(f"database {shown_url(url)} is at schema revision {revision}")
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
@@ -208,7 +301,7 @@ tenant_option = click.option(
 
 
 @token.command("create")
-@data_dir_option
+@store_options
 @click.option("--user", default=None, help="User name or id (default: the admin user).")
 @click.option("--tenant", default=None, help="The user's tenant, when its name is not unique.")
 @click.option("--name", default="cli", show_default=True, help="A label for the token.")
@@ -221,6 +314,7 @@ tenant_option = click.option(
 @json_option
 def token_create(
     data_dir: Path | None,
+    init: bool,
     user: str | None,
     tenant: str | None,
     name: str,
@@ -230,7 +324,7 @@ def token_create(
     """Issue an API token for a user (default: the admin); it is shown once."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         issued = admin.create_token(
             services, user=user, tenant=tenant, name=name, expires_in_days=expires_in_days
         )
@@ -241,13 +335,13 @@ def token_create(
 
 
 @token.command("list")
-@data_dir_option
+@store_options
 @json_option
-def token_list(data_dir: Path | None, as_json: bool) -> None:
+def token_list(data_dir: Path | None, init: bool, as_json: bool) -> None:
     """List API tokens (never their secret)."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         tokens = admin.list_tokens(services)
     if as_json:
         echo_json([wire(item) for item in tokens])
@@ -259,13 +353,13 @@ def token_list(data_dir: Path | None, as_json: bool) -> None:
 
 
 @token.command("revoke")
-@data_dir_option
+@store_options
 @click.argument("token_id")
-def token_revoke(data_dir: Path | None, token_id: str) -> None:
+def token_revoke(data_dir: Path | None, init: bool, token_id: str) -> None:
     """Revoke an API token by its id."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         admin.revoke_token(services, token_id)
     click.echo(f"revoked {token_id}")
 
@@ -276,7 +370,7 @@ def workspace() -> None:
 
 
 @workspace.command("create")
-@data_dir_option
+@store_options
 @click.argument("name")
 @click.option(
     "--member",
@@ -287,12 +381,17 @@ def workspace() -> None:
 @tenant_option
 @json_option
 def workspace_create(
-    data_dir: Path | None, name: str, members: tuple[str, ...], tenant: str | None, as_json: bool
+    data_dir: Path | None,
+    init: bool,
+    name: str,
+    members: tuple[str, ...],
+    tenant: str | None,
+    as_json: bool,
 ) -> None:
     """Create a workspace (in the admin's tenant unless --tenant)."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         created = admin.create_workspace(services, name, members, tenant=tenant)
     if as_json:
         echo_json(wire(created))
@@ -301,13 +400,13 @@ def workspace_create(
 
 
 @workspace.command("list")
-@data_dir_option
+@store_options
 @json_option
-def workspace_list(data_dir: Path | None, as_json: bool) -> None:
+def workspace_list(data_dir: Path | None, init: bool, as_json: bool) -> None:
     """List workspaces."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         workspaces = admin.list_workspaces(services)
     if as_json:
         echo_json([wire(item) for item in workspaces])
@@ -322,14 +421,14 @@ def tenant() -> None:
 
 
 @tenant.command("create")
-@data_dir_option
+@store_options
 @click.argument("name")
 @json_option
-def tenant_create(data_dir: Path | None, name: str, as_json: bool) -> None:
+def tenant_create(data_dir: Path | None, init: bool, name: str, as_json: bool) -> None:
     """Create a tenant, with a workspace named ``default`` for its users."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         created = admin.create_tenant(services, name)
     if as_json:
         echo_json(wire(created))
@@ -340,13 +439,13 @@ def tenant_create(data_dir: Path | None, name: str, as_json: bool) -> None:
 
 
 @tenant.command("list")
-@data_dir_option
+@store_options
 @json_option
-def tenant_list(data_dir: Path | None, as_json: bool) -> None:
+def tenant_list(data_dir: Path | None, init: bool, as_json: bool) -> None:
     """List tenants and their workspaces."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         tenants = admin.list_tenants(services)
     if as_json:
         echo_json([wire(item) for item in tenants])
@@ -361,7 +460,7 @@ def user() -> None:
 
 
 @user.command("create")
-@data_dir_option
+@store_options
 @click.argument("name")
 @tenant_option
 @click.option(
@@ -379,6 +478,7 @@ def user() -> None:
 @json_option
 def user_create(
     data_dir: Path | None,
+    init: bool,
     name: str,
     tenant: str | None,
     workspaces: tuple[str, ...],
@@ -388,7 +488,7 @@ def user_create(
     """Create a user; then `tracestore token create --user NAME` gives them a token."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         created = admin.create_user(
             services, name, tenant=tenant, workspaces=workspaces, tenant_admin=tenant_admin
         )
@@ -403,14 +503,14 @@ def user_create(
 
 
 @user.command("list")
-@data_dir_option
+@store_options
 @tenant_option
 @json_option
-def user_list(data_dir: Path | None, tenant: str | None, as_json: bool) -> None:
+def user_list(data_dir: Path | None, init: bool, tenant: str | None, as_json: bool) -> None:
     """List users (of every tenant unless --tenant)."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         users = admin.list_users(services, tenant=tenant)
     if as_json:
         echo_json([wire(item) for item in users])
@@ -430,15 +530,17 @@ def user_list(data_dir: Path | None, tenant: str | None, as_json: bool) -> None:
 
 
 @user.command("disable")
-@data_dir_option
+@store_options
 @click.argument("name")
 @click.option("--tenant", default=None, help="The user's tenant, when its name is not unique.")
 @json_option
-def user_disable(data_dir: Path | None, name: str, tenant: str | None, as_json: bool) -> None:
+def user_disable(
+    data_dir: Path | None, init: bool, name: str, tenant: str | None, as_json: bool
+) -> None:
     """Disable a user (name or id): their tokens are refused from the next request on."""
     from tracestore.server import admin
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         disabled = admin.disable_user(services, name, tenant=tenant)
     if as_json:
         echo_json(wire(disabled))
@@ -460,16 +562,16 @@ def _user_line(item: schemas.User) -> str:
 
 
 @click.command()
-@data_dir_option
+@store_options
 @json_option
-def gc(data_dir: Path | None, as_json: bool) -> None:
+def gc(data_dir: Path | None, init: bool, as_json: bool) -> None:
     """Sweep once: delete expired tracesets, fail expired uploads, purge unused bytes.
 
     Safe to run while servers run on the same data (they sweep on a timer too).
     """
     from tracestore.server.lifecycle import sweep
 
-    with _services(data_dir) as services:
+    with _services(data_dir, init) as services:
         report = sweep(services)
     if as_json:
         echo_json(report.as_json())
@@ -481,4 +583,37 @@ def gc(data_dir: Path | None, as_json: bool) -> None:
     )
 
 
-COMMANDS: tuple[click.Command, ...] = (serve, tenant, user, token, workspace, gc)
+@click.group("signing-key")
+def signing_key() -> None:
+    """Rotate the key that signs presigned URLs (shared by every process in the database)."""
+
+
+@signing_key.command("rotate")
+@store_options
+def signing_key_rotate(data_dir: Path | None, init: bool) -> None:
+    """Make a new signing key; URLs signed with the old one stay good until they expire."""
+    from tracestore.server.presigned import KEY_REFRESH, rotate_signing_key
+
+    with _services(data_dir, init) as services:
+        if services.settings.signing_key:
+            raise click.ClickException(
+                "TRACESTORE_SIGNING_KEY is set: the key is that setting's; change it instead"
+            )
+        lifetime = services.settings.url_lifetime + KEY_REFRESH
+        key_id = rotate_signing_key(services.db, services.now(), lifetime)
+    click.echo(
+        f"signing key {key_id} now signs; the previous one verifies for another {lifetime} "
+        f"(every process picks the new one up within {KEY_REFRESH})"
+    )
+
+
+COMMANDS: tuple[click.Command, ...] = (
+    serve,
+    migrate,
+    tenant,
+    user,
+    token,
+    workspace,
+    gc,
+    signing_key,
+)

@@ -190,6 +190,7 @@ def bootstrap(database: db.Database, data_dir: Path, now: datetime) -> str | Non
     it was created now, else None."""
     try:
         with database.session() as session:
+            db.serialize(session)  # N replicas starting at once: one bootstraps, the rest wait
             if session.scalar(select(db.Tenant.id).limit(1)) is not None:
                 return None
             tenant = create_tenant(session, "default", now)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import quote
 
-from tracestore.errors import ValidationError, quoted
+from tracestore.errors import ServiceUnavailable, ValidationError, quoted
 from tracestore.server.presigned import PartGrant, UrlSigner
 from tracestore.server.staging import (
     CLAIM_FILE,
@@ -174,8 +174,9 @@ class BlobStore(StagingArea, ContentStore, Protocol):
         every sealed blob before it places any)."""
         ...
 
-    def check(self) -> None:
-        """Raise unless the backend answers (the readiness probe)."""
+    def check(self, *, write: bool = False) -> None:
+        """Raise unless the backend answers (the readiness probe), and with ``write`` takes
+        an object too (the start-up check); ServiceUnavailable says what to fix."""
         ...
 
 
@@ -382,10 +383,16 @@ class LocalBlobStore:
         path = self.signer.content_path(sha256, filename, int(expires_at.timestamp()))
         return base_url + path
 
-    def check(self) -> None:
+    def check(self, *, write: bool = False) -> None:
         probe = self._staging / f".probe-{secrets.token_hex(4)}"
-        probe.write_bytes(b"ok")
-        probe.unlink()
+        try:
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ServiceUnavailable(
+                f"cannot write to the blob directory {self._staging.parent} "
+                f"({exc.strerror or exc}): fix its permissions or TRACESTORE_BLOB_URL"
+            ) from None
 
     def staged_uploads(self) -> Iterator[str]:
         """Upload ids that have a staging area (for the sweeper's orphan check)."""

@@ -1,7 +1,9 @@
 """Records: SQLAlchemy 2 tables, the engine, sessions and migrations.
 
 The same tables serve SQLite (embedded default, WAL mode) and PostgreSQL. Schema changes go
-through Alembic migrations in ``migrations/``; ``Database.migrate()`` applies them on start.
+through Alembic migrations in ``migrations/``; ``Database.migrate()`` applies them (``tracestore
+migrate``, and ``serve`` on start), one process at a time: on PostgreSQL under an advisory lock
+(``serialize``), on SQLite under its write lock.
 """
 
 from __future__ import annotations
@@ -27,12 +29,18 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
+    make_url,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# The PostgreSQL advisory lock that serialises migrations and bootstrap across processes
+# (an arbitrary constant: "trcstore" as 8 bytes, fits a bigint).
+STARTUP_LOCK = 0x7472637374_6F7265
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -203,6 +211,39 @@ class Blob(Base):
     unreferenced_since: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
 
 
+class SigningKey(Base):
+    """A key of the presigned URLs, shared by every process: the newest signs, and its
+    predecessors still verify for a URL lifetime after they were replaced."""
+
+    __tablename__ = "signing_keys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+def shown_url(url: str) -> str:
+    """A database URL fit for a message or log: without its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1]
+
+
+def schema_exists(url: str) -> bool:
+    """Whether ``url`` holds a tracestore schema, without creating anything (a SQLite file
+    is not made). Raises the driver's error when a server database cannot be reached."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1].partition("?")[0] if "///" in url else ""
+        if not path or path == ":memory:" or not Path(path).exists():
+            return False
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return inspect(connection).has_table("alembic_version")
+    finally:
+        engine.dispose()
+
+
 class Database:
     """The engine and a session factory for one database URL."""
 
@@ -255,12 +296,22 @@ class Database:
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         config.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
         with self.engine.begin() as connection:
+            serialize(connection)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
     def dispose(self) -> None:
         self.engine.dispose()
         self.read_engine.dispose()
+
+
+def serialize(connection: Session | Connection) -> None:
+    """Make the rest of this transaction run one process at a time (migrations, bootstrap,
+    the first signing key). On PostgreSQL a transaction-scoped advisory lock, released at
+    commit; SQLite writers already run one at a time (BEGIN IMMEDIATE)."""
+    bind = connection if isinstance(connection, Connection) else connection.get_bind()
+    if bind.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": STARTUP_LOCK})
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -134,7 +134,7 @@ def list_tracesets(
     """One page of the tracesets the caller may see that match the query."""
     if query.workspace_id is not None:
         principal.require_member(query.workspace_id)
-    key = services.settings.signing_key_bytes()
+    key = services.signer.key
     binding = _binding(principal, query)
     after = None if query.cursor is None else decode_cursor(key, query.cursor, binding, query.sort)
     shape, values = listing_sql.plan(principal, query, services.db.dialect, after)

@@ -3,7 +3,11 @@ part PUT and content GET, and the archive GET of a traceset (whatever the store:
 store cannot zip). Their paths and HMAC-SHA256 signatures are here and nowhere else; the
 routes that answer them are ``routes/blobs.py``. The host in front (``base_url``) is where
 the caller reaches the service: ``TRACESTORE_PUBLIC_URL`` when set, else the request's own
-scheme and host (``request_base_url``), which the route layer hands down."""
+scheme and host (``request_base_url``), which the route layer hands down.
+
+The keys are shared by every process of a service through the database (``signing_keys``,
+``rotate_signing_key``), so a URL minted by one replica is honoured by any other; a
+``TRACESTORE_SIGNING_KEY`` replaces them."""
 
 from __future__ import annotations
 
@@ -11,12 +15,30 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import itertools
+import logging
 import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from urllib.parse import urlencode
 
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+
 from tracestore.errors import Forbidden, ValidationError
+from tracestore.server.db import Database, SigningKey, serialize
+
+log = logging.getLogger("tracestore.presigned")
+
+# How long a process signs with the keys it read before reading them again, so a rotation
+# made elsewhere reaches it; a signature that matches none of them rereads at once.
+KEY_REFRESH = timedelta(seconds=30)
+_RECHECK_SECONDS = 1.0
 
 PREFIX = "/blobs"
 # Route paths, relative to PREFIX.
@@ -45,12 +67,46 @@ class PartGrant:
     expires: int
 
 
-class UrlSigner:
-    """Signs and checks the service's presigned URLs; one per service (``Services.signer``),
-    keyed by the settings' signing key. ``expires`` is a Unix time in seconds."""
+KeyLoader = Callable[[], Sequence[bytes]]
 
-    def __init__(self, key: bytes) -> None:
-        self._key = key
+
+class UrlSigner:
+    """Signs and checks the service's presigned URLs; one per service (``Services.signer``).
+    The first key signs; every key verifies. With ``reload`` (the database's keys, newest
+    first) the keys are reread every ``KEY_REFRESH`` and when a signature matches none.
+    ``expires`` is a Unix time in seconds."""
+
+    def __init__(
+        self, key: bytes, previous: Sequence[bytes] = (), *, reload: KeyLoader | None = None
+    ) -> None:
+        self._keys = (key, *previous)
+        self._reload = reload
+        self._loaded_at = time.monotonic()
+        self._lock = threading.Lock()
+
+    @property
+    def key(self) -> bytes:
+        """The key that signs now (also the listing cursors' HMAC key)."""
+        if time.monotonic() - self._loaded_at >= KEY_REFRESH.total_seconds():
+            self._refresh()
+        return self._keys[0]
+
+    def _refresh(self) -> bool:
+        """Reread the keys (at most once a second); whether they were reread."""
+        if self._reload is None:
+            return False
+        with self._lock:
+            if time.monotonic() - self._loaded_at < _RECHECK_SECONDS:
+                return False
+            self._loaded_at = time.monotonic()
+            try:
+                self._keys = tuple(self._reload())
+            except Exception:
+                # The database is away: keep signing with the keys read last (readiness
+                # reports the database), and try again at the next refresh.
+                log.warning("could not reread the signing keys", exc_info=True)
+                return False
+        return True
 
     def part_path(self, grant: PartGrant) -> str:
         """The path and query of a part PUT."""
@@ -91,18 +147,71 @@ class UrlSigner:
         """Raise Forbidden unless the archive URL's signature holds and it has not expired."""
         self._verify(signature, expires, now, "ARCHIVE", traceset_id)
 
-    def _sign(self, *fields: str | int) -> str:
+    def _sign(self, *fields: str | int, key: bytes | None = None) -> str:
         message = "\n".join(str(f) for f in fields).encode()
-        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        digest = hmac.new(key or self.key, message, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
+    def _matches(self, signature: str, *fields: str | int) -> bool:
+        return any(
+            hmac.compare_digest(self._sign(*fields, key=key), signature) for key in self._keys
+        )
+
     def _verify(self, signature: str, expires: int, now: datetime, *fields: str | int) -> None:
-        expected = self._sign(expires, *fields)
         # compare_digest refuses non-ASCII text (TypeError); a signature is ASCII or forged.
-        if not signature.isascii() or not hmac.compare_digest(expected, signature):
+        if not signature.isascii() or not (
+            self._matches(signature, expires, *fields)
+            or (self._refresh() and self._matches(signature, expires, *fields))
+        ):
             raise Forbidden("The URL signature does not match; request a new URL")
         if now.timestamp() >= expires:
             raise Forbidden("The URL has expired; request a new URL")
+
+
+def signing_keys(
+    database: Database, now: datetime, lifetime: timedelta, adopt: Path | None = None
+) -> list[bytes]:
+    """The service's keys, newest (the signing one) first, then those it replaced less than
+    ``lifetime`` ago (the longest a URL lives). The first call on a database creates the first
+    key, once for all processes: the one in the file ``adopt`` names when it exists (a data
+    directory's key from before the keys moved here, so its URLs stay good), else a new one."""
+    with database.session(write=False) as session:
+        rows = list(session.scalars(select(SigningKey).order_by(SigningKey.id.desc())))
+    if not rows:
+        secret = adopt.read_text().strip() if adopt and adopt.is_file() else None
+        try:
+            with database.session() as session:
+                serialize(session)
+                if session.scalar(select(SigningKey.id).limit(1)) is None:
+                    session.add(
+                        SigningKey(id=1, secret=secret or secrets.token_urlsafe(48), created_at=now)
+                    )
+        except IntegrityError:
+            pass  # another process created it first (SQLite has no advisory lock)
+        return signing_keys(database, now, lifetime)
+    keys = [rows[0].secret.encode()]
+    for successor, row in itertools.pairwise(rows):
+        if successor.created_at > now - lifetime:
+            keys.append(row.secret.encode())
+    return keys
+
+
+def rotate_signing_key(database: Database, now: datetime, lifetime: timedelta) -> int:
+    """Make a new signing key (its id); the one it replaces keeps verifying for ``lifetime``,
+    and keys replaced longer ago than that are deleted."""
+    with database.session() as session:
+        serialize(session)
+        rows = list(session.scalars(select(SigningKey).order_by(SigningKey.id.desc())))
+        new_id = rows[0].id + 1 if rows else 1
+        session.add(SigningKey(id=new_id, secret=secrets.token_urlsafe(48), created_at=now))
+        spent = [
+            row.id
+            for successor, row in itertools.pairwise(rows)
+            if successor.created_at <= now - lifetime
+        ]
+        if spent:
+            session.execute(delete(SigningKey).where(SigningKey.id.in_(spent)))
+    return new_id
 
 
 def _signed_part_fields(grant: PartGrant) -> tuple[str | int, ...]:

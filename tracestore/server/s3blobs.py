@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import re
+import secrets
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
@@ -27,9 +28,9 @@ from urllib.parse import urlparse
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from tracestore.errors import ValidationError
+from tracestore.errors import ServiceUnavailable, ValidationError
 from tracestore.server.blobs import (
     CHUNK,
     CommittedBlob,
@@ -387,8 +388,43 @@ class S3BlobStore:
         )
         return str(url)
 
-    def check(self) -> None:
-        self.client.head_bucket(Bucket=self.bucket)
+    def check(self, *, write: bool = False) -> None:
+        """Raise ServiceUnavailable naming what to fix (the credentials, the bucket, the
+        endpoint) unless the bucket answers, and with ``write`` takes and deletes an object."""
+        where = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        endpoint = self.client.meta.endpoint_url
+        probe = self._key("probe", secrets.token_hex(8))
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            if write:
+                self.client.put_object(Bucket=self.bucket, Key=probe, Body=b"ok")
+                self.client.delete_object(Bucket=self.bucket, Key=probe)
+        except NoCredentialsError:
+            raise ServiceUnavailable(
+                f"no S3 credentials for {where}: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)"
+            ) from None
+        except ClientError as exc:
+            code = _error_code(exc)
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                message = (
+                    f"the bucket {self.bucket!r} does not exist at {endpoint}: create it, "
+                    "or name an existing one in TRACESTORE_BLOB_URL"
+                )
+            elif code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                action = "write to" if write else "read"
+                message = (
+                    f"the S3 credentials may not {action} {where} ({code}): check "
+                    "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's policy"
+                )
+            else:
+                message = f"the S3 store at {endpoint} refused {where}: {code} {exc}"
+            raise ServiceUnavailable(message) from None
+        except BotoCoreError as exc:
+            raise ServiceUnavailable(
+                f"cannot reach the S3 store at {endpoint} ({type(exc).__name__}): "
+                "set TRACESTORE_S3_ENDPOINT_URL to its address"
+            ) from None
 
 
 class _ObjectReader(io.RawIOBase):

@@ -14,9 +14,9 @@ from sqlalchemy import text
 
 from tracestore.errors import ServiceUnavailable
 from tracestore.server.blobs import BlobStore, LocalBlobStore, private_directory
-from tracestore.server.db import Database, utcnow
+from tracestore.server.db import Database, shown_url, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
-from tracestore.server.presigned import UrlSigner
+from tracestore.server.presigned import KEY_REFRESH, UrlSigner, signing_keys
 from tracestore.server.settings import Settings
 
 Clock = Callable[[], datetime]
@@ -58,20 +58,38 @@ class Services:
         self.db.dispose()
 
     def readiness(self) -> dict[str, str]:
-        """Check the database and the blob store; ServiceUnavailable names what failed."""
+        """Check the database and the blob store; ServiceUnavailable names each that failed
+        and why."""
+        failures = self.failures()
+        if failures:
+            raise ServiceUnavailable("Not ready: " + "; ".join(failures))
+        return {"database": "ok", "blobStore": "ok"}
+
+    def failures(self, *, write: bool = False) -> list[str]:
+        """One line per dependency that does not answer (``write``: the blob store must
+        take an object too), naming it, why, and the setting to fix."""
         failures = []
         try:
             with self.db.session(write=False) as session:
                 session.execute(text("SELECT 1"))
         except Exception as exc:
-            failures.append(f"database: {type(exc).__name__}")
+            failures.append(
+                f"database {shown_url(self.db.url)}: {failure_reason(exc)} "
+                "(TRACESTORE_DATABASE_URL)"
+            )
         try:
-            self.store.check()
+            self.store.check(write=write)
         except Exception as exc:
-            failures.append(f"blob store: {type(exc).__name__}")
-        if failures:
-            raise ServiceUnavailable("Not ready: " + "; ".join(failures))
-        return {"database": "ok", "blobStore": "ok"}
+            failures.append(f"blob store: {failure_reason(exc)}")
+        return failures
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line saying why ``exc`` happened: the driver's own first line for a database
+    error, the message otherwise."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
 
 
 def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
@@ -81,7 +99,7 @@ def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
     private_directory(settings.data_dir)
     database = Database(settings.resolved_database_url)
     database.migrate()
-    signer = UrlSigner(settings.signing_key_bytes())
+    signer = url_signer(settings, database, clock)
     return Services(
         settings=settings,
         db=database,
@@ -90,6 +108,21 @@ def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
         clock=clock,
         jwt_verifier=verifier,
     )
+
+
+def url_signer(settings: Settings, database: Database, clock: Clock = utcnow) -> UrlSigner:
+    """The signer of ``settings.signing_key`` when set, else of the database's shared keys
+    (reread now and then, so a rotation reaches every process)."""
+    if settings.signing_key:
+        return UrlSigner(settings.signing_key.encode())
+    # A key replaced just after a process reread them may sign for one more KEY_REFRESH.
+    lifetime = settings.url_lifetime + KEY_REFRESH
+
+    def load() -> list[bytes]:
+        return signing_keys(database, clock(), lifetime, settings.data_dir / "signing-key")
+
+    keys = load()
+    return UrlSigner(keys[0], keys[1:], reload=load)
 
 
 def stores_bytes_locally(settings: Settings) -> bool:

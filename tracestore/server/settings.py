@@ -15,7 +15,6 @@ import difflib
 import json
 import os
 import re
-import secrets
 import tomllib
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -223,25 +222,10 @@ class Settings(BaseSettings):
             return self.blob_url
         return (self.data_dir / "blobs").resolve().as_uri()
 
-    def signing_key_bytes(self) -> bytes:
-        """The HMAC key for presigned URLs; generated into the data directory when absent."""
-        if self.signing_key:
-            return self.signing_key.encode()
-        path = self.data_dir / "signing-key"
-        if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".signing-key.{os.getpid()}.{secrets.token_hex(4)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_urlsafe(48))
-            # link() fails if another process won the race; then its key is the key.
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink()
-        return path.read_text().strip().encode()
+    @property
+    def url_lifetime(self) -> timedelta:
+        """The longest a presigned URL lives: how long a replaced signing key still verifies."""
+        return max(self.part_url_ttl, self.download_url_ttl)
 
 
 def _variable(field: str) -> str:
