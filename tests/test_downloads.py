@@ -231,12 +231,14 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
         "metadata_complete",
         "rank_census",
         "parallelism_consistency",
+        "process_groups",
     ]
-    assert all(set(c) == {"name", "passed", "message"} for c in checks.values())
+    assert all(set(c) == {"name", "passed", "message", "warning"} for c in checks.values())
     assert checks["file_integrity"] == {
         "name": "file_integrity",
         "passed": True,
         "message": "3 files present; sizes and SHA-256 re-verified (6292463 bytes)",
+        "warning": False,
     }
     assert checks["metadata_complete"]["passed"] is True
 
@@ -281,6 +283,7 @@ def test_validate_metadata_complete_fails_without_a_rank_count(
         "name": "metadata_complete",
         "passed": False,
         "message": "2 primary files but no rank count declared in workloadMetadata",
+        "warning": False,
     }
     assert body["valid"] is False
     supporting = upload(http, {"notes.txt": (b"hi", "supporting")})

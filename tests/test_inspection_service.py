@@ -180,6 +180,7 @@ def test_validate_reports_the_census_naming_file_and_rank(http: TestClient) -> N
         "metadata_complete": True,
         "rank_census": True,
         "parallelism_consistency": True,
+        "process_groups": True,
     }
 
 

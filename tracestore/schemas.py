@@ -431,6 +431,11 @@ class ValidationCheck(WireModel):
     name: str
     passed: bool | None = Field(description="null when the check has not been evaluated yet")
     message: str | None = None
+    warning: bool = Field(
+        default=False,
+        description="true when the check passed with a warning (e.g. process groups checked "
+        "on a subset of the ranks); the message says what to look at",
+    )
 
 
 class ValidateAnswer(WireModel):

@@ -329,7 +329,11 @@ def validate(client: Client, traceset_id: str, as_json: bool) -> None:
         echo_json(wire(answer))
     else:
         for check in answer.checks:
-            mark = {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
+            mark = (
+                "warn"
+                if check.warning
+                else {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
+            )
             click.echo(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
         click.echo(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
     if not answer.valid:

@@ -59,6 +59,20 @@ class TimeSpan:
 
 
 @dataclass(frozen=True)
+class CensusCheck:
+    """The outcome of one check of a traceset's files and a message a person can act on;
+    ``warning`` marks a pass that still names something to look at."""
+
+    passed: bool
+    message: str
+    warning: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"passed", "message", "warning"}``."""
+        return {"passed": self.passed, "message": self.message, "warning": self.warning}
+
+
+@dataclass(frozen=True)
 class ProcessGroup:
     """One process group a trace records (Kineto ``pg_config``, execution-trace PG init,
     record_param_comms rows, Chakra ``pg_name`` attributes, an ASTRA-sim comm-group file).

@@ -174,22 +174,22 @@ def resolve_traceset(
 def validate_traceset(
     services: Services, principal: Principal, traceset_id: str
 ) -> schemas.ValidateAnswer:
-    """Re-read every blob, check the metadata, and report inspection's rank census."""
+    """Re-read every blob, check the metadata, and report inspection's checks."""
     with services.db.session(write=False) as session:
         traceset = _ready(session, principal, traceset_id, "validated")
         files = files_of(session, traceset_id)
         rank_count = traceset.rank_count
-        census = stored_census_checks(traceset)
-    if census is None:
-        return validate_checks(services.store, files, rank_count)
-    rank_check, parallelism_check = (schemas.ValidationCheck(**check) for check in census)
+        recorded = stored_census_checks(traceset) or []
     return validate_checks(
         services.store,
         files,
         rank_count,
-        rank_census=rank_check,
-        parallelism_consistency=parallelism_check,
+        inspected=[schemas.ValidationCheck(**check) for check in recorded],
     )
+
+
+# The checks inspection reports, in the order validate lists them.
+INSPECTION_CHECKS = ("rank_census", "parallelism_consistency", "process_groups")
 
 
 def validate_checks(
@@ -197,20 +197,20 @@ def validate_checks(
     files: Sequence[db.TracesetFile],
     rank_count: int | None,
     *,
-    rank_census: schemas.ValidationCheck | None = None,
-    parallelism_consistency: schemas.ValidationCheck | None = None,
+    inspected: Sequence[schemas.ValidationCheck] = (),
 ) -> schemas.ValidateAnswer:
-    """The validate answer. ``rank_census`` and ``parallelism_consistency`` are inspection's
-    verdicts; when not given they are reported as not evaluated (``passed: null``), which
-    does not make the traceset invalid."""
+    """The validate answer. ``inspected`` are inspection's verdicts; a check of
+    ``INSPECTION_CHECKS`` it does not hold (inspection has not finished, or ran before the
+    check existed) is reported as not evaluated (``passed: null``), which does not make the
+    traceset invalid; neither does a warning."""
+    by_name = {check.name: check for check in inspected}
     checks = [
         file_integrity(store, files),
         metadata_complete(files, rank_count),
-        rank_census
-        or schemas.ValidationCheck(name="rank_census", passed=None, message=NOT_EVALUATED),
-        parallelism_consistency
-        or schemas.ValidationCheck(
-            name="parallelism_consistency", passed=None, message=NOT_EVALUATED
+        *(
+            by_name.get(name)
+            or schemas.ValidationCheck(name=name, passed=None, message=NOT_EVALUATED)
+            for name in INSPECTION_CHECKS
         ),
     ]
     return schemas.ValidateAnswer(
