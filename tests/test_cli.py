@@ -221,6 +221,31 @@ def test_a_retry_budget_that_is_not_a_number_is_a_usage_error() -> None:
     assert "TRACESTORE_RETRY_SECONDS='soon' is not a number" in result.stderr
 
 
+def test_ls_inspected_facts_and_world_size(
+    run: Any, traces: Path, meta_file: Path, tmp_path: Path
+) -> None:
+    plain = upload(run, traces, meta_file, "--name", "plain")
+    meta = tmp_path / "dlrm.json"
+    meta.write_text('{"shape": {"rankCount": 8}}')
+    dlrm = upload(run, TESTDATA / "kineto-dlrm-8ranks", meta, "--name", "dlrm")
+
+    def ids(*args: str) -> list[str]:
+        result = run("ls", "--json", *args)
+        assert result.exit_code == 0, result.output
+        return [item["id"] for item in json.loads(result.stdout)]
+
+    assert ids("--inspected", "gpu_model=V100-SXM2-32GB") == [dlrm["id"]]
+    assert ids("--inspected", "gpu_model=H100") == []
+    assert ids("--inspected", "backend=nccl", "--inspected", "world_size=8") == [dlrm["id"]]
+    assert ids("--min-world-size", "8", "--max-world-size", "8") == [dlrm["id"]]
+    assert plain["id"] in ids()
+    refused = run("ls", "--inspected", "gpu_model")
+    assert refused.exit_code == 2 and "'gpu_model' is not FACT=VALUE" in refused.output
+    unknown = run("ls", "--inspected", "gpu=H100")
+    assert unknown.exit_code == 1
+    assert "Unknown inspected fact 'gpu' in 'inspected.gpu'" in unknown.stderr
+
+
 def test_ls_human_json_filters_and_limit(
     run: Any, traces: Path, meta_file: Path, tmp_path: Path, clock: FakeClock
 ) -> None:

@@ -156,12 +156,13 @@ def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Pat
     return "resume with: " + shlex.join(words)
 
 
-def _parse_filters(pairs: Sequence[str]) -> dict[str, Any]:
+def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, Any]:
     workload: dict[str, Any] = {}
     for pair in pairs:
         path, sep, value = pair.partition("=")
         if not sep or not path:
-            raise click.BadParameter(f"{pair!r} is not PATH=VALUE", param_hint="--filter")
+            what = "FACT=VALUE" if option == "--inspected" else "PATH=VALUE"
+            raise click.BadParameter(f"{pair!r} is not {what}", param_hint=option)
         workload[path] = value
     return workload
 
@@ -182,6 +183,16 @@ def _parse_filters(pairs: Sequence[str]) -> dict[str, Any]:
     metavar="PATH=VALUE",
     help="Workload filter on a snake_case path, e.g. shape.global_batch_size=1024; repeatable.",
 )
+@click.option(
+    "--inspected",
+    "inspected",
+    multiple=True,
+    metavar="FACT=VALUE",
+    help="A fact inspection derived: gpu_model, backend, format, nccl_version or world_size, "
+    "e.g. gpu_model=H100; repeatable.",
+)
+@click.option("--min-world-size", type=click.IntRange(min=0), help="Inspected world size ≥ this.")
+@click.option("--max-world-size", type=click.IntRange(min=0), help="Inspected world size ≤ this.")
 @json_option
 @connection
 def ls(
@@ -195,6 +206,9 @@ def ls(
     workload_family: str | None,
     workload_name: str | None,
     filters: tuple[str, ...],
+    inspected: tuple[str, ...],
+    min_world_size: int | None,
+    max_world_size: int | None,
     as_json: bool,
 ) -> None:
     """List tracesets you can see, newest first (every page, fetched as needed)."""
@@ -213,6 +227,9 @@ def ls(
             search=search,
             sort=sort,
             workload=workload or None,
+            inspected=_parse_filters(inspected, "--inspected") or None,
+            min_world_size=min_world_size,
+            max_world_size=max_world_size,
         )
     )
     if as_json:

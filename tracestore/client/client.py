@@ -59,6 +59,8 @@ _LIST_PARAMS = {
     "created_before": "createdBefore",
     "min_rank_count": "minRankCount",
     "max_rank_count": "maxRankCount",
+    "min_world_size": "minWorldSize",
+    "max_world_size": "maxWorldSize",
 }
 
 
@@ -221,9 +223,11 @@ class Client:
 
         Filters: ``workspace_id``, ``status``, ``scope``, ``search``, ``sort``
         (``"name:asc,created:desc"``), ``created_after``, ``created_before``,
-        ``min_rank_count``, ``max_rank_count``, ``page_size`` (1–100), and workload
-        equality filters as snake_case keywords (``workload_family="llama"``) or, for dotted
-        paths, ``workload={"shape.global_batch_size": 1024}``.
+        ``min_rank_count``, ``max_rank_count``, ``min_world_size``, ``max_world_size``,
+        ``page_size`` (1–100), workload equality filters as snake_case keywords
+        (``workload_family="llama"``) or, for dotted paths,
+        ``workload={"shape.global_batch_size": 1024}``, and inspected facts as
+        ``inspected={"gpu_model": "H100", "world_size": 8}``.
         """
         cursor: str | None = None
         seen = 0
@@ -248,6 +252,8 @@ class Client:
                 params.append(("limit", str(value)))
             elif key == "workload":
                 params.extend((path, _query_value(v)) for path, v in dict(value).items())
+            elif key == "inspected":
+                params.extend((f"inspected.{f}", _query_value(v)) for f, v in dict(value).items())
             else:
                 params.append((_LIST_PARAMS.get(key, key), _query_value(value)))
         return params
