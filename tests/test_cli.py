@@ -239,6 +239,13 @@ def test_ls_inspected_facts_and_world_size(
     assert ids("--inspected", "backend=nccl", "--inspected", "world_size=8") == [dlrm["id"]]
     assert ids("--min-world-size", "8", "--max-world-size", "8") == [dlrm["id"]]
     assert plain["id"] in ids()
+    shown = run("show", dlrm["id"])
+    assert (
+        "ready for:   HTA yes, Chakra no, ASTRA-sim no, Perfetto yes (tracestore validate says why)"
+    ) in shown.stdout
+    checked = run("validate", dlrm["id"])
+    assert checked.exit_code == 0, checked.output
+    assert "FAIL  chakra_ready: no host execution trace for ranks 0..7" in checked.stdout
     refused = run("ls", "--inspected", "gpu_model")
     assert refused.exit_code == 2 and "'gpu_model' is not FACT=VALUE" in refused.output
     unknown = run("ls", "--inspected", "gpu=H100")

@@ -232,6 +232,10 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
         "rank_census",
         "parallelism_consistency",
         "process_groups",
+        "hta_ready",
+        "chakra_ready",
+        "astra_ready",
+        "perfetto_ready",
     ]
     assert all(set(c) == {"name", "passed", "message", "warning"} for c in checks.values())
     assert checks["file_integrity"] == {

@@ -13,11 +13,11 @@ captured the files cannot show every group, so its problems are warnings (it pas
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracestore.inspect.model import ARCHIVE_FORMATS, CensusCheck, FileInspection
+from tracestore.inspect.model import CensusCheck, FileInspection
 
 # The degrees a declaration may give, in the order messages name them.
 GROUP_DEGREES: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp", "sp")
@@ -42,19 +42,11 @@ class FoundGroup:
         }
 
 
-def _leaves(name: str, inspection: FileInspection) -> Iterator[tuple[str, FileInspection]]:
-    if inspection.format in ARCHIVE_FORMATS:
-        for member in inspection.members:
-            yield from _leaves(f"{name}:{member.name}", member)
-    else:
-        yield name, inspection
-
-
 def process_groups(files: Sequence[tuple[str, FileInspection]]) -> tuple[FoundGroup, ...]:
     """The distinct groups of known size the files record, largest first."""
     merged: dict[tuple[Any, ...], tuple[str | None, int, tuple[int, ...] | None, list[str]]] = {}
     for top, inspection in files:
-        for label, leaf in _leaves(top, inspection):
+        for label, leaf in inspection.leaves(top):
             for group in leaf.process_groups:
                 ranks = tuple(sorted(set(group.ranks))) if group.ranks else None
                 size = len(ranks) if ranks else group.size

@@ -8,7 +8,7 @@ that breaks off half-way still reports what was found before the break.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
@@ -156,6 +156,15 @@ class FileInspection:
     gpu_models: tuple[str, ...] = ()
     nccl_version: str | None = None
     profiler_steps: int | None = None
+
+    def leaves(self, label: str) -> Iterator[tuple[str, FileInspection]]:
+        """This file, or for an archive every member (recursively), as ``(label,
+        inspection)``; a member's label is ``archive:member``, as the census names it."""
+        if self.format in ARCHIVE_FORMATS:
+            for member in self.members:
+                yield from member.leaves(f"{label}:{member.name}")
+        else:
+            yield label, self
 
     def to_json(self) -> dict[str, Any]:
         """The camelCase, JSON-safe form used by the HTTP API and the CLI's ``--json``."""

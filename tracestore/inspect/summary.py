@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from tracestore.inspect.census import RankCensus
-from tracestore.inspect.model import ARCHIVE_FORMATS, FileInspection
+from tracestore.inspect.model import FileInspection
 
 # The facts ``inspected.<fact>`` may name, and the summary member each is read from.
 SEARCH_FACTS: Mapping[str, str] = {
@@ -30,14 +30,6 @@ MAX_FACT_VALUE = 255
 _WORD = re.compile(r"[^\s,;()/]+")
 
 
-def _leaves(inspection: FileInspection) -> Iterator[FileInspection]:
-    if inspection.format in ARCHIVE_FORMATS:
-        for member in inspection.members:
-            yield from _leaves(member)
-    else:
-        yield inspection
-
-
 def _distinct(values: Iterator[str | None]) -> list[str]:
     seen: list[str] = []
     for value in values:
@@ -50,7 +42,7 @@ def traceset_summary(
     files: Sequence[tuple[str, FileInspection]], census: RankCensus
 ) -> dict[str, Any]:
     """``inspection.summary``: the facts of the primary files ``[(name, inspection)]``."""
-    leaves = [leaf for _, inspection in files for leaf in _leaves(inspection)]
+    leaves = [leaf for name, found in files for _, leaf in found.leaves(name)]
     steps = [leaf.profiler_steps for leaf in leaves if leaf.profiler_steps is not None]
     spans = [leaf.time_span for leaf in leaves if leaf.time_span is not None]
     collectives: dict[str, int] = {}

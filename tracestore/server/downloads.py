@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from tracestore import schemas
 from tracestore.errors import Conflict, Gone, NotFound, quoted
+from tracestore.inspect.readiness import READINESS_CHECK_NAMES
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
@@ -188,8 +189,10 @@ def validate_traceset(
     )
 
 
-# The checks inspection reports, in the order validate lists them.
-INSPECTION_CHECKS = ("rank_census", "parallelism_consistency", "process_groups")
+# The checks inspection reports, in the order validate lists them; the readiness checks say
+# which tools can read the set, and do not make it invalid.
+READINESS_CHECKS = tuple(READINESS_CHECK_NAMES.values())
+INSPECTION_CHECKS = ("rank_census", "parallelism_consistency", "process_groups", *READINESS_CHECKS)
 
 
 def validate_checks(
@@ -202,7 +205,8 @@ def validate_checks(
     """The validate answer. ``inspected`` are inspection's verdicts; a check of
     ``INSPECTION_CHECKS`` it does not hold (inspection has not finished, or ran before the
     check existed) is reported as not evaluated (``passed: null``), which does not make the
-    traceset invalid; neither does a warning."""
+    traceset invalid; neither does a warning, nor a failed readiness check (``hta_ready``
+    ...: which tools can read the set)."""
     by_name = {check.name: check for check in inspected}
     checks = [
         file_integrity(store, files),
@@ -214,7 +218,10 @@ def validate_checks(
         ),
     ]
     return schemas.ValidateAnswer(
-        valid=all(check.passed is not False for check in checks), checks=checks
+        valid=all(
+            check.passed is not False for check in checks if check.name not in READINESS_CHECKS
+        ),
+        checks=checks,
     )
 
 

@@ -22,6 +22,7 @@ from tracestore.inspect import (
     rank_census,
     validation_checks,
 )
+from tracestore.inspect.readiness import readiness, readiness_checks
 from tracestore.inspect.summary import search_facts, summary_world_size, traceset_summary
 from tracestore.server import db
 from tracestore.server.services import Services
@@ -126,6 +127,7 @@ def inspection_view(
         "inspectedAt": schemas.format_timestamp(now),
         "census": census.to_json(),
         "summary": traceset_summary(found, census),
+        "readiness": readiness(found, census),
         "files": [inspection.to_json() for _, inspection in found],
     }
 
@@ -141,12 +143,15 @@ def stored_rank_provenance(traceset: db.Traceset, name: str) -> str | None:
 
 
 def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
-    """The census checks recorded for a traceset as ``validate`` reports them, or None when
-    its inspection has not finished."""
+    """The census and readiness checks recorded for a traceset as ``validate`` reports them,
+    or None when its inspection has not finished."""
     inspection = traceset.inspection
     if not isinstance(inspection, dict) or inspection.get("status") != "complete":
         return None
-    return validation_checks(inspection["census"])
+    recorded = inspection.get("readiness")
+    return validation_checks(inspection["census"]) + readiness_checks(
+        recorded if isinstance(recorded, dict) else {}
+    )
 
 
 def inspect_abandoned(services: Services) -> int:
