@@ -401,3 +401,32 @@ def test_resume_of_an_upload_that_completed_answers_its_traceset(
     result = run("upload", "--resume", started[0], str(traces))
     assert result.exit_code == 0, result.output
     assert result.stdout.split()[:2] == [traceset.id, "ready"]
+
+
+DLRM = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())
+NOTES = b"how these traces were made\n"
+
+
+def test_cli_download_ranks(run: Any, tmp_path: Path) -> None:
+    meta = tmp_path / "dlrm.json"
+    meta.write_text('{"shape": {"rankCount": 8}}')
+    source = tmp_path / "dlrm"
+    source.mkdir()
+    for path in DLRM:
+        (source / path.name).write_bytes(path.read_bytes())
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(NOTES)
+    ts = upload(run, source, meta, "--supporting", str(notes))
+    tmp_path = tmp_path / "out"
+    result = run("download", ts["id"], "--ranks", "6-7", "-o", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    written = sorted(Path(p).name for p in json.loads(result.stdout))
+    assert written == sorted(p.name for p in DLRM if p.name[6] in "67")
+    with_notes = run("download", ts["id"], "--ranks", "0", "--supporting", "-o", str(tmp_path))
+    assert with_notes.exit_code == 0, with_notes.output
+    assert (tmp_path / "notes.txt").read_bytes() == NOTES
+    unknown = run("download", ts["id"], "--ranks", "9", "-o", str(tmp_path))
+    assert unknown.exit_code != 0
+    assert f"Unknown rank 9 for traceset '{ts['id']}': its files hold ranks 0-7" in unknown.output
+    both = run("download", ts["id"], "--ranks", "0", "--file", "notes.txt")
+    assert both.exit_code == 2 and "Give --file or --ranks, not both" in both.output

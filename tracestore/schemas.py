@@ -425,6 +425,9 @@ class DownloadAnswer(WireModel):
     url: str
     expires_at: Timestamp
     file: str | None = Field(default=None, description="The file's name; null for the ZIP")
+    ranks: str | None = Field(
+        default=None, description="The ranks of a ranks download (0-7,12); null otherwise"
+    )
 
 
 class ValidationCheck(WireModel):

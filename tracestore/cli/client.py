@@ -305,6 +305,8 @@ def promote(
     help="Directory to write into.",
 )
 @click.option("--concurrency", type=click.IntRange(1, 32), default=4, show_default=True)
+@click.option("--ranks", help="Only the files holding these ranks, e.g. 0-7,12.")
+@click.option("--supporting", is_flag=True, help="With --ranks: the supporting files too.")
 @json_option
 @connection
 def download(
@@ -313,9 +315,15 @@ def download(
     names: tuple[str, ...],
     output: Path,
     concurrency: int,
+    ranks: str | None,
+    supporting: bool,
     as_json: bool,
 ) -> None:
     """Download a traceset's files (resumes partial files, verifies every SHA-256)."""
+    if ranks is not None and names:
+        raise click.UsageError("Give --file or --ranks, not both")
+    if supporting and ranks is None:
+        raise click.UsageError("--supporting goes with --ranks")
     try:
         with progress_bars() as report:
             written = client.download_traceset(
@@ -324,6 +332,8 @@ def download(
                 files=list(names) or None,
                 concurrency=concurrency,
                 progress=report.progress,
+                ranks=ranks,
+                supporting=supporting,
             )
     except KeyboardInterrupt:
         click.echo("\nInterrupted; run the same command again to resume.", err=True)

@@ -250,10 +250,13 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
         conditions.append(T.rank_count >= bindparam("min_rank_count"))
     if shape.max_rank_count:
         conditions.append(T.rank_count <= bindparam("max_rank_count"))
+    # SQLite would range-scan the world-size index and sort every match; "+ 0" keeps it on
+    # the ordered walk, which stops after a page (PostgreSQL weighs both by statistics).
+    world = T.inspected_world_size if postgres else T.inspected_world_size + 0
     if shape.min_world_size:
-        conditions.append(T.inspected_world_size >= bindparam("min_world_size"))
+        conditions.append(world >= bindparam("min_world_size"))
     if shape.max_world_size:
-        conditions.append(T.inspected_world_size <= bindparam("max_world_size"))
+        conditions.append(world <= bindparam("max_world_size"))
     for i, fact in enumerate(shape.inspected):
         # A primary-key lookup of (fact, value, id) per candidate row; PostgreSQL may instead
         # drive the page from the facts when the value is rare.
