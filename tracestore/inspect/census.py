@@ -23,7 +23,12 @@ from tracestore.inspect.census_files import (
 )
 from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
 from tracestore.inspect.chakra import rank_from_name
-from tracestore.inspect.groups import FoundGroup, process_group_check, process_groups
+from tracestore.inspect.groups import (
+    FoundGroup,
+    parallelism_values,
+    process_group_check,
+    process_groups,
+)
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, CensusCheck, FileInspection
 from tracestore.inspect.pairing import Pairing, RankedFile, RankEntry, pair, ranked_file
 from tracestore.metadata import DEGREES
@@ -124,18 +129,7 @@ def validation_checks(census: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def parallelism_degrees(workload_metadata: object) -> dict[str, int]:
     """The degrees dp, tp, sp, ep, pp given in ``workloadMetadata.parallelism`` (ints ≥ 1)."""
-    if not isinstance(workload_metadata, Mapping):
-        return {}
-    parallelism = workload_metadata.get("parallelism")
-    if not isinstance(parallelism, Mapping):
-        return {}
-    return {
-        key: value
-        for key in DEGREES
-        if isinstance(value := parallelism.get(key), int)
-        and not isinstance(value, bool)
-        and value >= 1
-    }
+    return parallelism_values(workload_metadata, DEGREES)
 
 
 @dataclass

@@ -61,8 +61,8 @@ def process_groups(files: Sequence[tuple[str, FileInspection]]) -> tuple[FoundGr
     return tuple(sorted(found, key=lambda g: (-g.size, g.name or "", g.ranks or ())))
 
 
-def declared_degrees(workload_metadata: object) -> dict[str, int]:
-    """The degrees of ``workloadMetadata.parallelism`` that need a group (integers above 1)."""
+def parallelism_values(workload_metadata: object, keys: Sequence[str]) -> dict[str, int]:
+    """The degrees ``keys`` given in ``workloadMetadata.parallelism`` (integers ≥ 1)."""
     if not isinstance(workload_metadata, Mapping):
         return {}
     parallelism = workload_metadata.get("parallelism")
@@ -70,11 +70,17 @@ def declared_degrees(workload_metadata: object) -> dict[str, int]:
         return {}
     return {
         key: value
-        for key in GROUP_DEGREES
+        for key in keys
         if isinstance(value := parallelism.get(key), int)
         and not isinstance(value, bool)
-        and value > 1
+        and value >= 1
     }
+
+
+def declared_degrees(workload_metadata: object) -> dict[str, int]:
+    """The degrees of ``workloadMetadata.parallelism`` that need a group (integers above 1)."""
+    found = parallelism_values(workload_metadata, GROUP_DEGREES)
+    return {key: value for key, value in found.items() if value > 1}
 
 
 def _partitions(groups: Sequence[FoundGroup], size: int, world: int) -> bool:

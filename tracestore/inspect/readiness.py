@@ -70,18 +70,24 @@ class _Set:
         return [r for r in range(self.expected or 0) if r not in ranks]
 
 
+def _one_per_rank(by_rank: Mapping[int, list[str]], unranked: list[str], kind: str) -> list[str]:
+    """Ranks held by several traces of a kind, and traces of it without a rank."""
+    problems = [
+        f"rank {rank} is in {len(names)} {kind} traces: {describe_files(names)}"
+        for rank, names in by_rank.items()
+        if len(names) > 1
+    ]
+    if unranked:
+        problems.append(f"{len(unranked)} {kind} traces record no rank: {describe_files(unranked)}")
+    return problems
+
+
 def hta_ready(traces: _Set) -> CensusCheck:
     kineto = traces.of_kind(KINETO)
     unranked = traces.unranked[KINETO]
     if not kineto and not unranked:
         return CensusCheck(False, "no Kineto traces: HTA reads the PyTorch profiler's JSON")
-    problems = [
-        f"rank {rank} is in {len(names)} Kineto traces: {describe_files(names)}"
-        for rank, names in kineto.items()
-        if len(names) > 1
-    ]
-    if unranked:
-        problems.append(f"{len(unranked)} Kineto traces record no rank: {describe_files(unranked)}")
+    problems = _one_per_rank(kineto, unranked, "Kineto")
     if missing := traces.missing(kineto):
         problems.append(f"no Kineto trace for ranks {_ranks_text(missing)}")
     if problems:
@@ -132,13 +138,7 @@ def astra_ready(traces: _Set) -> CensusCheck:
             "no Chakra execution traces: ASTRA-sim reads <prefix>.<rank>.et (convert the host "
             "and device traces with chakra_trace_link and chakra_converter)",
         )
-    problems = [
-        f"rank {rank} is in {len(names)} Chakra traces: {describe_files(names)}"
-        for rank, names in chakra.items()
-        if len(names) > 1
-    ]
-    if unranked:
-        problems.append(f"{len(unranked)} Chakra traces hold no rank: {describe_files(unranked)}")
+    problems = _one_per_rank(chakra, unranked, "Chakra")
     expected = traces.expected or (max(chakra) + 1 if chakra else 0)
     if missing := [r for r in range(expected) if r not in chakra]:
         problems.append(f"no Chakra trace for ranks {_ranks_text(missing)}")
