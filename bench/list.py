@@ -1,9 +1,11 @@
 """Benchmark of GET /api/v1/tracesets' use case at a million tracesets, on PostgreSQL and SQLite.
 
 Loads N tracesets with varied metadata (and, in the same run, a small baseline of 10,000),
-then times the real use case (``listing.list_tracesets``, what the route runs) for four
+then times the real use case (``listing.list_tracesets``, what the route runs) for six
 queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` +
-``shape.global_batch_size`` filter, and a ``search`` substring. Prints p50/p99 per size, the
+``shape.global_batch_size`` filter, a ``search`` substring, an inspected fact
+(``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries) and an
+inspected world-size range (``minWorldSize``/``maxWorldSize``). Prints p50/p99 per size, the
 large/baseline ratio of each p50 (targets: p50 <= 20 ms at 1M on PostgreSQL, ratio <= 3)
 and the EXPLAIN of each query at the large size.
 
@@ -54,13 +56,24 @@ QUERIES = {
     "page 100 by cursor": {},
     "family + global_batch_size": {"workload_family": "llama", "shape.global_batch_size": "1024"},
     "search substring": {"search": "Mixtral"},
+    "inspected.gpu_model=H100": {"inspected.gpu_model": "H100"},
+    "world size 64..256": {"minWorldSize": "64", "maxWorldSize": "256"},
 }
 # With --extra: queries outside the targets, to show where the design's limits are.
 EXTRA_QUERIES = {
     "sort=name:asc": {"sort": "name:asc"},
     "search a rare term": {"search": "run0000"},
     "rare family (GIN/@>)": {"workload_family": "t5", "precision": "fp32", "parallelism.tp": "8"},
+    "rare GPU (B200)": {"inspected.gpu_model": "B200"},
+    "GPU + backend + world size": {
+        "inspected.gpu_model": "A100",
+        "inspected.backend": "nccl",
+        "inspected.world_size": "8",
+    },
 }
+# GPU models inspection would find (deviceProperties names), with their weights; "" is none.
+GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB", "NVIDIA B200", ""]
+GPU_WEIGHTS = [40, 40, 10, 1, 9]
 COLUMNS = [
     "id",
     "tenant_id",
@@ -83,10 +96,23 @@ COLUMNS = [
     "metadata_text",
     "workload_metadata",
     "inspection",
+    "inspected_world_size",
 ]
+FACT_COLUMNS = ["fact", "value", "traceset_id"]
 
 
-def rows(count: int, seed: int) -> Iterator[tuple[Any, ...]]:
+def _facts(rng: random.Random, traceset_id: str) -> list[tuple[str, str, str]]:
+    """The traceset_facts rows of one traceset, as inspection would record them."""
+    gpu = rng.choices(GPUS, GPU_WEIGHTS)[0]
+    if not gpu:
+        return []
+    found = {("gpu_model", gpu.lower()), ("backend", "nccl"), ("format", "kineto_json")}
+    found.update(("gpu_model", word.lower()) for word in gpu.split())
+    return [(fact, value, traceset_id) for fact, value in sorted(found)]
+
+
+def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[str, str, str]]]]:
+    """Each traceset's row (``COLUMNS``) and its facts (``FACT_COLUMNS``)."""
     rng = random.Random(seed)
     start = datetime(2025, 1, 1, tzinfo=UTC)
     step = 365 * 86400 / count
@@ -119,8 +145,10 @@ def rows(count: int, seed: int) -> Iterator[tuple[Any, ...]]:
             if roll < 0.96
             else ("upload_failed" if roll < 0.98 else "deleted")
         )
-        yield (
-            new_id("ts", now=created.timestamp()),
+        traceset_id = new_id("ts", now=created.timestamp())
+        facts = _facts(rng, traceset_id)
+        row = (
+            traceset_id,
             tenant,
             workspace,
             "user_bench",
@@ -141,7 +169,9 @@ def rows(count: int, seed: int) -> Iterator[tuple[Any, ...]]:
             text_,
             text_,
             None,
+            tp * dp * pp if facts else None,  # what inspection found, when it found anything
         )
+        yield row, facts
 
 
 def _seed_principals(database: Database) -> None:
@@ -198,9 +228,15 @@ def load(database: Database, count: int, seed: int) -> float:
         if database.dialect == "postgresql":
             with raw.cursor() as cursor:  # type: ignore[attr-defined]
                 columns = ", ".join(COLUMNS)
+                facts: list[tuple[str, str, str]] = []
                 with cursor.copy(f"COPY tracesets ({columns}) FROM STDIN") as copy:
-                    for row in rows(count, seed):
+                    for row, held in rows(count, seed):
                         copy.write_row(row)
+                        facts.extend(held)
+                fact_columns = ", ".join(FACT_COLUMNS)
+                with cursor.copy(f"COPY traceset_facts ({fact_columns}) FROM STDIN") as copy:
+                    for fact in facts:
+                        copy.write_row(fact)
         else:
             fmt = "%Y-%m-%d %H:%M:%S.%f"
             marks = ", ".join("?" * len(COLUMNS))
@@ -208,13 +244,18 @@ def load(database: Database, count: int, seed: int) -> float:
             cursor = raw.cursor()
             cursor.execute("BEGIN")
             batch: list[tuple[Any, ...]] = []
-            for row in rows(count, seed):
+            fact_batch: list[tuple[str, str, str]] = []
+            fact_sql = f"INSERT INTO traceset_facts ({', '.join(FACT_COLUMNS)}) VALUES (?, ?, ?)"
+            for row, held in rows(count, seed):
                 stamp = row[9].strftime(fmt)
                 batch.append((*row[:9], stamp, stamp, *row[11:]))
+                fact_batch.extend(held)
                 if len(batch) == 50_000:
                     cursor.executemany(sql, batch)
-                    batch = []
+                    cursor.executemany(fact_sql, fact_batch)
+                    batch, fact_batch = [], []
             cursor.executemany(sql, batch)
+            cursor.executemany(fact_sql, fact_batch)
             cursor.execute("COMMIT")
         raw.commit()
     finally:
@@ -222,7 +263,9 @@ def load(database: Database, count: int, seed: int) -> float:
     with database.engine.begin() as conn:
         for _, definition in indexes:
             conn.exec_driver_sql(definition)
-        conn.exec_driver_sql("ANALYZE" if database.dialect == "sqlite" else "ANALYZE tracesets")
+        conn.exec_driver_sql(
+            "ANALYZE" if database.dialect == "sqlite" else "ANALYZE tracesets, traceset_facts"
+        )
     return time.perf_counter() - started
 
 

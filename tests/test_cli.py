@@ -221,6 +221,38 @@ def test_a_retry_budget_that_is_not_a_number_is_a_usage_error() -> None:
     assert "TRACESTORE_RETRY_SECONDS='soon' is not a number" in result.stderr
 
 
+def test_ls_inspected_facts_and_world_size(
+    run: Any, traces: Path, meta_file: Path, tmp_path: Path
+) -> None:
+    plain = upload(run, traces, meta_file, "--name", "plain")
+    meta = tmp_path / "dlrm.json"
+    meta.write_text('{"shape": {"rankCount": 8}}')
+    dlrm = upload(run, TESTDATA / "kineto-dlrm-8ranks", meta, "--name", "dlrm")
+
+    def ids(*args: str) -> list[str]:
+        result = run("ls", "--json", *args)
+        assert result.exit_code == 0, result.output
+        return [item["id"] for item in json.loads(result.stdout)]
+
+    assert ids("--inspected", "gpu_model=V100-SXM2-32GB") == [dlrm["id"]]
+    assert ids("--inspected", "gpu_model=H100") == []
+    assert ids("--inspected", "backend=nccl", "--inspected", "world_size=8") == [dlrm["id"]]
+    assert ids("--min-world-size", "8", "--max-world-size", "8") == [dlrm["id"]]
+    assert plain["id"] in ids()
+    shown = run("show", dlrm["id"])
+    assert (
+        "ready for:   HTA yes, Chakra no, ASTRA-sim no, Perfetto yes (tracestore validate says why)"
+    ) in shown.stdout
+    checked = run("validate", dlrm["id"])
+    assert checked.exit_code == 0, checked.output
+    assert "FAIL  chakra_ready: no host execution trace for ranks 0..7" in checked.stdout
+    refused = run("ls", "--inspected", "gpu_model")
+    assert refused.exit_code == 2 and "'gpu_model' is not FACT=VALUE" in refused.output
+    unknown = run("ls", "--inspected", "gpu=H100")
+    assert unknown.exit_code == 1
+    assert "Unknown inspected fact 'gpu' in 'inspected.gpu'" in unknown.stderr
+
+
 def test_ls_human_json_filters_and_limit(
     run: Any, traces: Path, meta_file: Path, tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -369,3 +401,32 @@ def test_resume_of_an_upload_that_completed_answers_its_traceset(
     result = run("upload", "--resume", started[0], str(traces))
     assert result.exit_code == 0, result.output
     assert result.stdout.split()[:2] == [traceset.id, "ready"]
+
+
+DLRM = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())
+NOTES = b"how these traces were made\n"
+
+
+def test_cli_download_ranks(run: Any, tmp_path: Path) -> None:
+    meta = tmp_path / "dlrm.json"
+    meta.write_text('{"shape": {"rankCount": 8}}')
+    source = tmp_path / "dlrm"
+    source.mkdir()
+    for path in DLRM:
+        (source / path.name).write_bytes(path.read_bytes())
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(NOTES)
+    ts = upload(run, source, meta, "--supporting", str(notes))
+    tmp_path = tmp_path / "out"
+    result = run("download", ts["id"], "--ranks", "6-7", "-o", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    written = sorted(Path(p).name for p in json.loads(result.stdout))
+    assert written == sorted(p.name for p in DLRM if p.name[6] in "67")
+    with_notes = run("download", ts["id"], "--ranks", "0", "--supporting", "-o", str(tmp_path))
+    assert with_notes.exit_code == 0, with_notes.output
+    assert (tmp_path / "notes.txt").read_bytes() == NOTES
+    unknown = run("download", ts["id"], "--ranks", "9", "-o", str(tmp_path))
+    assert unknown.exit_code != 0
+    assert f"Unknown rank 9 for traceset '{ts['id']}': its files hold ranks 0-7" in unknown.output
+    both = run("download", ts["id"], "--ranks", "0", "--file", "notes.txt")
+    assert both.exit_code == 2 and "Give --file or --ranks, not both" in both.output

@@ -56,8 +56,8 @@ def test_download_one_file_by_presigned_url_with_ranges_etag_and_sha256(
     answer = http.get(_api(ts["id"], "download"), params={"file": "rank_0.json"})
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert set(body) == {"url", "expiresAt", "file"}
-    assert body["file"] == "rank_0.json"
+    assert set(body) == {"url", "expiresAt", "file", "ranks"}
+    assert body["file"] == "rank_0.json" and body["ranks"] is None
     assert body["expiresAt"].endswith("Z")
     data = files["rank_0.json"][0]
 
@@ -231,12 +231,18 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
         "metadata_complete",
         "rank_census",
         "parallelism_consistency",
+        "process_groups",
+        "hta_ready",
+        "chakra_ready",
+        "astra_ready",
+        "perfetto_ready",
     ]
-    assert all(set(c) == {"name", "passed", "message"} for c in checks.values())
+    assert all(set(c) == {"name", "passed", "message", "warning"} for c in checks.values())
     assert checks["file_integrity"] == {
         "name": "file_integrity",
         "passed": True,
         "message": "3 files present; sizes and SHA-256 re-verified (6292463 bytes)",
+        "warning": False,
     }
     assert checks["metadata_complete"]["passed"] is True
 
@@ -281,6 +287,7 @@ def test_validate_metadata_complete_fails_without_a_rank_count(
         "name": "metadata_complete",
         "passed": False,
         "message": "2 primary files but no rank count declared in workloadMetadata",
+        "warning": False,
     }
     assert body["valid"] is False
     supporting = upload(http, {"notes.txt": (b"hi", "supporting")})

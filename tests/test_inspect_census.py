@@ -115,6 +115,7 @@ def test_complete_eight_rank_set(tmp_path: Path) -> None:
     assert [c["name"] for c in validation_checks(census.to_json())] == [
         "rank_census",
         "parallelism_consistency",
+        "process_groups",
     ]
 
 

@@ -425,12 +425,20 @@ class DownloadAnswer(WireModel):
     url: str
     expires_at: Timestamp
     file: str | None = Field(default=None, description="The file's name; null for the ZIP")
+    ranks: str | None = Field(
+        default=None, description="The ranks of a ranks download (0-7,12); null otherwise"
+    )
 
 
 class ValidationCheck(WireModel):
     name: str
     passed: bool | None = Field(description="null when the check has not been evaluated yet")
     message: str | None = None
+    warning: bool = Field(
+        default=False,
+        description="true when the check passed with a warning (e.g. process groups checked "
+        "on a subset of the ranks); the message says what to look at",
+    )
 
 
 class ValidateAnswer(WireModel):

@@ -158,12 +158,13 @@ def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Pat
     return "resume with: " + shlex.join(words)
 
 
-def _parse_filters(pairs: Sequence[str]) -> dict[str, Any]:
+def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, Any]:
     workload: dict[str, Any] = {}
     for pair in pairs:
         path, sep, value = pair.partition("=")
         if not sep or not path:
-            raise click.BadParameter(f"{pair!r} is not PATH=VALUE", param_hint="--filter")
+            what = "FACT=VALUE" if option == "--inspected" else "PATH=VALUE"
+            raise click.BadParameter(f"{pair!r} is not {what}", param_hint=option)
         workload[path] = value
     return workload
 
@@ -184,6 +185,16 @@ def _parse_filters(pairs: Sequence[str]) -> dict[str, Any]:
     metavar="PATH=VALUE",
     help="Workload filter on a snake_case path, e.g. shape.global_batch_size=1024; repeatable.",
 )
+@click.option(
+    "--inspected",
+    "inspected",
+    multiple=True,
+    metavar="FACT=VALUE",
+    help="A fact inspection derived: gpu_model, backend, format, nccl_version or world_size, "
+    "e.g. gpu_model=H100; repeatable.",
+)
+@click.option("--min-world-size", type=click.IntRange(min=0), help="Inspected world size ≥ this.")
+@click.option("--max-world-size", type=click.IntRange(min=0), help="Inspected world size ≤ this.")
 @json_option
 @connection
 def ls(
@@ -197,6 +208,9 @@ def ls(
     workload_family: str | None,
     workload_name: str | None,
     filters: tuple[str, ...],
+    inspected: tuple[str, ...],
+    min_world_size: int | None,
+    max_world_size: int | None,
     as_json: bool,
 ) -> None:
     """List tracesets you can see, newest first (every page, fetched as needed)."""
@@ -215,6 +229,9 @@ def ls(
             search=search,
             sort=sort,
             workload=workload or None,
+            inspected=_parse_filters(inspected, "--inspected") or None,
+            min_world_size=min_world_size,
+            max_world_size=max_world_size,
         )
     )
     if as_json:
@@ -290,6 +307,8 @@ def promote(
     help="Directory to write into.",
 )
 @click.option("--concurrency", type=click.IntRange(1, 32), default=4, show_default=True)
+@click.option("--ranks", help="Only the files holding these ranks, e.g. 0-7,12.")
+@click.option("--supporting", is_flag=True, help="With --ranks: the supporting files too.")
 @json_option
 @connection
 def download(
@@ -298,9 +317,15 @@ def download(
     names: tuple[str, ...],
     output: Path,
     concurrency: int,
+    ranks: str | None,
+    supporting: bool,
     as_json: bool,
 ) -> None:
     """Download a traceset's files (resumes partial files, verifies every SHA-256)."""
+    if ranks is not None and names:
+        raise click.UsageError("Give --file or --ranks, not both")
+    if supporting and ranks is None:
+        raise click.UsageError("--supporting goes with --ranks")
     try:
         with progress_bars() as report:
             written = client.download_traceset(
@@ -309,6 +334,8 @@ def download(
                 files=list(names) or None,
                 concurrency=concurrency,
                 progress=report.progress,
+                ranks=ranks,
+                supporting=supporting,
             )
     except KeyboardInterrupt:
         click.echo("\nInterrupted; run the same command again to resume.", err=True)
@@ -331,7 +358,11 @@ def validate(client: Client, traceset_id: str, as_json: bool) -> None:
         echo_json(wire(answer))
     else:
         for check in answer.checks:
-            mark = {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
+            mark = (
+                "warn"
+                if check.warning
+                else {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
+            )
             click.echo(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
         click.echo(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
     if not answer.valid:

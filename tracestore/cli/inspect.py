@@ -56,7 +56,7 @@ def inspect_command(
         click.echo("")
         for line in census_lines(census):
             click.echo(line)
-    checks = (census.rank_count_matches, census.parallelism_consistent)
+    checks = (census.rank_count_matches, census.parallelism_consistent, census.process_groups_match)
     if strict and not all(check.passed for check in checks):
         sys.exit(1)
 
@@ -131,6 +131,8 @@ def census_lines(census: RankCensus) -> list[str]:
     for name, check in (
         ("rank census", census.rank_count_matches),
         ("parallelism", census.parallelism_consistent),
+        ("process groups", census.process_groups_match),
     ):
-        lines.append(f"{'ok' if check.passed else 'FAILED'} {name}: {check.message}")
+        mark = "FAILED" if not check.passed else "warning" if check.warning else "ok"
+        lines.append(f"{mark} {name}: {check.message}")
     return lines

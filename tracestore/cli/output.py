@@ -138,6 +138,23 @@ def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
     return table(headers, rows)
 
 
+_TOOLS = {"hta": "HTA", "chakra": "Chakra", "astra": "ASTRA-sim", "perfetto": "Perfetto"}
+
+
+def readiness_line(inspection: Any) -> str | None:
+    """``HTA yes, Chakra no, ...`` from a traceset's recorded ``inspection.readiness``;
+    ``validate`` gives each check's message."""
+    recorded = inspection.get("readiness") if isinstance(inspection, dict) else None
+    if not isinstance(recorded, dict):
+        return None
+    words = [
+        f"{tool} {'yes' if recorded[key].get('passed') else 'no'}"
+        for key, tool in _TOOLS.items()
+        if isinstance(recorded.get(key), dict)
+    ]
+    return ", ".join(words) + " (tracestore validate says why)" if words else None
+
+
 def traceset_text(ts: schemas.Traceset) -> str:
     """``tracestore show``: the traceset's members, then its files."""
     ranks = "-" if ts.rank_count_derived is None else str(ts.rank_count_derived)
@@ -159,6 +176,8 @@ def traceset_text(ts: schemas.Traceset) -> str:
         lines.append(f"tags:        {', '.join(ts.tags)}")
     if ts.workload_metadata is not None:
         lines.append(f"metadata:    {jsontext.dumps(ts.workload_metadata)}")
+    if ready := readiness_line(ts.inspection):
+        lines.append(f"ready for:   {ready}")
     rows = [
         [
             f.name,

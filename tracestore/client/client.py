@@ -43,6 +43,7 @@ from tracestore.errors import (
     TracestoreError,
     ValidationError,
 )
+from tracestore.ranks import parse_ranks, select_files
 
 __all__ = ["Client"]
 
@@ -59,6 +60,8 @@ _LIST_PARAMS = {
     "created_before": "createdBefore",
     "min_rank_count": "minRankCount",
     "max_rank_count": "maxRankCount",
+    "min_world_size": "minWorldSize",
+    "max_world_size": "maxWorldSize",
 }
 
 
@@ -221,9 +224,11 @@ class Client:
 
         Filters: ``workspace_id``, ``status``, ``scope``, ``search``, ``sort``
         (``"name:asc,created:desc"``), ``created_after``, ``created_before``,
-        ``min_rank_count``, ``max_rank_count``, ``page_size`` (1–100), and workload
-        equality filters as snake_case keywords (``workload_family="llama"``) or, for dotted
-        paths, ``workload={"shape.global_batch_size": 1024}``.
+        ``min_rank_count``, ``max_rank_count``, ``min_world_size``, ``max_world_size``,
+        ``page_size`` (1–100), workload equality filters as snake_case keywords
+        (``workload_family="llama"``) or, for dotted paths,
+        ``workload={"shape.global_batch_size": 1024}``, and inspected facts as
+        ``inspected={"gpu_model": "H100", "world_size": 8}``.
         """
         cursor: str | None = None
         seen = 0
@@ -248,6 +253,8 @@ class Client:
                 params.append(("limit", str(value)))
             elif key == "workload":
                 params.extend((path, _query_value(v)) for path, v in dict(value).items())
+            elif key == "inspected":
+                params.extend((f"inspected.{f}", _query_value(v)) for f, v in dict(value).items())
             else:
                 params.append((_LIST_PARAMS.get(key, key), _query_value(value)))
         return params
@@ -284,9 +291,20 @@ class Client:
         response = self._call("GET", f"{API}/{_segment(traceset_id)}/resolve")
         return _answer(response, schemas.ResolveAnswer)
 
-    def download_url(self, traceset_id: str, file: str | None = None) -> schemas.DownloadAnswer:
-        """A presigned URL for one file, or for a ZIP of every file when ``file`` is None."""
-        params = [("file", file)] if file is not None else None
+    def download_url(
+        self,
+        traceset_id: str,
+        file: str | None = None,
+        *,
+        ranks: str | None = None,
+        supporting: bool = False,
+    ) -> schemas.DownloadAnswer:
+        """A presigned URL for one file, or for a ZIP of every file when ``file`` is None,
+        or of the files of ``ranks`` (``"0-7,12"``, plus the supporting files when
+        ``supporting``) with a ``_tracestore/manifest.json``."""
+        params: list[tuple[str, str]] | None = [("file", file)] if file is not None else None
+        if ranks is not None:
+            params = [("ranks", ranks)] + ([("supporting", "true")] if supporting else [])
         response = self._call("GET", f"{API}/{_segment(traceset_id)}/download", params=params)
         return _answer(response, schemas.DownloadAnswer)
 
@@ -317,10 +335,28 @@ class Client:
         files: Sequence[str] | None = None,
         concurrency: int = 4,
         progress: ProgressCallback | None = None,
+        ranks: str | None = None,
+        supporting: bool = False,
     ) -> list[Path]:
-        """Download every file (or those named in ``files``) under ``directory``, keeping the
-        traceset's relative names; each is verified against its recorded SHA-256."""
+        """Download every file (or those named in ``files``, or the files holding ``ranks``
+        such as ``"0-7,12"``, with the supporting files when ``supporting``) under
+        ``directory``, keeping the traceset's relative names; each is verified against its
+        recorded SHA-256. An unknown rank is a ValidationError naming it."""
         traceset = self.get_traceset(traceset_id)
+        if ranks is not None:
+            files = select_files(
+                (
+                    (
+                        f.name,
+                        f.role,
+                        *((f.rank_range.start, f.rank_range.end) if f.rank_range else (None, None)),
+                    )
+                    for f in traceset.files
+                ),
+                parse_ranks(ranks),
+                traceset_id,
+                supporting,
+            )
         wanted = [f for f in traceset.files if files is None or f.name in files]
         missing = set(files or ()) - {f.name for f in wanted}
         if missing:

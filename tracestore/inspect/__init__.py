@@ -11,7 +11,6 @@ file is ``unknown``, a truncated or malformed one ``failed`` with a reason. Typi
 from __future__ import annotations
 
 from tracestore.inspect.census import (
-    CensusCheck,
     RankCensus,
     parallelism_degrees,
     rank_census,
@@ -19,13 +18,15 @@ from tracestore.inspect.census import (
 )
 from tracestore.inspect.census_files import RankRange
 from tracestore.inspect.files import Opener, inspect_file, inspect_path, sniff_format
-from tracestore.inspect.model import FileInspection, ProcessGroup, TimeSpan
+from tracestore.inspect.groups import FoundGroup
+from tracestore.inspect.model import CensusCheck, FileInspection, ProcessGroup, TimeSpan
 from tracestore.inspect.streams import BinaryReader
 
 __all__ = [
     "BinaryReader",
     "CensusCheck",
     "FileInspection",
+    "FoundGroup",
     "Opener",
     "ProcessGroup",
     "RankCensus",

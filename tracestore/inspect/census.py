@@ -23,24 +23,18 @@ from tracestore.inspect.census_files import (
 )
 from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
 from tracestore.inspect.chakra import rank_from_name
-from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, FileInspection
+from tracestore.inspect.groups import (
+    FoundGroup,
+    parallelism_values,
+    process_group_check,
+    process_groups,
+)
+from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, CensusCheck, FileInspection
 from tracestore.inspect.pairing import Pairing, RankedFile, RankEntry, pair, ranked_file
 from tracestore.metadata import DEGREES
 
 MAX_DUPLICATES_SHOWN = 5
 ExpectedFrom = Literal["declared", "worldSize", "ranks"]
-
-
-@dataclass(frozen=True)
-class CensusCheck:
-    """The outcome of one census check and a message a person can act on."""
-
-    passed: bool
-    message: str
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"passed", "message"}``."""
-        return {"passed": self.passed, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -64,6 +58,10 @@ class RankCensus:
     parallelism_consistent: CensusCheck
     ranks: tuple[RankEntry, ...] = ()
     rank_provenance: Mapping[str, str | None] = field(default_factory=dict)
+    process_groups: tuple[FoundGroup, ...] = ()
+    process_groups_match: CensusCheck = field(
+        default_factory=lambda: CensusCheck(True, "no process groups recorded")
+    )
 
     @property
     def missing_count(self) -> int:
@@ -99,9 +97,11 @@ class RankCensus:
             },
             "rankProvenance": dict(self.rank_provenance),
             "ranks": [entry.to_json() for entry in self.ranks],
+            "processGroups": [group.to_json() for group in self.process_groups],
             "checks": {
                 "rankCountMatches": self.rank_count_matches.to_json(),
                 "parallelismConsistent": self.parallelism_consistent.to_json(),
+                "processGroupsMatch": self.process_groups_match.to_json(),
             },
         }
 
@@ -110,31 +110,26 @@ class RankCensus:
 VALIDATION_CHECK_NAMES = {
     "rankCountMatches": "rank_census",
     "parallelismConsistent": "parallelism_consistency",
+    "processGroupsMatch": "process_groups",
 }
 
 
 def validation_checks(census: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The two checks of a census in its JSON form (``RankCensus.to_json()``, what a
+    """The checks of a census in its JSON form (``RankCensus.to_json()``, what a
     traceset's ``inspection`` stores) as ``validate`` reports them:
-    ``[{name, passed, message}]``."""
+    ``[{name, passed, message}]`` (and ``warning`` where a check has one). A census recorded
+    before a check existed leaves that check out."""
     checks = census["checks"]
-    return [{"name": name, **checks[key]} for key, name in VALIDATION_CHECK_NAMES.items()]
+    return [
+        {"name": name, **checks[key]}
+        for key, name in VALIDATION_CHECK_NAMES.items()
+        if key in checks
+    ]
 
 
 def parallelism_degrees(workload_metadata: object) -> dict[str, int]:
     """The degrees dp, tp, sp, ep, pp given in ``workloadMetadata.parallelism`` (ints ≥ 1)."""
-    if not isinstance(workload_metadata, Mapping):
-        return {}
-    parallelism = workload_metadata.get("parallelism")
-    if not isinstance(parallelism, Mapping):
-        return {}
-    return {
-        key: value
-        for key in DEGREES
-        if isinstance(value := parallelism.get(key), int)
-        and not isinstance(value, bool)
-        and value >= 1
-    }
+    return parallelism_values(workload_metadata, DEGREES)
 
 
 @dataclass
@@ -255,6 +250,7 @@ def rank_census(
     duplicated = pairing.duplicated()
     single_opaque, not_opaque = single_file_holds_all(files, declared, found)
     where = _source_text(expected_from, declared)
+    groups = process_groups(files)
 
     problems: list[str] = [not_opaque] if not_opaque else []
     for rank, dupes in list(duplicated.items())[:MAX_DUPLICATES_SHOWN]:
@@ -326,6 +322,13 @@ def rank_census(
         ),
         ranks=pairing.entries(),
         rank_provenance=rank_provenance(files, pairing, declared),
+        process_groups=groups,
+        process_groups_match=process_group_check(
+            groups,
+            workload_metadata,
+            world_size=expected,
+            ranks_found=len([r for r in found if expected is None or r < expected]),
+        ),
     )
 
 

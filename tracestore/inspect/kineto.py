@@ -24,7 +24,7 @@ from tracestore.inspect.jsonscan import (
     key_pattern,
     number_pattern,
 )
-from tracestore.inspect.model import Draft, ProcessGroup
+from tracestore.inspect.model import Draft, InspectionError, ProcessGroup
 from tracestore.inspect.streams import BinaryReader
 
 QUICK_CHUNK_SIZE = 1024 * 1024
@@ -33,6 +33,8 @@ TAIL_SIZE = 8 * 1024 * 1024
 _INFO_RE = key_pattern("distributedInfo")
 _SCHEMA_RE = number_pattern("schemaVersion")
 _BASE_TIME_RE = number_pattern("baseTimeNanoseconds")
+_DEVICES_RE = key_pattern("deviceProperties")
+_STEP_RE = re.compile(rb'"name"\s*:\s*"ProfilerStep#(\d{1,12})"')
 # The CPU process id: the pid of host-side events (GPU events use the device as their pid).
 _HOST_CATEGORIES = rb'"(?:cpu_op|user_annotation|python_function|cuda_runtime|cuda_driver)"'
 _HOST_PID_RE = re.compile(
@@ -54,6 +56,7 @@ def scan(
     comms = CollectiveScan()
     info_found = False
     base_ns: int | None = None
+    steps: set[bytes] = set()
     try:
         for window in chunks:
             end = window.end
@@ -64,6 +67,10 @@ def scan(
                 match = _SCHEMA_RE.search(window.buf, 0, end)
                 if match:
                     draft.schema_version = match[1].decode()
+            if window.offset == 0:
+                gpu_models(window, end, draft)
+            if b"ProfilerStep#" in window.buf:
+                steps.update(_STEP_RE.findall(window.buf, 0, end))
             if draft.pid is None:
                 host_pid(window.buf, end, draft)
             if base_ns is None and (match := find_key(_BASE_TIME_RE, window.buf, end)):
@@ -76,6 +83,25 @@ def scan(
         base_us = 0 if not base_ns else base_ns / 1000 if base_ns % 1000 else base_ns // 1000
         draft.time_span = times.result(base_us)
         comms.store(draft)
+        draft.profiler_steps = len(steps) if steps else None
+
+
+def gpu_models(window: Window, end: int, draft: Draft) -> None:
+    """The distinct device names of a ``deviceProperties`` list in ``window.buf[:end]``
+    (PyTorch writes it near the top; one that runs past the first window is left out)."""
+    match = find_key(_DEVICES_RE, window.buf, end)
+    if match is None:
+        return
+    try:
+        decoded = decode_value_at(window, match.end())
+    except InspectionError:  # a malformed list is no reason to fail the timeline
+        return
+    if decoded is None or not isinstance(decoded[0], list):
+        return
+    for device in decoded[0]:
+        name = device.get("name") if isinstance(device, dict) else None
+        if isinstance(name, str) and name.strip() and name.strip() not in draft.gpu_models:
+            draft.gpu_models.append(name.strip())
 
 
 def host_pid(buf: bytes, end: int, draft: Draft) -> None:
@@ -116,6 +142,9 @@ def apply_distributed_info(draft: Draft, info: Any) -> None:
         draft.world_size = world
     if isinstance(info.get("backend"), str):
         draft.backend = info["backend"]
+    version = info.get("nccl_version")
+    if isinstance(version, str | int) and not isinstance(version, bool) and str(version):
+        draft.nccl_version = str(version)
     draft.process_groups = process_groups(info.get("pg_config"))
 
 
@@ -158,6 +187,8 @@ def _quick_scan(stream: BinaryReader, draft: Draft, seekable: bool) -> None:
     chunks = ChunkedScan(stream, draft, QUICK_CHUNK_SIZE)
     tail_tried = False
     for window in chunks:
+        if window.offset == 0:
+            gpu_models(window, window.end, draft)
         if draft.pid is None:
             host_pid(window.buf, window.end, draft)
         if _read_info(window, chunks, draft)[0]:

@@ -8,7 +8,7 @@ that breaks off half-way still reports what was found before the break.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
@@ -56,6 +56,20 @@ class TimeSpan:
     def from_json(cls, data: Mapping[str, Any]) -> TimeSpan:
         """Inverse of ``to_json``."""
         return cls(start_us=data["startUs"], end_us=data["endUs"])
+
+
+@dataclass(frozen=True)
+class CensusCheck:
+    """The outcome of one check of a traceset's files and a message a person can act on;
+    ``warning`` marks a pass that still names something to look at."""
+
+    passed: bool
+    message: str
+    warning: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"passed", "message", "warning"}``."""
+        return {"passed": self.passed, "message": self.message, "warning": self.warning}
 
 
 @dataclass(frozen=True)
@@ -110,6 +124,9 @@ class FileInspection:
     ``rank_source`` says which kind of record gave the rank and ``rank_provenance`` where
     exactly (the node, the name pattern) in words; ``attributes`` holds the scalar attributes
     of a Chakra ``GlobalMetadata`` (``schema``, ``pid``, ``ngpus`` ...).
+    ``gpu_models`` are the distinct device names of a Kineto ``deviceProperties``,
+    ``nccl_version`` the version ``distributedInfo`` records, ``profiler_steps`` how many
+    distinct ``ProfilerStep#N`` spans the timeline holds.
     ``status`` is ``failed`` when the file could not be read to its end; ``reason`` then says
     why, and the other members keep whatever was found before the failure.
     """
@@ -136,6 +153,18 @@ class FileInspection:
     process_groups: tuple[ProcessGroup, ...] = ()
     members: tuple[FileInspection, ...] = ()
     bytes_scanned: int = 0
+    gpu_models: tuple[str, ...] = ()
+    nccl_version: str | None = None
+    profiler_steps: int | None = None
+
+    def leaves(self, label: str) -> Iterator[tuple[str, FileInspection]]:
+        """This file, or for an archive every member (recursively), as ``(label,
+        inspection)``; a member's label is ``archive:member``, as the census names it."""
+        if self.format in ARCHIVE_FORMATS:
+            for member in self.members:
+                yield from member.leaves(f"{label}:{member.name}")
+        else:
+            yield label, self
 
     def to_json(self) -> dict[str, Any]:
         """The camelCase, JSON-safe form used by the HTTP API and the CLI's ``--json``."""
@@ -162,6 +191,9 @@ class FileInspection:
             "processGroups": [pg.to_json() for pg in self.process_groups],
             "members": [m.to_json() for m in self.members],
             "bytesScanned": self.bytes_scanned,
+            "gpuModels": list(self.gpu_models),
+            "ncclVersion": self.nccl_version,
+            "profilerSteps": self.profiler_steps,
         }
 
     @classmethod
@@ -192,6 +224,9 @@ class FileInspection:
             process_groups=tuple(ProcessGroup.from_json(p) for p in data.get("processGroups", [])),
             members=tuple(cls.from_json(m) for m in data.get("members", [])),
             bytes_scanned=data.get("bytesScanned", 0),
+            gpu_models=tuple(data.get("gpuModels") or ()),
+            nccl_version=data.get("ncclVersion"),
+            profiler_steps=data.get("profilerSteps"),
         )
 
 
@@ -220,6 +255,9 @@ class Draft:
     process_groups: list[ProcessGroup] = field(default_factory=list)
     members: list[FileInspection] = field(default_factory=list)
     bytes_scanned: int = 0
+    gpu_models: list[str] = field(default_factory=list)
+    nccl_version: str | None = None
+    profiler_steps: int | None = None
 
     def freeze(self, reason: str | None = None) -> FileInspection:
         """The finished inspection; a ``reason`` marks it ``failed``."""
@@ -246,6 +284,9 @@ class Draft:
             process_groups=tuple(self.process_groups),
             members=tuple(self.members),
             bytes_scanned=self.bytes_scanned,
+            gpu_models=tuple(self.gpu_models),
+            nccl_version=self.nccl_version,
+            profiler_steps=self.profiler_steps,
         )
 
 

@@ -140,8 +140,12 @@ class Traceset(Base):
     # ... and the same document as queryable JSON for the list filters.
     workload_metadata: Mapped[Any] = mapped_column(JSONDoc, nullable=True)
     inspection: Mapped[Any] = mapped_column(JSON, nullable=True)
+    # The world size inspection found (inspection.summary.worldSize), for the list's ranges.
+    inspected_world_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     __table_args__ = (
         Index("ix_tracesets_workspace_created", "workspace_id", "created_at", "id"),
+        # Inspection facts (migration 0004): minWorldSize / maxWorldSize / inspected.world_size.
+        Index("ix_tracesets_inspected_world_size", "inspected_world_size", "id"),
         Index("ix_tracesets_tenant_scope", "tenant_id", "scope"),
         Index("ix_tracesets_status_expires", "status", "expires_at"),
         # Listing (migration 0002): one ordered index per visibility branch ...
@@ -186,6 +190,17 @@ class TracesetFile(Base):
     rank_start: Mapped[int | None] = mapped_column(BigInteger)
     rank_end: Mapped[int | None] = mapped_column(BigInteger)
     __table_args__ = (UniqueConstraint("traceset_id", "name", name="uq_traceset_files_name"),)
+
+
+class TracesetFact(Base):
+    """One searchable fact inspection derived for a traceset (``gpu_model`` = ``h100``):
+    the ``inspected.<fact>=value`` list filters are an indexed lookup of (fact, value)."""
+
+    __tablename__ = "traceset_facts"
+    fact: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255), primary_key=True)
+    traceset_id: Mapped[str] = mapped_column(ForeignKey("tracesets.id"), primary_key=True)
+    __table_args__ = (Index("ix_traceset_facts_traceset", "traceset_id"),)
 
 
 class UploadSession(Base):

@@ -4,18 +4,23 @@ the archive stream itself, resolve (where the bytes are) and validate (are they 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tracestore import schemas
-from tracestore.errors import Conflict, Gone, NotFound, quoted
+from tracestore.errors import Conflict, Gone, NotFound, ValidationError, quoted
+from tracestore.inspect.readiness import READINESS_CHECK_NAMES
+from tracestore.ranks import Runs, parse_ranks, ranks_text, select_files
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
@@ -47,14 +52,32 @@ def download_url(
     traceset_id: str,
     file_name: str | None,
     base_url: str,
+    ranks: str | None = None,
+    supporting: bool = False,
 ) -> schemas.DownloadAnswer:
-    """A presigned GET for one file, or (``file_name`` None) for the ZIP of every file;
-    the service's own URLs on ``base_url`` (where the caller reaches it). Counts as a
-    use: the traceset's TTL starts again."""
+    """A presigned GET for one file, or (``file_name`` None) for the ZIP of every file, or
+    of the files of ``ranks`` (``0-7,12``; with the supporting files when ``supporting``)
+    and their manifest; the service's own URLs on ``base_url`` (where the caller reaches
+    it). Counts as a use: the traceset's TTL starts again."""
     now = services.now()
     expires_at = now + services.settings.download_url_ttl
+    if ranks is not None and file_name is not None:
+        raise ValidationError("Give file or ranks, not both")
+    if supporting and ranks is None:
+        raise ValidationError("supporting applies to a download of ranks; give ranks too")
     with services.db.session() as session:
         traceset = _ready(session, principal, traceset_id, "downloaded")
+        if ranks is not None:
+            runs = parse_ranks(ranks)
+            rank_selection(files_of(session, traceset_id), runs, traceset_id, supporting)
+            selection = _selection(runs, supporting)
+            url = archive_url(
+                services, traceset_id, int(expires_at.timestamp()), base_url, selection
+            )
+            record_use(session, traceset, now)
+            return schemas.DownloadAnswer(
+                url=url, expires_at=expires_at, file=None, ranks=ranks_text(runs)
+            )
         if file_name is None:
             url = archive_url(services, traceset_id, int(expires_at.timestamp()), base_url)
         else:
@@ -73,10 +96,82 @@ def download_url(
     return schemas.DownloadAnswer(url=url, expires_at=expires_at, file=file_name)
 
 
-def archive_url(services: Services, traceset_id: str, expires: int, base_url: str) -> str:
-    """The presigned URL of a traceset's ZIP, on the service itself (at ``base_url``)
-    whatever the store (an object store cannot zip)."""
-    return base_url + services.signer.archive_path(traceset_id, expires)
+def archive_url(
+    services: Services, traceset_id: str, expires: int, base_url: str, selection: str = ""
+) -> str:
+    """The presigned URL of a traceset's ZIP (of the ranks ``selection`` names, when
+    given), on the service itself (at ``base_url``) whatever the store (an object store
+    cannot zip)."""
+    return base_url + services.signer.archive_path(traceset_id, expires, selection)
+
+
+# The manifest of a ranks archive sits under a folder of its own; a traceset file of the same
+# name moves it under another (``_tracestore_/``, ...), so it never replaces one.
+MANIFEST_FOLDER = "_tracestore"
+MANIFEST_NAME = "manifest.json"
+
+
+def _selection(runs: Runs, supporting: bool) -> str:
+    """What a ranks archive URL carries (and signs): ``0-7,12`` or ``0-7,12+supporting``."""
+    return ranks_text(runs) + ("+supporting" if supporting else "")
+
+
+def _parse_selection(selection: str) -> tuple[Runs, bool]:
+    text, plus, _ = selection.partition("+supporting")
+    return parse_ranks(text), bool(plus)
+
+
+def rank_selection(
+    files: Sequence[db.TracesetFile], runs: Runs, traceset_id: str, supporting: bool
+) -> list[db.TracesetFile]:
+    """The files a ranks download holds (``ranks.select_files``)."""
+    chosen = set(
+        select_files(
+            ((f.name, f.role, f.rank_start, f.rank_end) for f in files),
+            runs,
+            traceset_id,
+            supporting,
+        )
+    )
+    return [f for f in files if f.name in chosen]
+
+
+def manifest(files: Sequence[db.TracesetFile], runs: Runs) -> dict[str, Any]:
+    """``manifest.json`` of a ranks archive: rank → files, and per file its ranks, size,
+    SHA-256, format and role."""
+    by_rank: dict[str, list[str]] = {}
+    entries = []
+    for f in files:
+        inspection = f.inspection if isinstance(f.inspection, dict) else {}
+        if f.rank_start is not None:
+            end = f.rank_end if f.rank_end is not None else f.rank_start
+            for a, b in runs:
+                for rank in range(max(a, f.rank_start), min(b, end) + 1):
+                    by_rank.setdefault(str(rank), []).append(f.name)
+        entries.append(
+            {
+                "name": f.name,
+                "role": f.role,
+                "ranks": None
+                if f.rank_start is None
+                else {"start": f.rank_start, "end": f.rank_end},
+                "size": f.size,
+                "sha256": f.sha256,
+                "format": inspection.get("format"),
+            }
+        )
+    return {
+        "ranks": ranks_text(runs),
+        "byRank": dict(sorted(by_rank.items(), key=lambda item: int(item[0]))),
+        "files": entries,
+    }
+
+
+def _manifest_name(names: set[str]) -> str:
+    folder = MANIFEST_FOLDER
+    while any(n == folder or n.startswith(folder + "/") for n in names):
+        folder += "_"
+    return f"{folder}/{MANIFEST_NAME}"
 
 
 @dataclass(frozen=True)
@@ -87,11 +182,12 @@ class ArchiveStream:
 
 
 def open_archive(
-    services: Services, traceset_id: str, expires: int, signature: str
+    services: Services, traceset_id: str, expires: int, signature: str, selection: str = ""
 ) -> ArchiveStream:
-    """Check an archive URL's signature and answer the traceset's ZIP as a stream of chunks
-    (read blob by blob, never held whole)."""
-    services.signer.verify_archive(traceset_id, expires, signature, services.now())
+    """Check an archive URL's signature and answer the traceset's ZIP (of the ranks
+    ``selection`` names, with their manifest, when given) as a stream of chunks (read blob
+    by blob, never held whole)."""
+    services.signer.verify_archive(traceset_id, expires, signature, services.now(), selection)
     with services.db.session(write=False) as session:
         traceset = session.get(db.Traceset, traceset_id)
         if traceset is None:
@@ -104,11 +200,21 @@ def open_archive(
         files = files_of(session, traceset_id)
         modified = traceset.created_at
         filename = _archive_name(traceset.name, traceset_id)
+        extra: list[ArchiveEntry] = []
+        if selection:
+            runs, supporting = _parse_selection(selection)
+            names = {f.name for f in files}
+            files = rank_selection(files, runs, traceset_id, supporting)
+            text = json.dumps(manifest(files, runs), indent=2).encode() + b"\n"
+            extra.append(
+                ArchiveEntry(_manifest_name(names), len(text), partial(io.BytesIO, text), modified)
+            )
+            filename = filename.removesuffix(".zip") + f"-ranks-{ranks_text(runs)}.zip"
     entries = [
         ArchiveEntry(f.name, f.size, partial(services.store.open_blob, f.sha256), modified)
         for f in files
         if f.sha256 is not None
-    ]
+    ] + extra
     return ArchiveStream(filename, archive_size(entries), stream_zip(entries))
 
 
@@ -174,22 +280,24 @@ def resolve_traceset(
 def validate_traceset(
     services: Services, principal: Principal, traceset_id: str
 ) -> schemas.ValidateAnswer:
-    """Re-read every blob, check the metadata, and report inspection's rank census."""
+    """Re-read every blob, check the metadata, and report inspection's checks."""
     with services.db.session(write=False) as session:
         traceset = _ready(session, principal, traceset_id, "validated")
         files = files_of(session, traceset_id)
         rank_count = traceset.rank_count
-        census = stored_census_checks(traceset)
-    if census is None:
-        return validate_checks(services.store, files, rank_count)
-    rank_check, parallelism_check = (schemas.ValidationCheck(**check) for check in census)
+        recorded = stored_census_checks(traceset) or []
     return validate_checks(
         services.store,
         files,
         rank_count,
-        rank_census=rank_check,
-        parallelism_consistency=parallelism_check,
+        inspected=[schemas.ValidationCheck(**check) for check in recorded],
     )
+
+
+# The checks inspection reports, in the order validate lists them; the readiness checks say
+# which tools can read the set, and do not make it invalid.
+READINESS_CHECKS = tuple(READINESS_CHECK_NAMES.values())
+INSPECTION_CHECKS = ("rank_census", "parallelism_consistency", "process_groups", *READINESS_CHECKS)
 
 
 def validate_checks(
@@ -197,24 +305,28 @@ def validate_checks(
     files: Sequence[db.TracesetFile],
     rank_count: int | None,
     *,
-    rank_census: schemas.ValidationCheck | None = None,
-    parallelism_consistency: schemas.ValidationCheck | None = None,
+    inspected: Sequence[schemas.ValidationCheck] = (),
 ) -> schemas.ValidateAnswer:
-    """The validate answer. ``rank_census`` and ``parallelism_consistency`` are inspection's
-    verdicts; when not given they are reported as not evaluated (``passed: null``), which
-    does not make the traceset invalid."""
+    """The validate answer. ``inspected`` are inspection's verdicts; a check of
+    ``INSPECTION_CHECKS`` it does not hold (inspection has not finished, or ran before the
+    check existed) is reported as not evaluated (``passed: null``), which does not make the
+    traceset invalid; neither does a warning, nor a failed readiness check (``hta_ready``
+    ...: which tools can read the set)."""
+    by_name = {check.name: check for check in inspected}
     checks = [
         file_integrity(store, files),
         metadata_complete(files, rank_count),
-        rank_census
-        or schemas.ValidationCheck(name="rank_census", passed=None, message=NOT_EVALUATED),
-        parallelism_consistency
-        or schemas.ValidationCheck(
-            name="parallelism_consistency", passed=None, message=NOT_EVALUATED
+        *(
+            by_name.get(name)
+            or schemas.ValidationCheck(name=name, passed=None, message=NOT_EVALUATED)
+            for name in INSPECTION_CHECKS
         ),
     ]
     return schemas.ValidateAnswer(
-        valid=all(check.passed is not False for check in checks), checks=checks
+        valid=all(
+            check.passed is not False for check in checks if check.name not in READINESS_CHECKS
+        ),
+        checks=checks,
     )
 
 

@@ -11,7 +11,8 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from tracestore import schemas
 from tracestore.inspect import (
@@ -21,6 +22,8 @@ from tracestore.inspect import (
     rank_census,
     validation_checks,
 )
+from tracestore.inspect.readiness import readiness, readiness_checks
+from tracestore.inspect.summary import search_facts, summary_world_size, traceset_summary
 from tracestore.server import db
 from tracestore.server.services import Services
 
@@ -85,8 +88,20 @@ def inspect_traceset(services: Services, traceset_id: str) -> RankCensus | None:
             row.metadata_reason = result.reason
             span = census.rank_ranges.get(row.name)
             row.rank_start, row.rank_end = (span.start, span.end) if span else (None, None)
-        traceset.inspection = inspection_view(census, found, services.now())
+        view = inspection_view(census, found, services.now())
+        traceset.inspection = view
+        record_facts(session, traceset, view["summary"])
     return census
+
+
+def record_facts(session: Session, traceset: db.Traceset, summary: dict[str, Any]) -> None:
+    """Replace the traceset's searchable facts with those of ``summary``."""
+    session.execute(delete(db.TracesetFact).where(db.TracesetFact.traceset_id == traceset.id))
+    session.add_all(
+        db.TracesetFact(traceset_id=traceset.id, fact=fact, value=value)
+        for fact, value in sorted(search_facts(summary))
+    )
+    traceset.inspected_world_size = summary_world_size(summary)
 
 
 def _inspect_blob(services: Services, name: str, sha256: str | None) -> FileInspection:
@@ -111,6 +126,8 @@ def inspection_view(
         "status": "complete",
         "inspectedAt": schemas.format_timestamp(now),
         "census": census.to_json(),
+        "summary": traceset_summary(found, census),
+        "readiness": readiness(found, census),
         "files": [inspection.to_json() for _, inspection in found],
     }
 
@@ -126,12 +143,15 @@ def stored_rank_provenance(traceset: db.Traceset, name: str) -> str | None:
 
 
 def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
-    """The census checks recorded for a traceset as ``validate`` reports them, or None when
-    its inspection has not finished."""
+    """The census and readiness checks recorded for a traceset as ``validate`` reports them,
+    or None when its inspection has not finished."""
     inspection = traceset.inspection
     if not isinstance(inspection, dict) or inspection.get("status") != "complete":
         return None
-    return validation_checks(inspection["census"])
+    recorded = inspection.get("readiness")
+    return validation_checks(inspection["census"]) + readiness_checks(
+        recorded if isinstance(recorded, dict) else {}
+    )
 
 
 def inspect_abandoned(services: Services) -> int:

@@ -139,7 +139,7 @@ def list_tracesets(
     after = None if query.cursor is None else decode_cursor(key, query.cursor, binding, query.sort)
     shape, values = listing_sql.plan(principal, query, services.db.dialect, after)
     with services.db.session(write=False) as session:
-        if shape.dialect == "postgresql" and (shape.search or shape.workload):
+        if shape.dialect == "postgresql" and (shape.search or shape.workload or shape.inspected):
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).
             session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))

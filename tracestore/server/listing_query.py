@@ -27,6 +27,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from tracestore.errors import ValidationError
+from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
 
 STATUSES = ("uploading", "ready", "upload_failed", "deleted")
 SCOPES = ("workspace", "tenant", "public")
@@ -48,7 +49,10 @@ KNOWN_PARAMETERS = (
     "createdBefore",
     "minRankCount",
     "maxRankCount",
+    "minWorldSize",
+    "maxWorldSize",
 )
+INSPECTED_PREFIX = "inspected."
 _PATH = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*")
 
 
@@ -70,6 +74,15 @@ class WorkloadFilter:
 
 
 @dataclass(frozen=True)
+class InspectedFilter:
+    """A fact inspection derived (``gpu_model``, ``backend`` ...) equal to ``value`` (its
+    stored, lower-cased form)."""
+
+    fact: str
+    value: str
+
+
+@dataclass(frozen=True)
 class ListQuery:
     workspace_id: str | None = None
     status: str | None = None
@@ -83,6 +96,9 @@ class ListQuery:
     min_rank_count: int | None = None
     max_rank_count: int | None = None
     workload: tuple[WorkloadFilter, ...] = field(default_factory=tuple)
+    inspected: tuple[InspectedFilter, ...] = field(default_factory=tuple)
+    min_world_size: int | None = None
+    max_world_size: int | None = None
 
     def binding(self) -> dict[str, Any]:
         """What a cursor is bound to: the sort and every filter (not the limit)."""
@@ -101,6 +117,9 @@ class ListQuery:
             "workload": sorted(
                 [".".join(f.path), json.dumps(f.value, sort_keys=True)] for f in self.workload
             ),
+            "inspected": sorted([f.fact, f.value] for f in self.inspected),
+            "minWorldSize": self.min_world_size,
+            "maxWorldSize": self.max_world_size,
         }
 
 
@@ -181,6 +200,24 @@ def _workload_filter(name: str, text: str) -> WorkloadFilter:
     return WorkloadFilter(path, filter_value(text))
 
 
+_INSPECTED_FACTS = (*SEARCH_FACTS, WORLD_SIZE_FACT)
+
+
+def _inspected_filter(name: str, text: str) -> tuple[str, Any]:
+    """``inspected.<fact>=value``: ``(fact, value)``, the world size as an integer."""
+    fact = name.removeprefix(INSPECTED_PREFIX)
+    if fact not in _INSPECTED_FACTS:
+        raise ValidationError(
+            f"Unknown inspected fact {fact!r} in {name!r}. Inspected facts: "
+            + ", ".join(f"{INSPECTED_PREFIX}{f}" for f in _INSPECTED_FACTS)
+        )
+    if fact == WORLD_SIZE_FACT:
+        return fact, parse_integer(name, text, 1, 2**63 - 1)
+    if not text.strip():
+        raise ValidationError(f"{name} must not be empty")
+    return fact, fact_value(text)
+
+
 def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
     """The query of ``GET /api/v1/tracesets``; ValidationError names any bad parameter."""
     seen: dict[str, str] = {}
@@ -190,8 +227,15 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
         seen[name] = value
     values: dict[str, Any] = {}
     workload: list[WorkloadFilter] = []
+    inspected: list[InspectedFilter] = []
     for name, text in seen.items():
-        if name not in KNOWN_PARAMETERS:
+        if name.startswith(INSPECTED_PREFIX):
+            fact, value = _inspected_filter(name, text)
+            if fact == WORLD_SIZE_FACT:
+                values["world_size"] = value
+            else:
+                inspected.append(InspectedFilter(fact, value))
+        elif name not in KNOWN_PARAMETERS:
             workload.append(_workload_filter(name, text))
         elif name == "status":
             if text not in STATUSES:
@@ -213,6 +257,9 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
         elif name in ("minRankCount", "maxRankCount"):
             key = "min_rank_count" if name == "minRankCount" else "max_rank_count"
             values[key] = parse_integer(name, text, 0, 2**63 - 1)
+        elif name in ("minWorldSize", "maxWorldSize"):
+            key = "min_world_size" if name == "minWorldSize" else "max_world_size"
+            values[key] = parse_integer(name, text, 0, 2**63 - 1)
         elif name == "workspaceId":
             if not text:
                 raise ValidationError("workspaceId must not be empty")
@@ -225,4 +272,9 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
             values["search"] = text or None
     if len(workload) > MAX_WORKLOAD_FILTERS:
         raise ValidationError(f"At most {MAX_WORKLOAD_FILTERS} workload filters may be given")
-    return ListQuery(**values, workload=tuple(workload))
+    # inspected.world_size=N is the range N..N (one indexed column, not a fact row).
+    if "world_size" in values:
+        size = values.pop("world_size")
+        values["min_world_size"] = max(values.get("min_world_size", size), size)
+        values["max_world_size"] = min(values.get("max_world_size", size), size)
+    return ListQuery(**values, workload=tuple(workload), inspected=tuple(inspected))

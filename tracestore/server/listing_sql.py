@@ -26,8 +26,10 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     false,
     func,
+    literal,
     literal_column,
     or_,
     select,
@@ -45,6 +47,7 @@ from tracestore.server.listing_query import ListQuery, SortKey, WorkloadFilter
 MAX_WORKSPACE_ARMS = 16
 
 T = db.Traceset
+F = db.TracesetFact
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class Shape:
     created_before: bool
     min_rank_count: bool
     max_rank_count: bool
+    min_world_size: bool
+    max_world_size: bool
+    inspected: tuple[str, ...]  # the facts filtered on, in order (values are f0, f1 ...)
     workload: tuple[tuple[tuple[str, ...], str], ...]  # (path, kind of value)
     contradictory: bool  # two workload filters on a member and on a member inside it
     after: bool
@@ -119,8 +125,11 @@ def plan(
         "created_before": query.created_before,
         "min_rank_count": query.min_rank_count,
         "max_rank_count": query.max_rank_count,
+        "min_world_size": query.min_world_size,
+        "max_world_size": query.max_world_size,
     }
     values.update((k, v) for k, v in optional.items() if v is not None)
+    values.update((f"f{i}", item.value) for i, item in enumerate(query.inspected))
     for i, item in enumerate(query.workload):
         if dialect != "postgresql" and _kind(item.value) in ("text", "number"):
             values[f"w{i}"] = item.value
@@ -138,6 +147,7 @@ def plan(
         status=query.status is not None,
         search=bool(query.search),
         **{k: v is not None for k, v in optional.items()},
+        inspected=tuple(item.fact for item in query.inspected),
         workload=tuple((item.path, _kind(item.value)) for item in query.workload),
         contradictory=document is None,
         after=after is not None,
@@ -240,6 +250,21 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
         conditions.append(T.rank_count >= bindparam("min_rank_count"))
     if shape.max_rank_count:
         conditions.append(T.rank_count <= bindparam("max_rank_count"))
+    # SQLite would range-scan the world-size index and sort every match; "+ 0" keeps it on
+    # the ordered walk, which stops after a page (PostgreSQL weighs both by statistics).
+    world = T.inspected_world_size if postgres else T.inspected_world_size + 0
+    if shape.min_world_size:
+        conditions.append(world >= bindparam("min_world_size"))
+    if shape.max_world_size:
+        conditions.append(world <= bindparam("max_world_size"))
+    for i, fact in enumerate(shape.inspected):
+        # A primary-key lookup of (fact, value, id) per candidate row; PostgreSQL may instead
+        # drive the page from the facts when the value is rare.
+        conditions.append(
+            exists().where(
+                F.fact == literal(fact), F.value == bindparam(f"f{i}"), F.traceset_id == T.id
+            )
+        )
     if shape.contradictory:
         conditions.append(false())
     if not postgres:

@@ -137,15 +137,21 @@ class UrlSigner:
         """Raise Forbidden unless the blob URL's signature holds and it has not expired."""
         self._verify(signature, expires, now, "GET", sha256, filename)
 
-    def archive_path(self, traceset_id: str, expires: int) -> str:
-        """The path and query of the GET of a traceset's ZIP."""
-        signature = self._sign(expires, "ARCHIVE", traceset_id)
-        query = urlencode({"expires": expires, "signature": signature})
-        return f"{PREFIX}{ARCHIVE.format(traceset_id=traceset_id)}?{query}"
+    def archive_path(self, traceset_id: str, expires: int, selection: str = "") -> str:
+        """The path and query of the GET of a traceset's ZIP; ``selection`` (the ranks of a
+        ranks download) travels in the query and is signed with it."""
+        fields = (traceset_id, selection) if selection else (traceset_id,)
+        signature = self._sign(expires, "ARCHIVE", *fields)
+        query = {"expires": expires, "signature": signature}
+        query.update({"select": selection} if selection else {})
+        return f"{PREFIX}{ARCHIVE.format(traceset_id=traceset_id)}?{urlencode(query)}"
 
-    def verify_archive(self, traceset_id: str, expires: int, signature: str, now: datetime) -> None:
+    def verify_archive(
+        self, traceset_id: str, expires: int, signature: str, now: datetime, selection: str = ""
+    ) -> None:
         """Raise Forbidden unless the archive URL's signature holds and it has not expired."""
-        self._verify(signature, expires, now, "ARCHIVE", traceset_id)
+        fields = (traceset_id, selection) if selection else (traceset_id,)
+        self._verify(signature, expires, now, "ARCHIVE", *fields)
 
     def _sign(self, *fields: str | int, key: bytes | None = None) -> str:
         message = "\n".join(str(f) for f in fields).encode()

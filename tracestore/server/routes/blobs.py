@@ -39,10 +39,17 @@ LocalStoreDep = Annotated[LocalBlobStore, Depends(_local_store)]
     responses={200: {"content": {"application/zip": {}}, "description": "The ZIP archive"}},
 )
 def get_archive(
-    traceset_id: str, services: ServicesDep, expires: int, signature: str
+    traceset_id: str,
+    services: ServicesDep,
+    expires: int,
+    signature: str,
+    select: Annotated[
+        str, Query(description="The ranks of a ranks download, as the signed URL gives them")
+    ] = "",
 ) -> StreamingResponse:
-    """Stream the ZIP of every file of a traceset through a presigned archive URL."""
-    archive = downloads.open_archive(services, traceset_id, expires, signature)
+    """Stream the ZIP of every file of a traceset (or of the ranks ``select`` names, with
+    their manifest) through a presigned archive URL."""
+    archive = downloads.open_archive(services, traceset_id, expires, signature, select)
     return StreamingResponse(
         archive.chunks,
         media_type="application/zip",

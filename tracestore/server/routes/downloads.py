@@ -24,10 +24,23 @@ def download_traceset(
         str | None,
         Query(description="A file of the traceset; without it, a URL for a ZIP of every file"),
     ] = None,
+    ranks: Annotated[
+        str | None,
+        Query(
+            description="Ranks and ranges (0-7,12): a ZIP of just the files holding them, "
+            "with _tracestore/manifest.json (rank → file → size → SHA-256 → format)"
+        ),
+    ] = None,
+    supporting: Annotated[
+        bool, Query(description="With ranks: add the supporting files to the ZIP")
+    ] = False,
 ) -> schemas.DownloadAnswer:
-    """A presigned URL to GET one file, or a ZIP (zip64, stored) of the whole traceset.
-    The URL needs no bearer token; it expires. Resets the traceset's TTL."""
-    return downloads.download_url(services, principal, traceset_id, file, base_url)
+    """A presigned URL to GET one file, or a ZIP (zip64, stored) of the whole traceset or
+    of some ranks' files. The URL needs no bearer token; it expires. Resets the traceset's
+    TTL. An unknown rank or a malformed list is a 400 naming it."""
+    return downloads.download_url(
+        services, principal, traceset_id, file, base_url, ranks, supporting
+    )
 
 
 @router.get("/tracesets/{traceset_id}/resolve", response_model=schemas.ResolveAnswer)

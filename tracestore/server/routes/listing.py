@@ -65,6 +65,16 @@ _PARAMETERS = [
     _parameter("createdBefore", {"type": "string", "format": "date-time"}, "Exclusive"),
     _parameter("minRankCount", {"type": "integer"}, "Inclusive"),
     _parameter("maxRankCount", {"type": "integer"}, "Inclusive"),
+    _parameter("minWorldSize", {"type": "integer"}, "Inclusive; the world size inspection found"),
+    _parameter("maxWorldSize", {"type": "integer"}, "Inclusive; the world size inspection found"),
+    _parameter(
+        "inspected.gpu_model",
+        {"type": "string"},
+        "A fact inspection derived (inspection.summary), case-insensitive: a GPU model matches "
+        "its whole name or any word of it (H100 finds NVIDIA H100 80GB HBM3). The same for "
+        "inspected.backend (nccl), inspected.format (kineto_json, chakra_et ...), "
+        "inspected.nccl_version; inspected.world_size is an integer",
+    ),
     _parameter(
         "workload_family",
         {"type": "string"},

@@ -1,0 +1,128 @@
+"""Rank-addressable downloads: ``GET .../download?ranks=0-7,12`` and ``--ranks``."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.inspect_fixtures import TESTDATA
+from tests.uploading import upload
+from tracestore.errors import ValidationError
+from tracestore.ranks import parse_ranks, ranks_text
+
+DLRM = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())
+NOTES = b"how these traces were made\n"
+
+
+def _dlrm(http: TestClient, **extra: Any) -> dict[str, Any]:
+    files = {p.name: (p.read_bytes(), "primary") for p in DLRM}
+    files.update(extra.pop("more", {}))
+    files["notes.txt"] = (NOTES, "supporting")
+    return upload(http, files, {"shape": {"rankCount": 8}}, **extra)
+
+
+def _api(traceset_id: str) -> str:
+    return f"/api/v1/tracesets/{traceset_id}/download"
+
+
+def _zip(http: TestClient, url: str) -> zipfile.ZipFile:
+    response = http.get(url, headers={"Authorization": ""})
+    assert response.status_code == 200, response.text
+    archive = zipfile.ZipFile(io.BytesIO(response.content))
+    assert archive.testzip() is None
+    return archive
+
+
+def test_ranks_archive_holds_just_those_files_and_a_manifest(http: TestClient) -> None:
+    ts = _dlrm(http)
+    answer = http.get(_api(ts["id"]), params={"ranks": "5, 0-2,1"}).json()
+    assert answer["ranks"] == "0-2,5" and answer["file"] is None
+    archive = _zip(http, answer["url"])
+    worker = {int(p.name[6]): p for p in DLRM}
+    assert archive.namelist() == [
+        *(worker[r].name for r in (0, 1, 2, 5)),
+        "_tracestore/manifest.json",
+    ]
+    for rank in (0, 1, 2, 5):
+        assert archive.read(worker[rank].name) == worker[rank].read_bytes()
+    manifest = json.loads(archive.read("_tracestore/manifest.json"))
+    assert manifest["ranks"] == "0-2,5"
+    assert manifest["byRank"] == {str(r): [worker[r].name] for r in (0, 1, 2, 5)}
+    entry = manifest["files"][3]
+    data = worker[5].read_bytes()
+    assert entry == {
+        "name": worker[5].name,
+        "role": "primary",
+        "ranks": {"start": 5, "end": 5},
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "format": "kineto_json",
+    }
+
+
+def test_supporting_files_come_on_request(http: TestClient) -> None:
+    ts = _dlrm(http)
+    plain = _zip(http, http.get(_api(ts["id"]), params={"ranks": "3"}).json()["url"])
+    assert "notes.txt" not in plain.namelist()
+    answer = http.get(_api(ts["id"]), params={"ranks": "3", "supporting": "true"}).json()
+    archive = _zip(http, answer["url"])
+    assert archive.read("notes.txt") == NOTES
+    assert [f["name"] for f in json.loads(archive.read("_tracestore/manifest.json"))["files"]][
+        -1
+    ] == "notes.txt"
+
+
+def test_the_manifest_never_replaces_a_traceset_file(http: TestClient) -> None:
+    ts = _dlrm(http, more={"_tracestore/manifest.json": (b"mine", "supporting")})
+    answer = http.get(_api(ts["id"]), params={"ranks": "0", "supporting": "true"}).json()
+    archive = _zip(http, answer["url"])
+    assert archive.read("_tracestore/manifest.json") == b"mine"
+    assert json.loads(archive.read("_tracestore_/manifest.json"))["ranks"] == "0"
+
+
+BAD = [
+    ({"ranks": "8"}, "Unknown rank 8 for traceset '{id}': its files hold ranks 0-7"),
+    ({"ranks": "6-9"}, "Unknown ranks 8, 9 for traceset '{id}': its files hold ranks 0-7"),
+    ({"ranks": "a-b"}, "ranks: 'a-b' is not a rank or a range such as 0-7 (in 'a-b')"),
+    ({"ranks": "0-7,"}, "ranks: '' is not a rank or a range such as 0-7 (in '0-7,')"),
+    ({"ranks": "5-3"}, "ranks: the range '5-3' ends before it starts"),
+    ({"ranks": "-1"}, "ranks: '-1' is not a rank or a range such as 0-7 (in '-1')"),
+    ({"ranks": ""}, "ranks must list ranks and ranges such as 0-7,12 (at most 1024); got ''"),
+    ({"ranks": "1", "file": "notes.txt"}, "Give file or ranks, not both"),
+    ({"supporting": "true"}, "supporting applies to a download of ranks; give ranks too"),
+]
+
+
+@pytest.mark.parametrize(("params", "message"), BAD, ids=lambda v: str(v)[:30])
+def test_a_bad_or_unknown_rank_is_a_400_naming_it(
+    http: TestClient, params: dict[str, str], message: str
+) -> None:
+    ts = _dlrm(http)
+    response = http.get(_api(ts["id"]), params=params)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["message"] == message.format(id=ts["id"])
+
+
+def test_a_changed_selection_breaks_the_signature(http: TestClient) -> None:
+    ts = _dlrm(http)
+    url = http.get(_api(ts["id"]), params={"ranks": "0"}).json()["url"]
+    parsed = urlparse(url)
+    query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+    assert query["select"] == "0"
+    for select in ("0-7", "0+supporting", ""):
+        forged = f"{parsed.path}?{urlencode({**query, 'select': select})}"
+        assert http.get(forged, headers={"Authorization": ""}).status_code == 403, select
+
+
+def test_rank_lists_parse_merge_and_print() -> None:
+    assert parse_ranks("12, 0-7 ,3,8") == ((0, 8), (12, 12))
+    assert ranks_text(parse_ranks("0-0")) == "0"
+    with pytest.raises(ValidationError, match="beyond the largest rank count"):
+        parse_ranks("0-9999999999")

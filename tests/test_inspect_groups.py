@@ -1,0 +1,166 @@
+"""Process groups across a traceset's files and the ``process_groups`` check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tests.inspect_fixtures import TESTDATA
+from tracestore.cli import main
+from tracestore.inspect import RankCensus, inspect_path, rank_census, validation_checks
+
+
+def _kineto(rank: int, world: int, groups: list[list[int]]) -> bytes:
+    """A Kineto trace whose distributedInfo lists the default group and ``groups``."""
+    config = [
+        {"pg_name": "0", "pg_desc": "default_pg", "pg_size": world, "ranks": list(range(world))}
+    ]
+    config += [
+        {"pg_name": str(i + 1), "pg_desc": "undefined", "pg_size": len(g), "ranks": g}
+        for i, g in enumerate(groups)
+        if rank in g
+    ]
+    info = {"backend": "nccl", "rank": rank, "world_size": world, "pg_config": config}
+    return json.dumps({"schemaVersion": 1, "distributedInfo": info, "traceEvents": []}).encode()
+
+
+def _census(
+    tmp_path: Path,
+    ranks: list[int],
+    world: int,
+    groups: list[list[int]],
+    metadata: object,
+    declared: int | None = None,
+) -> RankCensus:
+    files = []
+    for rank in ranks:
+        path = tmp_path / f"rank{rank}.pt.trace.json"
+        path.write_bytes(_kineto(rank, world, groups))
+        files.append((path.name, inspect_path(path, path.name)))
+    return rank_census(files, declared_rank_count=declared, workload_metadata=metadata)
+
+
+TP4_OF_16 = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+DP4_OF_16 = [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
+
+
+def test_groups_are_merged_across_ranks(tmp_path: Path) -> None:
+    census = _census(tmp_path, list(range(16)), 16, TP4_OF_16, None)
+    sizes = sorted(g.size for g in census.process_groups)
+    assert sizes == [4, 4, 4, 4, 16]
+    first = next(g for g in census.process_groups if g.ranks == (0, 1, 2, 3))
+    assert first.files == tuple(f"rank{r}.pt.trace.json" for r in range(4))
+    assert census.to_json()["processGroups"][0]["size"] == 16
+    check = census.process_groups_match
+    assert check.passed and not check.warning
+    assert check.message == (
+        "5 process groups recorded (4 of size 4, 1 of size 16); no parallelism degrees "
+        "declared to check"
+    )
+
+
+def test_declared_degrees_matching_the_groups_pass(tmp_path: Path) -> None:
+    metadata = {"parallelism": {"tp": 4, "dp": 4}}
+    census = _census(tmp_path, list(range(16)), 16, TP4_OF_16 + DP4_OF_16, metadata, 16)
+    assert census.process_groups_match.passed
+    assert census.process_groups_match.message.startswith("declared tp=4, dp=4 each match")
+
+
+def test_declared_degree_without_a_group_fails_naming_it(tmp_path: Path) -> None:
+    metadata = {"parallelism": {"tp": 8, "dp": 2}}
+    census = _census(tmp_path, list(range(16)), 16, TP4_OF_16, metadata, 16)
+    check = census.process_groups_match
+    assert not check.passed
+    assert "declared tp=8, but no process group of size 8 (group sizes recorded: 4, 16)" in (
+        check.message
+    )
+    assert "declared dp=2, but no process group of size 2" in check.message
+    assert "groups of size 4 partition 16 ranks, but no declared degree is 4: pp or ep of 4?" in (
+        check.message
+    )
+    by_name = {c["name"]: c for c in validation_checks(census.to_json())}
+    assert by_name["process_groups"]["passed"] is False
+
+
+def test_a_subset_of_ranks_gives_warnings(tmp_path: Path) -> None:
+    metadata = {"parallelism": {"tp": 8, "dp": 2}}
+    census = _census(tmp_path, [0, 1], 16, TP4_OF_16, metadata, 16)
+    check = census.process_groups_match
+    assert check.passed and check.warning
+    assert check.message.startswith(
+        "only 2 of 16 ranks were captured, so groups may be missing: declared tp=8, but no "
+        "process group of size 8"
+    )
+    by_name = {c["name"]: c for c in validation_checks(census.to_json())}
+    assert by_name["process_groups"] == {
+        "name": "process_groups",
+        "passed": True,
+        "warning": True,
+        "message": check.message,
+    }
+
+
+def test_no_groups_recorded() -> None:
+    census = rank_census([], declared_rank_count=None, workload_metadata={"parallelism": {"tp": 2}})
+    assert census.process_groups == ()
+    assert census.process_groups_match.passed
+    assert census.process_groups_match.message == (
+        "no process groups recorded in the files; declared tp=2 not checked"
+    )
+
+
+def test_megatron_rank5_group_of_8_matches_tp8() -> None:
+    path = TESTDATA / "pytorch-et-megatron-tp8-rank5" / "megatron_et_5.json"
+    files = [(path.name, inspect_path(path, path.name))]
+    ok = rank_census(files, declared_rank_count=8, workload_metadata={"parallelism": {"tp": 8}})
+    assert {g.size for g in ok.process_groups} == {8, 1}
+    assert ok.process_groups_match.passed and not ok.process_groups_match.warning
+    wrong = rank_census(
+        files, declared_rank_count=8, workload_metadata={"parallelism": {"tp": 4, "dp": 2}}
+    )
+    check = wrong.process_groups_match
+    assert check.passed and check.warning  # 1 of 8 ranks: a warning, not a failure
+    assert "only 1 of 8 ranks were captured" in check.message
+    assert "declared tp=4, but no process group of size 4 (group sizes recorded: 1, 8)" in (
+        check.message
+    )
+
+
+def test_dense_dp2_tp2_comm_groups_match() -> None:
+    directory = TESTDATA / "chakra-et-stg-dp2tp2-4ranks"
+    files = [(p.name, inspect_path(p, p.name)) for p in sorted(directory.iterdir())]
+    census = rank_census(
+        files, declared_rank_count=4, workload_metadata={"parallelism": {"dp": 2, "tp": 2}}
+    )
+    pairs = {g.ranks for g in census.process_groups if g.size == 2}
+    assert pairs == {(0, 1), (2, 3), (0, 2), (1, 3)}
+    assert census.process_groups_match.passed and not census.process_groups_match.warning
+    lopsided = rank_census(
+        files, declared_rank_count=4, workload_metadata={"parallelism": {"tp": 4}}
+    ).process_groups_match
+    assert not lopsided.passed
+    assert lopsided.message == (
+        "groups of size 2 partition 4 ranks, but no declared degree is 2: pp or dp of 2?"
+    )
+
+
+def test_cli_inspect_names_the_process_group_check(tmp_path: Path) -> None:
+    meta = tmp_path / "meta.json"
+    meta.write_text('{"parallelism": {"tp": 4}}')
+    directory = TESTDATA / "chakra-et-stg-dp2tp2-4ranks"
+    result = CliRunner().invoke(
+        main, ["inspect", str(directory), "--workload-metadata", str(meta), "--strict"]
+    )
+    assert result.exit_code == 1, result.output
+    assert (
+        "FAILED process groups: groups of size 2 partition 4 ranks, but no declared degree is "
+        "2: pp or dp of 2?"
+    ) in result.output
+    meta.write_text('{"parallelism": {"dp": 2, "tp": 2}}')
+    result = CliRunner().invoke(
+        main, ["inspect", str(directory), "--workload-metadata", str(meta), "--strict"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "ok process groups: declared tp=2, dp=2 each match" in result.output

@@ -1,0 +1,108 @@
+"""Rank lists as people write them (``0-7,12``): parsed, merged and written back.
+
+Used by the download route's ``ranks`` parameter, the client and ``tracestore download
+--ranks``, so all three read a list the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from tracestore.errors import ValidationError
+from tracestore.metadata import MAX_RANK_COUNT
+
+Runs = tuple[tuple[int, int], ...]
+MAX_PIECES = 1024
+_PIECE = re.compile(r"(\d{1,10})(?:-(\d{1,10}))?")
+
+
+def parse_ranks(text: str, name: str = "ranks") -> Runs:
+    """``"0-7,12"`` → ``((0, 7), (12, 12))``, sorted and merged; ValidationError naming the
+    piece at fault otherwise."""
+    pieces = [piece.strip() for piece in text.split(",")]
+    if not text.strip() or len(pieces) > MAX_PIECES:
+        raise ValidationError(
+            f"{name} must list ranks and ranges such as 0-7,12 (at most {MAX_PIECES}); "
+            f"got {text[:80]!r}"
+        )
+    runs: list[tuple[int, int]] = []
+    for piece in pieces:
+        match = _PIECE.fullmatch(piece)
+        if match is None:
+            raise ValidationError(
+                f"{name}: {piece!r} is not a rank or a range such as 0-7 (in {text[:80]!r})"
+            )
+        start = int(match[1])
+        end = int(match[2]) if match[2] is not None else start
+        if end < start:
+            raise ValidationError(f"{name}: the range {piece!r} ends before it starts")
+        if end >= MAX_RANK_COUNT:
+            raise ValidationError(f"{name}: rank {end} is beyond the largest rank count")
+        runs.append((start, end))
+    return merge(runs)
+
+
+def merge(runs: Iterable[tuple[int, int]]) -> Runs:
+    """Sorted, overlapping or adjacent runs joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(runs):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
+
+
+def ranks_text(runs: Runs) -> str:
+    """``((0, 7), (12, 12))`` → ``"0-7,12"``."""
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def overlaps(runs: Runs, start: int, end: int) -> bool:
+    """Does ``start..end`` hold any rank of ``runs``?"""
+    return any(a <= end and start <= b for a, b in runs)
+
+
+def outside(runs: Runs, held: Runs) -> list[int]:
+    """The first ranks of ``runs`` that no run of ``held`` covers (at most 5)."""
+    missing: list[int] = []
+    for a, b in runs:
+        rank = a
+        while rank <= b and len(missing) < 5:
+            cover = next(((s, e) for s, e in held if s <= rank <= e), None)
+            if cover is None:
+                missing.append(rank)
+                rank += 1
+            else:
+                rank = cover[1] + 1
+    return missing
+
+
+def select_files(
+    files: Iterable[tuple[str, str, int | None, int | None]],
+    runs: Runs,
+    traceset_id: str,
+    supporting: bool = False,
+) -> list[str]:
+    """The names, in order, of the files ``(name, role, rank_start, rank_end)`` a download
+    of ``runs`` holds: the primary files whose ranks meet them, and the supporting files when
+    ``supporting``. ValidationError naming any requested rank no file holds."""
+    listed = list(files)
+    ranked = [(name, start, end if end is not None else start) for name, role, start, end in
+              listed if role == "primary" and start is not None]  # fmt: skip
+    held = merge((start, end) for _, start, end in ranked)
+    unknown = outside(runs, held)
+    if unknown:
+        holds = f"its files hold ranks {ranks_text(held)}" if held else "no file holds a rank"
+        plural = "s" if len(unknown) > 1 else ""
+        raise ValidationError(
+            f"Unknown rank{plural} {', '.join(map(str, unknown))} for traceset "
+            f"'{traceset_id}': {holds}"
+        )
+    chosen = {name for name, start, end in ranked if overlaps(runs, start, end)}
+    return [
+        name
+        for name, role, _, _ in listed
+        if name in chosen or (supporting and role == "supporting")
+    ]
