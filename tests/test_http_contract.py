@@ -269,8 +269,10 @@ def test_openapi_description_is_valid_and_documents_the_seed_schema(http: TestCl
     assert {"dp", "tp", "sp", "ep", "pp", "cp", "fsdp"} <= set(parallelism)
     assert "WorkloadMetadata" in schemas
     request_body = document["paths"]["/api/v1/tracesets/upload-url"]["post"]["requestBody"]
-    assert request_body["content"]["application/json"]["schema"]["$ref"].endswith("/UploadRequest")
-    assert "UploadWorkloadMetadata" in str(schemas["UploadRequest"])
+    assert request_body["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/TracesetUploadUrlRequest"
+    )
+    assert "UploadWorkloadMetadata" in str(schemas["TracesetUploadUrlRequest"])
     for path, operations in document["paths"].items():
         for operation in operations.values():
             assert "HTTPValidationError" not in str(operation.get("responses", {})), path

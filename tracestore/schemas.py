@@ -226,7 +226,7 @@ class UploadFileSpec(RequestModel):
     _sha256_is_hex = field_validator("sha256")(sha256_hex)
 
 
-class UploadRequest(RequestModel):
+class TracesetUploadUrlRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url``."""
 
     name: str = Field(min_length=1, max_length=255)
@@ -253,7 +253,7 @@ class UploadRequest(RequestModel):
         return files
 
 
-class PartUrl(WireModel):
+class PartUploadUrl(WireModel):
     part_number: int
     size: int
     url: str
@@ -265,11 +265,11 @@ class ReceivedPart(WireModel):
     etag: str
 
 
-class UploadFileUrls(WireModel):
+class FileUploadUrls(WireModel):
     name: str
     size: int
     part_urls_expire_at: Timestamp
-    parts: list[PartUrl] = Field(
+    parts: list[PartUploadUrl] = Field(
         description="Parts still to send, each with its URL: the first few of them (a page; "
         "the resume route answers the next), or none once the session is completed"
     )
@@ -284,7 +284,7 @@ class UploadUrlResponse(WireModel):
     checksum_algorithm: Literal["SHA256"] = "SHA256"
     expires_at: Timestamp
     part_size: int
-    files: list[UploadFileUrls]
+    files: list[FileUploadUrls]
 
 
 class UploadSessionResponse(UploadUrlResponse):
@@ -293,14 +293,14 @@ class UploadSessionResponse(UploadUrlResponse):
     state: str
 
 
-class CompletePart(RequestModel):
+class CompletedPart(RequestModel):
     part_number: int = Field(ge=1)
     etag: str = Field(min_length=1)
 
 
-class CompleteFile(RequestModel):
+class CompletedFileInput(RequestModel):
     name: str
-    parts: list[CompletePart]
+    parts: list[CompletedPart]
     sha256: str | None = Field(
         default=None,
         description="Hex SHA-256 of the file, when the client hashed it while sending; "
@@ -314,7 +314,7 @@ class CompleteRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url/complete``."""
 
     upload_id: str
-    files: list[CompleteFile]
+    files: list[CompletedFileInput]
 
 
 # --- tracesets ---
@@ -325,7 +325,7 @@ class RankRange(WireModel):
     end: int
 
 
-class TracesetFile(WireModel):
+class FileResponse(WireModel):
     name: str
     size: int
     role: Role
@@ -357,7 +357,7 @@ class Traceset(WireModel):
     file_count: int
     hash: str | None
     workload_metadata: MetadataField = None
-    files: list[TracesetFile]
+    files: list[FileResponse]
     inspection: dict[str, Any] | None = None
 
 

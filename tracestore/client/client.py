@@ -333,7 +333,7 @@ class Client:
 
     # --- uploads, low level ---
 
-    def start_upload(self, request: schemas.UploadRequest) -> schemas.UploadUrlResponse:
+    def start_upload(self, request: schemas.TracesetUploadUrlRequest) -> schemas.UploadUrlResponse:
         """``POST /api/v1/tracesets/upload-url``: create the traceset, get part URLs."""
         body = schemas.wire_dict(request, exclude_none=True)
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
@@ -432,7 +432,7 @@ class Client:
         metadata.check_upload_metadata(
             workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
         )
-        request = schemas.UploadRequest(
+        request = schemas.TracesetUploadUrlRequest(
             name=name or Path(given[0]).resolve().name or "traceset",
             description=description,
             tags=list(tags),

@@ -177,7 +177,7 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
             [
                 (m, "validation")
                 for m in (
-                    schemas.UploadRequest,
+                    schemas.TracesetUploadUrlRequest,
                     schemas.UploadWorkloadMetadata,
                     schemas.WorkloadMetadata,
                     schemas.PromoteRequest,

@@ -17,7 +17,11 @@ router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 _UPLOAD_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/UploadRequest"}}},
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/TracesetUploadUrlRequest"}
+            }
+        },
     }
 }
 
