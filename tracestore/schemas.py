@@ -40,7 +40,9 @@ def format_timestamp(value: datetime) -> str:
 
 
 Timestamp = Annotated[
-    datetime, PlainSerializer(format_timestamp, return_type=str, when_used="json")
+    datetime,
+    PlainSerializer(format_timestamp, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 
 
@@ -236,12 +238,15 @@ class TracesetUploadUrlRequest(RequestModel):
     )
     workspace_id: str | None = None
     ttl_days: int | None = Field(default=None, ge=1, le=365)
-    files: list[UploadFileSpec] = Field(min_length=1)
+    # At least one file, checked by the validator to word it as the reference does.
+    files: list[UploadFileSpec] = Field(json_schema_extra={"minItems": 1})
     workload_metadata: MetadataField = None
 
     @field_validator("files")
     @classmethod
     def _unique_names(cls, files: list[UploadFileSpec]) -> list[UploadFileSpec]:
+        if not files:
+            raise ValueError("At least one file is required")
         seen: set[str] = set()
         for spec in files:
             if spec.name in seen:

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -203,6 +204,10 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return build
 
 
+def _operation_id(route: APIRoute) -> str:
+    return route.name
+
+
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
     """The tracestore ASGI application. Builds its services from ``settings`` at start
     unless ``services`` are handed in (tests do, to share them or inject a clock)."""
@@ -248,6 +253,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         favicon_url=f"{DOCS_ASSETS}/favicon.png",
         # Swagger UI would otherwise ask validator.swagger.io to check the document.
         swagger_ui_parameters={"validatorUrl": None},
+        # operationIds are the handlers' names (list_tracesets): a generated client's methods.
+        generate_unique_id_function=_operation_id,
     )
     app.state.services = services
     install_error_handlers(app)

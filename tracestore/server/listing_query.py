@@ -28,7 +28,9 @@ from typing import Any
 
 from tracestore.errors import ValidationError
 
-STATUSES = ("uploading", "ready", "upload_failed", "deleted")
+# The reference's six status values. tracestore never sets processing or metadata_failed
+# (inspection runs after ready and never fails a traceset), so those two match nothing.
+STATUSES = ("uploading", "processing", "ready", "upload_failed", "metadata_failed", "deleted")
 SCOPES = ("workspace", "tenant", "public")
 SORT_FIELDS = ("created", "name", "status", "size", "rankCount")
 DEFAULT_LIMIT = 20

@@ -8,17 +8,18 @@ from fastapi import APIRouter, Request
 
 from tracestore import schemas
 from tracestore.server import listing
-from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
 from tracestore.server.listing_query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    MAX_WORKLOAD_FILTERS,
     SCOPES,
     SORT_FIELDS,
     STATUSES,
     parse_list_query,
 )
 
-router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/api/v1")
 
 
 def _parameter(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -65,14 +66,29 @@ _PARAMETERS = [
     _parameter("createdBefore", {"type": "string", "format": "date-time"}, "Exclusive"),
     _parameter("minRankCount", {"type": "integer"}, "Inclusive"),
     _parameter("maxRankCount", {"type": "integer"}, "Inclusive"),
-    _parameter(
-        "workload_family",
-        {"type": "string"},
-        "A workload filter. Any dotted snake_case path of workloadMetadata works the same way "
-        "(workload_name, precision, shape.global_batch_size, parallelism.tp ...): JSON-typed "
-        "equality, the value read as a JSON number, true, false, null or quoted string when it "
-        'is one (1024 matches the number, "1024" with quotes the string), else as a string',
-    ),
+]
+
+
+# The workload filters a generated client can send by name; any other dotted snake_case path
+# of workloadMetadata filters the same way (listing_query reads every unknown name as one).
+_WORKLOAD_FILTER_RULE = (
+    "JSON-typed equality on this member of workloadMetadata: the value is read as a JSON "
+    "number, true, false, null or quoted string when it is one (1024 matches the number, "
+    '"1024" with the quotes the string), else as a string. Any other dotted snake_case path '
+    "of workloadMetadata (model_name, shape.seq_len, parallelism.pp ...) filters the same "
+    f"way, up to {MAX_WORKLOAD_FILTERS} workload filters in all"
+)
+_WORKLOAD_PARAMETERS = [
+    _parameter(path, {"type": "string"}, f"{what}. {_WORKLOAD_FILTER_RULE}")
+    for path, what in (
+        ("workload_family", "The workload family (e.g. llm)"),
+        ("workload_name", "The workload's name"),
+        ("precision", "The numeric precision (e.g. bf16)"),
+        ("accelerator", "The accelerator (e.g. h100)"),
+        ("shape.global_batch_size", "The global batch size"),
+        ("parallelism.tp", "The tensor parallelism degree"),
+        ("parallelism.dp", "The data parallelism degree"),
+    )
 ]
 
 
@@ -80,7 +96,10 @@ _PARAMETERS = [
     "/tracesets",
     response_model=schemas.TracesetPage,
     tags=["tracesets"],
-    openapi_extra={"parameters": _PARAMETERS},
+    openapi_extra={"parameters": _PARAMETERS + _WORKLOAD_PARAMETERS},
+    responses=error_responses(
+        400, 403, *API_ERRORS, s403="workspaceId names a workspace the caller is not a member of"
+    ),
 )
 def list_tracesets(
     request: Request, services: ServicesDep, principal: PrincipalDep
