@@ -188,6 +188,14 @@ def test_a_generated_client_completes_the_whole_flow(generated: Any, served: Ser
     # The census finds no ranks in these tiny files; the bytes and the metadata check out.
     assert checks["file_integrity"] is True and checks["metadata_complete"] is True, validated
 
+    library_api = _module("api.libraries")
+    (library,) = (
+        api(library_api, "list_libraries").sync(client=client, sort="total_size:desc").items
+    )
+    assert library.reference_count == 1 and library.total_size == sum(map(len, FILES.values()))
+    detail = api(library_api, "get_library").sync(library.hash_short, client=client)
+    assert [t.id for t in detail.tracesets] == [traceset_id] and detail.id == library.id
+
     deleted = api(tracesets, "delete_traceset").sync_detailed(traceset_id, client=client)
     assert deleted.status_code == 204
     gone = api(tracesets, "get_traceset").sync(traceset_id, client=client)

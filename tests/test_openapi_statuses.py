@@ -13,11 +13,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from tests.conftest import FakeClock
 from tests.idp import AUDIENCE, ISSUER, token
 from tests.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
-from tracestore.server import presigned, receiving
+from tracestore.server import db, presigned, receiving
 from tracestore.server.app import create_app
 from tracestore.server.blobs import LocalBlobStore
 from tracestore.server.services import Services, build_services
@@ -113,7 +114,10 @@ API_OPERATIONS: dict[str, tuple[str, str]] = {
     "download_traceset": ("GET", f"{LIST}/ts_x/download"),
     "resolve_traceset": ("GET", f"{LIST}/ts_x/resolve"),
     "validate_traceset": ("POST", f"{LIST}/ts_x/validate"),
+    "list_libraries": ("GET", "/api/v1/libraries"),
+    "get_library": ("GET", "/api/v1/libraries/lib_x"),
 }
+LIBRARIES = "/api/v1/libraries"
 
 
 def _promote(s: Scene, traceset_id: str, body: Any = None, **kw: Any) -> httpx.Response:
@@ -200,6 +204,24 @@ def _not_ready(s: Scene, what: str) -> httpx.Response:
     traceset_id = s.uploading()["tracesetId"]
     method = "POST" if what == "validate" else "GET"
     return s.http.request(method, f"{LIST}/{traceset_id}/{what}")
+
+
+def _ambiguous_library(s: Scene) -> httpx.Response:
+    made = []
+    for tail in "12":
+        files = {"a.json": tail.encode()}
+        answer = start_upload(s.http, None, files=files, role="supporting")
+        body = {"uploadId": answer["uploadId"], "files": send_parts(s.http, answer, files)}
+        made.append((s.http.post(COMPLETE, json=body).json()["id"], tail))
+    # Two contents whose hashes share 8 hex digits are made, not waited for.
+    with s.services.db.session() as session:
+        for traceset_id, tail in made:
+            session.execute(
+                update(db.Traceset)
+                .where(db.Traceset.id == traceset_id)
+                .values(hash="sha256:" + "ab" * 8 + tail * 48)
+            )
+    return s.http.get(f"{LIBRARIES}/abababab")
 
 
 def _unready(s: Scene) -> httpx.Response:
@@ -300,6 +322,13 @@ DRIVERS: dict[tuple[str, int], Driver] = {
     ("get_blob", 500): lambda s: _broken(
         s, "GET", f"/blobs/content/{'0' * 64}?name=a&expires={FAR}&signature=x"
     ),
+    ("list_libraries", 200): lambda s: s.http.get(LIBRARIES),
+    ("list_libraries", 400): lambda s: s.http.get(LIBRARIES, params={"sort": "unknown"}),
+    ("list_libraries", 403): lambda s: s.http.get(LIBRARIES, params={"workspaceId": "ws_other"}),
+    ("get_library", 200): lambda s: s.http.get(f"{LIBRARIES}/{s.ready()['hash'][7:15]}"),
+    ("get_library", 300): _ambiguous_library,
+    ("get_library", 400): lambda s: s.http.get(f"{LIBRARIES}/a1b2"),
+    ("get_library", 404): lambda s: s.http.get(f"{LIBRARIES}/lib_notfound"),
     ("healthz", 200): lambda s: s.http.get("/healthz"),
     ("readyz", 200): lambda s: s.http.get("/readyz"),
     ("readyz", 503): _unready,

@@ -47,6 +47,7 @@ from tracestore.errors import (
 __all__ = ["Client"]
 
 API = "/api/v1/tracesets"
+LIBRARIES = "/api/v1/libraries"
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 COMPLETE_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
 _LIST_PARAMS = {
@@ -283,6 +284,24 @@ class Client:
         """Where a traceset's bytes are (``s3://`` or ``file://``), for a simulator host."""
         response = self._call("GET", f"{API}/{_segment(traceset_id)}/resolve")
         return _answer(response, schemas.ResolveAnswer)
+
+    def list_libraries(
+        self, *, cursor: str | None = None, **params: str | int
+    ) -> schemas.LibraryPage:
+        """One page of ``GET /api/v1/libraries``: the content-addressed content the caller's
+        visible tracesets hold. ``params`` are the query's own names (``workspaceId``,
+        ``scope``, ``search``, ``sort``, ``limit``, ``createdAfter``, ``createdBefore``)."""
+        query = [(name, str(value)) for name, value in params.items()]
+        if cursor:
+            query.append(("next", cursor))
+        response = self._call("GET", LIBRARIES, params=query)
+        return _answer(response, schemas.LibraryPage)
+
+    def get_library(self, reference: str) -> schemas.Library:
+        """A library by its ``lib_`` id or a hex content-hash prefix of 8 or more characters
+        (a prefix that matches several raises ``MultipleChoices`` naming them)."""
+        response = self._call("GET", f"{LIBRARIES}/{_segment(reference)}")
+        return _answer(response, schemas.Library)
 
     def download_url(self, traceset_id: str, file: str | None = None) -> schemas.DownloadAnswer:
         """A presigned URL for one file, or for a ZIP of every file when ``file`` is None."""

@@ -34,6 +34,7 @@ from tracestore.server.routes import (
     blobs,
     downloads,
     health,
+    libraries,
     listing,
     promotion,
     tracesets,
@@ -259,7 +260,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.state.services = services
     install_error_handlers(app)
     # Included in the order of the OpenAPI document's paths.
-    for resource in (listing, uploads, tracesets, promotion, downloads, blobs):
+    for resource in (listing, uploads, tracesets, promotion, downloads, libraries, blobs):
         app.include_router(resource.router)
     if stores_bytes_locally(settings):  # an object store answers its own part and blob URLs
         app.include_router(blobs.local_store_router)

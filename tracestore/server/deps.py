@@ -79,6 +79,7 @@ PrincipalDep = Annotated[Principal, Depends(authenticated)]
 BaseUrlDep = Annotated[str, Depends(base_url_of)]
 
 _DESCRIPTIONS = {
+    300: "Several resources match; the message names them",
     400: "Validation error: the message names the member or parameter at fault",
     401: "Invalid or missing authentication token",
     403: "Forbidden",
@@ -111,3 +112,15 @@ def error_responses(*statuses: int, **described: str) -> dict[int | str, dict[st
 # Every API route: no or a bad token (401), an unexpected error (500), the JWKS unreachable
 # when a JWT is presented (503).
 API_ERRORS = (401, 500, 503)
+
+
+def query_parameter(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """An optional query parameter as OpenAPI describes it, for the routes that read their
+    query themselves (the list routes: open-ended names, one message per bad value)."""
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }

@@ -106,14 +106,14 @@ class ListQuery:
         }
 
 
-def parse_sort(text: str) -> tuple[SortKey, ...]:
-    """``created:desc,name:asc`` → sort keys; the direction defaults to ``asc``."""
+def parse_sort(text: str, fields: tuple[str, ...] = SORT_FIELDS) -> tuple[SortKey, ...]:
+    """``created:desc,name:asc`` → sort keys of ``fields``; the direction defaults to ``asc``."""
     keys: list[SortKey] = []
     for part in text.split(","):
         name, _, direction = part.strip().partition(":")
-        if name not in SORT_FIELDS:
+        if name not in fields:
             raise ValidationError(
-                f"Invalid sort field: {name!r}. Valid fields: {', '.join(SORT_FIELDS)}"
+                f"Invalid sort field: {name!r}. Valid fields: {', '.join(fields)}"
             )
         direction = direction.strip().lower() or "asc"
         if direction not in ("asc", "desc"):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 
 from tracestore import schemas
 from tracestore.server import listing
 from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
+from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing_query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -20,16 +19,6 @@ from tracestore.server.listing_query import (
 )
 
 router = APIRouter(prefix="/api/v1")
-
-
-def _parameter(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
 
 
 # Documented here, parsed by listing_query (the workload filters are open-ended names).
