@@ -204,7 +204,7 @@ def test_a_resume_hashes_the_parts_the_service_holds_without_sending_them(
 ) -> None:
     root = write_tree(tmp_path / "t", tree)
     session = client.start_upload(
-        schemas.UploadRequest(
+        schemas.TracesetUploadUrlRequest(
             name="resumed",
             files=[
                 schemas.UploadFileSpec(name=n, size=len(d), role="primary") for n, d in tree.items()

@@ -168,8 +168,8 @@ def test_the_client_refuses_colliding_names_before_any_request(tmp_path: Path) -
 
 
 def test_downloading_a_stored_colliding_pair_is_a_clear_error(tmp_path: Path) -> None:
-    def entry(name: str) -> schemas.TracesetFile:
-        return schemas.TracesetFile(
+    def entry(name: str) -> schemas.FileResponse:
+        return schemas.FileResponse(
             name=name, size=1, role="supporting", metadata_status="complete"
         )
 

@@ -56,7 +56,7 @@ def one_part_session(client: Client, data: bytes) -> tuple[str, str]:
     """A one-file (supporting) upload started through the client's low-level calls, its
     only part sent; the upload id and the part's ETag."""
     session = client.start_upload(
-        schemas.UploadRequest(
+        schemas.TracesetUploadUrlRequest(
             name="low level",
             files=[schemas.UploadFileSpec(name="a.bin", size=len(data), role="supporting")],
         )

@@ -78,6 +78,14 @@ class MethodNotAllowed(TracestoreError):
     code = "METHOD_NOT_ALLOWED"
 
 
+class MultipleChoices(TracestoreError):
+    """A short reference (a hash prefix) names more than one resource; the message names
+    them (300)."""
+
+    status = 300
+    code = "MULTIPLE_CHOICES"
+
+
 class Conflict(TracestoreError):
     """The resource is in a state that does not allow the request (409)."""
 
@@ -149,6 +157,7 @@ ERRORS_BY_CODE: dict[str, type[TracestoreError]] = {
         Forbidden,
         NotFound,
         MethodNotAllowed,
+        MultipleChoices,
         Conflict,
         Gone,
         PreconditionFailed,

@@ -40,7 +40,9 @@ def format_timestamp(value: datetime) -> str:
 
 
 Timestamp = Annotated[
-    datetime, PlainSerializer(format_timestamp, return_type=str, when_used="json")
+    datetime,
+    PlainSerializer(format_timestamp, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 
 
@@ -226,7 +228,7 @@ class UploadFileSpec(RequestModel):
     _sha256_is_hex = field_validator("sha256")(sha256_hex)
 
 
-class UploadRequest(RequestModel):
+class TracesetUploadUrlRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url``."""
 
     name: str = Field(min_length=1, max_length=255)
@@ -236,12 +238,15 @@ class UploadRequest(RequestModel):
     )
     workspace_id: str | None = None
     ttl_days: int | None = Field(default=None, ge=1, le=365)
-    files: list[UploadFileSpec] = Field(min_length=1)
+    # At least one file, checked by the validator to word it as the reference does.
+    files: list[UploadFileSpec] = Field(json_schema_extra={"minItems": 1})
     workload_metadata: MetadataField = None
 
     @field_validator("files")
     @classmethod
     def _unique_names(cls, files: list[UploadFileSpec]) -> list[UploadFileSpec]:
+        if not files:
+            raise ValueError("At least one file is required")
         seen: set[str] = set()
         for spec in files:
             if spec.name in seen:
@@ -253,7 +258,7 @@ class UploadRequest(RequestModel):
         return files
 
 
-class PartUrl(WireModel):
+class PartUploadUrl(WireModel):
     part_number: int
     size: int
     url: str
@@ -265,11 +270,11 @@ class ReceivedPart(WireModel):
     etag: str
 
 
-class UploadFileUrls(WireModel):
+class FileUploadUrls(WireModel):
     name: str
     size: int
     part_urls_expire_at: Timestamp
-    parts: list[PartUrl] = Field(
+    parts: list[PartUploadUrl] = Field(
         description="Parts still to send, each with its URL: the first few of them (a page; "
         "the resume route answers the next), or none once the session is completed"
     )
@@ -284,7 +289,7 @@ class UploadUrlResponse(WireModel):
     checksum_algorithm: Literal["SHA256"] = "SHA256"
     expires_at: Timestamp
     part_size: int
-    files: list[UploadFileUrls]
+    files: list[FileUploadUrls]
 
 
 class UploadSessionResponse(UploadUrlResponse):
@@ -293,14 +298,14 @@ class UploadSessionResponse(UploadUrlResponse):
     state: str
 
 
-class CompletePart(RequestModel):
+class CompletedPart(RequestModel):
     part_number: int = Field(ge=1)
     etag: str = Field(min_length=1)
 
 
-class CompleteFile(RequestModel):
+class CompletedFileInput(RequestModel):
     name: str
-    parts: list[CompletePart]
+    parts: list[CompletedPart]
     sha256: str | None = Field(
         default=None,
         description="Hex SHA-256 of the file, when the client hashed it while sending; "
@@ -314,7 +319,7 @@ class CompleteRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url/complete``."""
 
     upload_id: str
-    files: list[CompleteFile]
+    files: list[CompletedFileInput]
 
 
 # --- tracesets ---
@@ -325,7 +330,7 @@ class RankRange(WireModel):
     end: int
 
 
-class TracesetFile(WireModel):
+class FileResponse(WireModel):
     name: str
     size: int
     role: Role
@@ -357,7 +362,7 @@ class Traceset(WireModel):
     file_count: int
     hash: str | None
     workload_metadata: MetadataField = None
-    files: list[TracesetFile]
+    files: list[FileResponse]
     inspection: dict[str, Any] | None = None
 
 
@@ -493,6 +498,52 @@ class PromoteAnswer(WireModel):
     id: str
     scope: Scope
     promotion_applied: bool
+
+
+# --- libraries: the content-addressed content tracesets share (snake_case, as the reference) ---
+
+
+class LibraryItem(SnakeWireModel):
+    """A library as listed: the blobs of one traceset content, shared by the tracesets with
+    that content. ``scope`` is the widest scope, and ``reference_count`` the number, of the
+    live tracesets the caller may see that hold it."""
+
+    id: str
+    hash_short: str
+    storage_url: str = Field(description="The store's root; each blob's key is as resolve says")
+    layout: Literal["cas"] = "cas"
+    scope: Scope
+    total_size: int
+    reference_count: int
+    created: Timestamp = Field(description="When the first of those tracesets was completed")
+
+
+class LibraryPage(WireModel):
+    """Body of ``GET /api/v1/libraries``: one page of libraries."""
+
+    items: list[LibraryItem]
+    pagination: Pagination
+
+
+class LibraryTraceset(SnakeWireModel):
+    id: str
+    name: str
+    workspace_id: str
+
+
+class LibraryFile(SnakeWireModel):
+    name: str
+    size: int
+    hash: str
+
+
+class Library(LibraryItem):
+    """Body of ``GET /api/v1/libraries/{id}``: the library with its files and the tracesets
+    the caller may see that hold it."""
+
+    hash: str
+    files: list[LibraryFile]
+    tracesets: list[LibraryTraceset]
 
 
 # --- what the admin commands print with --json (tracestore token|workspace) ---

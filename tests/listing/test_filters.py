@@ -17,6 +17,9 @@ FILTER_CASES: list[tuple[dict[str, Any], Predicate]] = [
     ({"status": "ready"}, lambda r: r["status"] == "ready"),
     ({"status": "uploading"}, lambda r: r["status"] == "uploading"),
     ({"status": "upload_failed"}, lambda r: r["status"] == "upload_failed"),
+    # The reference's two other statuses: accepted, and nothing in tracestore has them.
+    ({"status": "processing"}, lambda r: False),
+    ({"status": "metadata_failed"}, lambda r: False),
     ({"scope": "workspace"}, lambda r: True),
     ({"scope": "public"}, lambda r: False),
     ({"search": "BETA"}, lambda r: "beta" in r["name"].lower()),
@@ -155,7 +158,11 @@ BAD_PARAMETERS: list[tuple[dict[str, Any], str]] = [
     ({"createdAfter": "yesterday"}, "createdAfter must be an RFC 3339 timestamp"),
     ({"createdBefore": "2026-11-30T09:00:00"}, "createdBefore must be an RFC 3339"),
     ({"createdBefore": "2026-13-30"}, "createdBefore must be"),
-    ({"status": "gone"}, "Invalid status: 'gone'. Valid statuses: uploading, ready, upload_failed"),
+    (
+        {"status": "gone"},
+        "Invalid status: 'gone'. Valid statuses: uploading, processing, ready, upload_failed, "
+        "metadata_failed, deleted",
+    ),
     ({"status": "Ready"}, "Invalid status: 'Ready'"),
     ({"scope": "world"}, "Invalid scope: 'world'"),
     ({"minRankCount": "many"}, "minRankCount must be an integer"),

@@ -31,6 +31,8 @@ NEXT_STEPS: dict[str, str] = {
     "NOT_FOUND": "Check the id with `tracestore ls` (another workspace's tracesets are not "
     "visible to you).",
     "METHOD_NOT_ALLOWED": "The service does not offer this operation; is it an older version?",
+    "MULTIPLE_CHOICES": "The prefix matches several; give more characters or one of the ids "
+    "the message names.",
     "CONFLICT": "The traceset is not in a state that allows this; check it with "
     "`tracestore show ID`.",
     "GONE": "The upload session has expired (24 h); upload again without --resume.",

@@ -48,6 +48,7 @@ from tracestore.ranks import parse_ranks, select_files
 __all__ = ["Client"]
 
 API = "/api/v1/tracesets"
+LIBRARIES = "/api/v1/libraries"
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 COMPLETE_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
 _LIST_PARAMS = {
@@ -291,6 +292,24 @@ class Client:
         response = self._call("GET", f"{API}/{_segment(traceset_id)}/resolve")
         return _answer(response, schemas.ResolveAnswer)
 
+    def list_libraries(
+        self, *, cursor: str | None = None, **params: str | int
+    ) -> schemas.LibraryPage:
+        """One page of ``GET /api/v1/libraries``: the content-addressed content the caller's
+        visible tracesets hold. ``params`` are the query's own names (``workspaceId``,
+        ``scope``, ``search``, ``sort``, ``limit``, ``createdAfter``, ``createdBefore``)."""
+        query = [(name, str(value)) for name, value in params.items()]
+        if cursor:
+            query.append(("next", cursor))
+        response = self._call("GET", LIBRARIES, params=query)
+        return _answer(response, schemas.LibraryPage)
+
+    def get_library(self, reference: str) -> schemas.Library:
+        """A library by its ``lib_`` id or a hex content-hash prefix of 8 or more characters
+        (a prefix that matches several raises ``MultipleChoices`` naming them)."""
+        response = self._call("GET", f"{LIBRARIES}/{_segment(reference)}")
+        return _answer(response, schemas.Library)
+
     def download_url(
         self,
         traceset_id: str,
@@ -369,7 +388,7 @@ class Client:
 
     # --- uploads, low level ---
 
-    def start_upload(self, request: schemas.UploadRequest) -> schemas.UploadUrlResponse:
+    def start_upload(self, request: schemas.TracesetUploadUrlRequest) -> schemas.UploadUrlResponse:
         """``POST /api/v1/tracesets/upload-url``: create the traceset, get part URLs."""
         body = schemas.wire_dict(request, exclude_none=True)
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
@@ -468,7 +487,7 @@ class Client:
         metadata.check_upload_metadata(
             workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
         )
-        request = schemas.UploadRequest(
+        request = schemas.TracesetUploadUrlRequest(
             name=name or Path(given[0]).resolve().name or "traceset",
             description=description,
             tags=list(tags),

@@ -34,7 +34,7 @@ class Downloader:
     def fetch(
         self,
         traceset_id: str,
-        entry: schemas.TracesetFile,
+        entry: schemas.FileResponse,
         destination: Path,
         progress: ProgressCallback | None,
         total: int,
@@ -58,7 +58,7 @@ class Downloader:
     def fetch_all(
         self,
         traceset_id: str,
-        wanted: Sequence[schemas.TracesetFile],
+        wanted: Sequence[schemas.FileResponse],
         root: Path,
         concurrency: int,
         progress: ProgressCallback | None,

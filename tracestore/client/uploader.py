@@ -237,7 +237,7 @@ def _part_jobs(
     return [job for _, _, job in jobs]
 
 
-def _part_size(entry: schemas.UploadFileUrls) -> int:
+def _part_size(entry: schemas.FileUploadUrls) -> int:
     """The file's part size: every part but the last has it (the session may raise it for
     huge files, so it is read from the parts, not from the session's default)."""
     sizes = [p.size for p in entry.parts] + [p.size for p in entry.received_parts]

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -33,6 +34,7 @@ from tracestore.server.routes import (
     blobs,
     downloads,
     health,
+    libraries,
     listing,
     promotion,
     tracesets,
@@ -177,7 +179,7 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
             [
                 (m, "validation")
                 for m in (
-                    schemas.UploadRequest,
+                    schemas.TracesetUploadUrlRequest,
                     schemas.UploadWorkloadMetadata,
                     schemas.WorkloadMetadata,
                     schemas.PromoteRequest,
@@ -201,6 +203,10 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
         return document
 
     return build
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name
 
 
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
@@ -248,11 +254,13 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         favicon_url=f"{DOCS_ASSETS}/favicon.png",
         # Swagger UI would otherwise ask validator.swagger.io to check the document.
         swagger_ui_parameters={"validatorUrl": None},
+        # operationIds are the handlers' names (list_tracesets): a generated client's methods.
+        generate_unique_id_function=_operation_id,
     )
     app.state.services = services
     install_error_handlers(app)
     # Included in the order of the OpenAPI document's paths.
-    for resource in (listing, uploads, tracesets, promotion, downloads, blobs):
+    for resource in (listing, uploads, tracesets, promotion, downloads, libraries, blobs):
         app.include_router(resource.router)
     if stores_bytes_locally(settings):  # an object store answers its own part and blob URLs
         app.include_router(blobs.local_store_router)

@@ -124,7 +124,7 @@ def _check_request(
     """The ETags and the SHA-256 the client declares (at upload or now) per file position,
     after checking every file and part is named once."""
     by_name = {f.name: f for f in files}
-    named: dict[str, schemas.CompleteFile] = {}
+    named: dict[str, schemas.CompletedFileInput] = {}
     for item in request.files:
         if item.name not in by_name:
             raise ValidationError(f"File {quoted(item.name)} is not part of this upload")

@@ -1,6 +1,6 @@
 """What every route shares, once: the dependency aliases (the services of the running app,
-the authenticated caller, the base of the URLs handed back to it) and the error responses
-every API route documents."""
+the authenticated caller, the base of the URLs handed back to it) and the error
+responses routes document (``error_responses``)."""
 
 from __future__ import annotations
 
@@ -78,22 +78,49 @@ ServicesDep = Annotated[Services, Depends(services_of)]
 PrincipalDep = Annotated[Principal, Depends(authenticated)]
 BaseUrlDep = Annotated[str, Depends(base_url_of)]
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": schemas.ErrorEnvelope, "description": description}
-    for status, description in (
-        (400, "Validation error"),
-        (401, "Invalid or missing authentication token"),
-        (403, "Forbidden"),
-        (404, "Not found"),
-        (409, "Conflict"),
-        (410, "Gone"),
-        (413, "Payload too large"),
-        (500, "Internal error"),
-    )
+_DESCRIPTIONS = {
+    300: "Several resources match; the message names them",
+    400: "Validation error: the message names the member or parameter at fault",
+    401: "Invalid or missing authentication token",
+    403: "Forbidden",
+    404: "Not found, or not visible to the caller",
+    409: "Conflict: the resource's state does not allow the request",
+    410: "Gone: the resource has expired",
+    412: "Precondition failed",
+    413: "Payload too large",
+    416: "The range asked for lies outside the blob",
+    422: "Unprocessable: the content fails a semantic check",
+    429: "Too many requests of this kind at once; retry later",
+    500: "Internal error",
+    501: "Not offered by this service",
+    503: "A dependency is unreachable (the identity provider's signing keys, with JWT login)",
 }
 
-# The presigned routes (``/blobs``) take no bearer token: the signature is the grant, so a
-# bad one answers 403, never 401.
-PRESIGNED_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: response for status, response in ERROR_RESPONSES.items() if status != 401
-}
+
+def error_responses(*statuses: int, **described: str) -> dict[int | str, dict[str, Any]]:
+    """The error answers of one route, each with the envelope as its body: exactly the
+    statuses it can answer (``described`` words one for this route, e.g. ``s412="..."``)."""
+    return {
+        status: {
+            "model": schemas.ErrorEnvelope,
+            "description": described.get(f"s{status}", _DESCRIPTIONS[status]),
+        }
+        for status in statuses
+    }
+
+
+# Every API route: no or a bad token (401), an unexpected error (500), the JWKS unreachable
+# when a JWT is presented (503).
+API_ERRORS = (401, 500, 503)
+
+
+def query_parameter(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """An optional query parameter as OpenAPI describes it, for the routes that read their
+    query themselves (the list routes: open-ended names, one message per bad value)."""
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }

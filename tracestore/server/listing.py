@@ -54,39 +54,44 @@ def encode_cursor(key: bytes, binding: str, values: list[Any]) -> str:
     return f"{payload}.{_signature(key, payload)}"
 
 
-_BAD_CURSOR = (
+BAD_CURSOR = (
     "Invalid cursor in 'next': it was not issued by this service or has been altered; "
     "start again without 'next'"
 )
 
 
-def decode_cursor(key: bytes, cursor: str, binding: str, sort: tuple[SortKey, ...]) -> list[Any]:
-    """The keyset values a cursor holds; ValidationError when it is forged, altered, or
-    issued for another sort, other filters or another caller."""
+def cursor_payload(key: bytes, cursor: str, binding: str) -> Any:
+    """What ``encode_cursor`` put in a cursor, unchecked in shape; ValidationError when it is
+    forged, altered, or issued for another sort, other filters or another caller."""
     payload, _, signature = cursor.partition(".")
     if not signature or not hmac.compare_digest(
         signature.encode(), _signature(key, payload).encode()
     ):
-        raise ValidationError(_BAD_CURSOR)
+        raise ValidationError(BAD_CURSOR)
     try:
         body = json.loads(_unb64(payload))
     except ValueError:
-        raise ValidationError(_BAD_CURSOR) from None
+        raise ValidationError(BAD_CURSOR) from None
     if not isinstance(body, dict) or body.get("v") != _CURSOR_VERSION:
-        raise ValidationError(_BAD_CURSOR)
+        raise ValidationError(BAD_CURSOR)
     if body.get("b") != binding:
         raise ValidationError(
             "The cursor in 'next' was issued for a different sort or different filters; "
             "repeat the query that produced it, or start again without 'next'"
         )
-    values = body.get("k")
+    return body.get("k")
+
+
+def decode_cursor(key: bytes, cursor: str, binding: str, sort: tuple[SortKey, ...]) -> list[Any]:
+    """The keyset values a cursor holds (see ``cursor_payload``)."""
+    values = cursor_payload(key, cursor, binding)
     if not isinstance(values, list) or len(values) != len(sort) + 1:
-        raise ValidationError(_BAD_CURSOR)
+        raise ValidationError(BAD_CURSOR)
     out: list[Any] = []
     for key_, value in zip(sort, values, strict=False):
         out.append(_cursor_value(key_.field, value))
     if not isinstance(values[-1], str):
-        raise ValidationError(_BAD_CURSOR)
+        raise ValidationError(BAD_CURSOR)
     out.append(values[-1])
     return out
 
@@ -96,7 +101,7 @@ def _cursor_value(field: str, value: Any) -> Any:
         try:
             return datetime.fromisoformat(value)
         except ValueError:
-            raise ValidationError(_BAD_CURSOR) from None
+            raise ValidationError(BAD_CURSOR) from None
     if field in ("name", "status") and isinstance(value, str):
         return value
     if field == "size" and isinstance(value, int) and not isinstance(value, bool):
@@ -105,7 +110,7 @@ def _cursor_value(field: str, value: Any) -> Any:
         value is None or (isinstance(value, int) and not isinstance(value, bool))
     ):
         return value
-    raise ValidationError(_BAD_CURSOR)
+    raise ValidationError(BAD_CURSOR)
 
 
 def _cursor_values(sort: tuple[SortKey, ...], row: Any) -> list[Any]:

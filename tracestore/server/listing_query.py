@@ -29,7 +29,9 @@ from typing import Any
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
 
-STATUSES = ("uploading", "ready", "upload_failed", "deleted")
+# The reference's six status values. tracestore never sets processing or metadata_failed
+# (inspection runs after ready and never fails a traceset), so those two match nothing.
+STATUSES = ("uploading", "processing", "ready", "upload_failed", "metadata_failed", "deleted")
 SCOPES = ("workspace", "tenant", "public")
 SORT_FIELDS = ("created", "name", "status", "size", "rankCount")
 DEFAULT_LIMIT = 20
@@ -123,14 +125,14 @@ class ListQuery:
         }
 
 
-def parse_sort(text: str) -> tuple[SortKey, ...]:
-    """``created:desc,name:asc`` → sort keys; the direction defaults to ``asc``."""
+def parse_sort(text: str, fields: tuple[str, ...] = SORT_FIELDS) -> tuple[SortKey, ...]:
+    """``created:desc,name:asc`` → sort keys of ``fields``; the direction defaults to ``asc``."""
     keys: list[SortKey] = []
     for part in text.split(","):
         name, _, direction = part.strip().partition(":")
-        if name not in SORT_FIELDS:
+        if name not in fields:
             raise ValidationError(
-                f"Invalid sort field: {name!r}. Valid fields: {', '.join(SORT_FIELDS)}"
+                f"Invalid sort field: {name!r}. Valid fields: {', '.join(fields)}"
             )
         direction = direction.strip().lower() or "asc"
         if direction not in ("asc", "desc"):

@@ -95,7 +95,7 @@ def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
             None if traceset.metadata_text is None else jsontext.RawJSON(traceset.metadata_text)
         ),
         files=[
-            schemas.TracesetFile(
+            schemas.FileResponse(
                 name=f.name,
                 size=f.size,
                 role=f.role,  # type: ignore[arg-type]

@@ -23,9 +23,9 @@ from tracestore.server.tracesets import files_of, store_metadata
 from tracestore.server.validation import parse_json_body
 
 
-def parse_upload_request(body: bytes) -> tuple[schemas.UploadRequest, int | None]:
+def parse_upload_request(body: bytes) -> tuple[schemas.TracesetUploadUrlRequest, int | None]:
     """Parse and check an upload-url body; its metadata rank count. Raises ValidationError."""
-    request = parse_json_body(body, schemas.UploadRequest)
+    request = parse_json_body(body, schemas.TracesetUploadUrlRequest)
     has_primary = any(spec.role == "primary" for spec in request.files)
     rank_count = metadata.check_upload_metadata(
         request.workload_metadata, has_primary_files=has_primary
@@ -184,12 +184,12 @@ def _session_view(
     for file, stage, received in zip(files, stages, held, strict=True):
         missing = [n for n in range(from_part, stage.part_count + 1) if n not in received]
         out.append(
-            schemas.UploadFileUrls(
+            schemas.FileUploadUrls(
                 name=file.name,
                 size=file.size,
                 part_urls_expire_at=urls_expire,
                 parts=[
-                    schemas.PartUrl(
+                    schemas.PartUploadUrl(
                         part_number=n,
                         size=stage.part_length(n),
                         url=services.store.part_url(stage, n, urls_expire, base_url=base_url),

@@ -12,17 +12,18 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from tracestore import schemas
 from tracestore.server import downloads, presigned, receiving
 from tracestore.server.blobs import LocalBlobStore, content_disposition
-from tracestore.server.deps import PRESIGNED_ERROR_RESPONSES, ServicesDep
+from tracestore.server.deps import ServicesDep, error_responses
 from tracestore.server.protocol import receive_into
 
 _TAGS: list[str | Enum] = ["embedded blob store"]
-router = APIRouter(prefix=presigned.PREFIX, tags=_TAGS, responses=PRESIGNED_ERROR_RESPONSES)
-local_store_router = APIRouter(
-    prefix=presigned.PREFIX, tags=_TAGS, responses=PRESIGNED_ERROR_RESPONSES
-)
+router = APIRouter(prefix=presigned.PREFIX, tags=_TAGS)
+local_store_router = APIRouter(prefix=presigned.PREFIX, tags=_TAGS)
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+# No bearer token on these routes: the signature is the grant, so a bad one answers 403.
+_BAD_URL = "The URL's query is missing or malformed (expires, signature, partSize ...)"
+_BAD_SIGNATURE = "The URL's signature does not match, or it has expired"
 
 
 def _local_store(services: ServicesDep) -> LocalBlobStore:
@@ -36,7 +37,19 @@ LocalStoreDep = Annotated[LocalBlobStore, Depends(_local_store)]
 @router.get(
     presigned.ARCHIVE,
     response_class=StreamingResponse,
-    responses={200: {"content": {"application/zip": {}}, "description": "The ZIP archive"}},
+    responses={
+        200: {"content": {"application/zip": _BINARY}, "description": "The ZIP archive"},
+        **error_responses(
+            400,
+            403,
+            404,
+            409,
+            500,
+            s400=_BAD_URL,
+            s403=_BAD_SIGNATURE,
+            s409="The traceset is no longer ready (deleted since the URL was signed)",
+        ),
+    },
 )
 def get_archive(
     traceset_id: str,
@@ -63,12 +76,36 @@ def get_archive(
 @local_store_router.put(
     presigned.PART,
     status_code=200,
+    response_class=Response,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": _BINARY},
+            "description": "The part's bytes, exactly its size",
+        }
+    },
     responses={
-        200: {"description": "Stored; the ETag header names the part"},
-        429: {
-            "model": schemas.ErrorEnvelope,
-            "description": "Too many bodies of this part or upload at once; retry later",
+        200: {
+            "description": "Stored; the ETag header names the part (no body)",
+            "headers": {"ETag": {"schema": {"type": "string"}, "description": "The part's ETag"}},
         },
+        **error_responses(
+            400,
+            403,
+            404,
+            409,
+            410,
+            413,
+            429,
+            500,
+            s400=_BAD_URL + ", or the body is shorter than the part",
+            s403=_BAD_SIGNATURE,
+            s404="No such upload session",
+            s409="The session takes no more parts (failed or completed)",
+            s410="The session has expired",
+            s413="The body is longer than the part",
+            s429="Too many bodies of this part or upload at once; retry later",
+        ),
     },
 )
 async def put_part(
@@ -109,8 +146,21 @@ class BlobResponse(FileResponse):
     presigned.CONTENT,
     response_class=FileResponse,
     responses={
-        206: {"description": "The range asked for (a Range request)"},
-        416: {"description": "The range asked for lies outside the blob"},
+        200: {"content": {"application/octet-stream": _BINARY}, "description": "The blob"},
+        206: {
+            "content": {"application/octet-stream": _BINARY},
+            "description": "The range asked for (a Range request)",
+        },
+        **error_responses(
+            400,
+            403,
+            410,
+            500,
+            s400=_BAD_URL,
+            s403=_BAD_SIGNATURE,
+            s410="The bytes were purged after the URL was signed",
+        ),
+        416: {"description": "The range asked for lies outside the blob (no body)"},
     },
 )
 def get_blob(

@@ -9,12 +9,34 @@ from fastapi import APIRouter, Query
 
 from tracestore import schemas
 from tracestore.server import downloads
-from tracestore.server.deps import ERROR_RESPONSES, BaseUrlDep, PrincipalDep, ServicesDep
+from tracestore.server.deps import (
+    API_ERRORS,
+    BaseUrlDep,
+    PrincipalDep,
+    ServicesDep,
+    error_responses,
+)
 
-router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES, tags=["downloads"])
+router = APIRouter(prefix="/api/v1", tags=["downloads"])
+_NOT_READY = "The traceset is not ready"
+_EXPIRED = "The traceset has expired (it is deleted at the next sweep)"
 
 
-@router.get("/tracesets/{traceset_id}/download", response_model=schemas.DownloadAnswer)
+@router.get(
+    "/tracesets/{traceset_id}/download",
+    response_model=schemas.DownloadAnswer,
+    responses=error_responses(
+        400,
+        404,
+        409,
+        410,
+        *API_ERRORS,
+        s400="A bad Host or X-Forwarded-* header (the URL's base)",
+        s404="No such traceset visible to the caller, or no such file in it",
+        s409=_NOT_READY,
+        s410=_EXPIRED,
+    ),
+)
 def download_traceset(
     traceset_id: str,
     services: ServicesDep,
@@ -43,7 +65,11 @@ def download_traceset(
     )
 
 
-@router.get("/tracesets/{traceset_id}/resolve", response_model=schemas.ResolveAnswer)
+@router.get(
+    "/tracesets/{traceset_id}/resolve",
+    response_model=schemas.ResolveAnswer,
+    responses=error_responses(404, 409, 410, *API_ERRORS, s409=_NOT_READY, s410=_EXPIRED),
+)
 def resolve_traceset(
     traceset_id: str, services: ServicesDep, principal: PrincipalDep
 ) -> schemas.ResolveAnswer:
@@ -52,7 +78,11 @@ def resolve_traceset(
     return downloads.resolve_traceset(services, principal, traceset_id)
 
 
-@router.post("/tracesets/{traceset_id}/validate", response_model=schemas.ValidateAnswer)
+@router.post(
+    "/tracesets/{traceset_id}/validate",
+    response_model=schemas.ValidateAnswer,
+    responses=error_responses(404, 409, *API_ERRORS, s409=_NOT_READY),
+)
 def validate_traceset(
     traceset_id: str, services: ServicesDep, principal: PrincipalDep
 ) -> schemas.ValidateAnswer:

@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 
 from tracestore import schemas
 from tracestore.server import listing
-from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
+from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing_query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    MAX_WORKLOAD_FILTERS,
     SCOPES,
     SORT_FIELDS,
     STATUSES,
     parse_list_query,
 )
 
-router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
-
-
-def _parameter(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
+router = APIRouter(prefix="/api/v1")
 
 
 # Documented here, parsed by listing_query (the workload filters are open-ended names).
@@ -71,18 +61,41 @@ _PARAMETERS = [
         "inspected.gpu_model",
         {"type": "string"},
         "A fact inspection derived (inspection.summary), case-insensitive: a GPU model matches "
-        "its whole name or any word of it (H100 finds NVIDIA H100 80GB HBM3). The same for "
-        "inspected.backend (nccl), inspected.format (kineto_json, chakra_et ...), "
-        "inspected.nccl_version; inspected.world_size is an integer",
+        "its whole name or any word of it (H100 finds NVIDIA H100 80GB HBM3)",
     ),
     _parameter(
-        "workload_family",
-        {"type": "string"},
-        "A workload filter. Any dotted snake_case path of workloadMetadata works the same way "
-        "(workload_name, precision, shape.global_batch_size, parallelism.tp ...): JSON-typed "
-        "equality, the value read as a JSON number, true, false, null or quoted string when it "
-        'is one (1024 matches the number, "1024" with quotes the string), else as a string',
+        "inspected.backend", {"type": "string"}, "A communication backend found (nccl, gloo)"
     ),
+    _parameter(
+        "inspected.format",
+        {"type": "string"},
+        "A trace format found (kineto_json, pytorch_et_json, chakra_et ...)",
+    ),
+    _parameter("inspected.nccl_version", {"type": "string"}, "An NCCL version recorded"),
+    _parameter("inspected.world_size", {"type": "integer"}, "The world size inspection found"),
+]
+
+
+# The workload filters a generated client can send by name; any other dotted snake_case path
+# of workloadMetadata filters the same way (listing_query reads every unknown name as one).
+_WORKLOAD_FILTER_RULE = (
+    "JSON-typed equality on this member of workloadMetadata: the value is read as a JSON "
+    "number, true, false, null or quoted string when it is one (1024 matches the number, "
+    '"1024" with the quotes the string), else as a string. Any other dotted snake_case path '
+    "of workloadMetadata (model_name, shape.seq_len, parallelism.pp ...) filters the same "
+    f"way, up to {MAX_WORKLOAD_FILTERS} workload filters in all"
+)
+_WORKLOAD_PARAMETERS = [
+    _parameter(path, {"type": "string"}, f"{what}. {_WORKLOAD_FILTER_RULE}")
+    for path, what in (
+        ("workload_family", "The workload family (e.g. llm)"),
+        ("workload_name", "The workload's name"),
+        ("precision", "The numeric precision (e.g. bf16)"),
+        ("accelerator", "The accelerator (e.g. h100)"),
+        ("shape.global_batch_size", "The global batch size"),
+        ("parallelism.tp", "The tensor parallelism degree"),
+        ("parallelism.dp", "The data parallelism degree"),
+    )
 ]
 
 
@@ -90,7 +103,10 @@ _PARAMETERS = [
     "/tracesets",
     response_model=schemas.TracesetPage,
     tags=["tracesets"],
-    openapi_extra={"parameters": _PARAMETERS},
+    openapi_extra={"parameters": _PARAMETERS + _WORKLOAD_PARAMETERS},
+    responses=error_responses(
+        400, 403, *API_ERRORS, s403="workspaceId names a workspace the caller is not a member of"
+    ),
 )
 def list_tracesets(
     request: Request, services: ServicesDep, principal: PrincipalDep

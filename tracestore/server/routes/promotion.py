@@ -7,9 +7,9 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.server import promotion
-from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
 
-router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/api/v1")
 
 _PROMOTE_BODY = {
     "requestBody": {
@@ -19,16 +19,22 @@ _PROMOTE_BODY = {
         },
     }
 }
-_PROMOTE_ERRORS: dict[int | str, dict[str, object]] = {
-    412: {
-        "model": schemas.ErrorEnvelope,
-        "description": "Not one step up, or no workloadMetadata at all",
-    },
-    422: {
-        "model": schemas.ErrorEnvelope,
-        "description": "workloadMetadata fails promotion's checks (typed model, rank-count guard)",
-    },
-}
+_PROMOTE_ERRORS = error_responses(
+    400,
+    403,
+    404,
+    409,
+    410,
+    412,
+    413,
+    422,
+    *API_ERRORS,
+    s403="Promotion to public needs a tenant admin",
+    s409="The traceset is not ready",
+    s410="The traceset has expired",
+    s412="Not one step up, or no workloadMetadata at all",
+    s422="workloadMetadata fails promotion's checks (typed model, rank-count guard)",
+)
 
 
 @router.post(

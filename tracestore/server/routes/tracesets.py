@@ -7,9 +7,9 @@ from fastapi import APIRouter, Response
 from tracestore import schemas
 from tracestore.errors import NotImplementedByService
 from tracestore.server import tracesets
-from tracestore.server.deps import ERROR_RESPONSES, PrincipalDep, ServicesDep
+from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
 
-router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/api/v1")
 
 
 class TracesetResponse(Response):
@@ -21,8 +21,16 @@ def traceset_response(view: schemas.Traceset, status: int = 200) -> Response:
     return TracesetResponse(tracesets.render_traceset(view), status_code=status)
 
 
-@router.post("/tracesets", status_code=501, tags=["tracesets"])
-def create_traceset_directly(principal: PrincipalDep) -> None:
+@router.post(
+    "/tracesets",
+    status_code=501,
+    tags=["tracesets"],
+    response_class=Response,
+    responses=error_responses(
+        501, *API_ERRORS, s501="Always: tracesets are created through an upload"
+    ),
+)
+def create_traceset(principal: PrincipalDep) -> None:
     """Not offered: tracesets are created through ``POST /api/v1/tracesets/upload-url``."""
     raise NotImplementedByService(
         "Create tracesets with POST /api/v1/tracesets/upload-url, then complete the upload "
@@ -30,13 +38,27 @@ def create_traceset_directly(principal: PrincipalDep) -> None:
     )
 
 
-@router.get("/tracesets/{traceset_id}", response_model=schemas.Traceset, tags=["tracesets"])
+@router.get(
+    "/tracesets/{traceset_id}",
+    response_model=schemas.Traceset,
+    tags=["tracesets"],
+    responses=error_responses(404, *API_ERRORS),
+)
 def get_traceset(traceset_id: str, services: ServicesDep, principal: PrincipalDep) -> Response:
     """A traceset with its files and its workloadMetadata exactly as given."""
     return traceset_response(tracesets.get_traceset(services, principal, traceset_id))
 
 
-@router.delete("/tracesets/{traceset_id}", status_code=204, tags=["tracesets"])
+@router.delete(
+    "/tracesets/{traceset_id}",
+    status_code=204,
+    tags=["tracesets"],
+    response_class=Response,
+    responses={
+        204: {"description": "Deleted (or already deleted)"},
+        **error_responses(404, *API_ERRORS, s404="No such traceset in a workspace of the caller's"),
+    },
+)
 def delete_traceset(traceset_id: str, services: ServicesDep, principal: PrincipalDep) -> Response:
     """Soft-delete a traceset; bytes no other live traceset uses are purged after a grace."""
     tracesets.delete_traceset(services, principal, traceset_id)

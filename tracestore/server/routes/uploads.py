@@ -9,15 +9,25 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.server import completion, uploads
-from tracestore.server.deps import ERROR_RESPONSES, BaseUrlDep, PrincipalDep, ServicesDep
+from tracestore.server.deps import (
+    API_ERRORS,
+    BaseUrlDep,
+    PrincipalDep,
+    ServicesDep,
+    error_responses,
+)
 from tracestore.server.routes.tracesets import traceset_response
 
-router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/api/v1")
 
 _UPLOAD_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/UploadRequest"}}},
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/TracesetUploadUrlRequest"}
+            }
+        },
     }
 }
 
@@ -27,6 +37,14 @@ _UPLOAD_BODY = {
     response_model=schemas.UploadUrlResponse,
     openapi_extra=_UPLOAD_BODY,
     tags=["uploads"],
+    responses=error_responses(
+        400,
+        403,
+        413,
+        *API_ERRORS,
+        s403="workspaceId names a workspace the caller is not a member of",
+        s413="The body, or its workloadMetadata, is larger than allowed",
+    ),
 )
 async def request_upload_urls(
     request: Request, services: ServicesDep, principal: PrincipalDep, base_url: BaseUrlDep
@@ -42,7 +60,21 @@ async def request_upload_urls(
     response_model=schemas.Traceset,
     status_code=201,
     tags=["uploads"],
-    responses={200: {"model": schemas.Traceset, "description": "Already completed (retry)"}},
+    responses={
+        200: {"model": schemas.Traceset, "description": "Already completed (retry)"},
+        **error_responses(
+            400,
+            404,
+            409,
+            410,
+            413,
+            *API_ERRORS,
+            s400="A part or file does not match what was sent (ETag, size, SHA-256)",
+            s409="The session has failed, or another completion holds it",
+            s410="The session has expired",
+            s413="A file holds more bytes than it declared, or the body is too large",
+        ),
+    },
 )
 def complete_upload(
     body: schemas.CompleteRequest, services: ServicesDep, principal: PrincipalDep
@@ -57,6 +89,16 @@ def complete_upload(
     "/tracesets/upload-url/{upload_id}",
     response_model=schemas.UploadSessionResponse,
     tags=["uploads"],
+    responses=error_responses(
+        400,
+        404,
+        409,
+        410,
+        *API_ERRORS,
+        s404="No such session of the caller's, or no such file in it",
+        s409="The session has failed",
+        s410="The session has expired",
+    ),
 )
 def resume_upload(
     upload_id: str,

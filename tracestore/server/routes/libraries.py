@@ -1,0 +1,83 @@
+"""Libraries: the content-addressed content tracesets share (the use cases are
+``libraries.py``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from tracestore import schemas
+from tracestore.server import libraries
+from tracestore.server.deps import (
+    API_ERRORS,
+    PrincipalDep,
+    ServicesDep,
+    error_responses,
+    query_parameter,
+)
+from tracestore.server.listing_query import DEFAULT_LIMIT, MAX_LIMIT, SCOPES
+
+router = APIRouter(prefix="/api/v1", tags=["libraries"])
+
+
+_PARAMETERS = [
+    query_parameter(
+        "workspaceId", {"type": "string"}, "Only libraries held by this workspace's tracesets"
+    ),
+    query_parameter(
+        "scope", {"type": "string", "enum": list(SCOPES)}, "Only libraries of this (widest) scope"
+    ),
+    query_parameter(
+        "search",
+        {"type": "string"},
+        "A hex prefix of the content hash, a substring of a holding traceset's name, or its "
+        "workload_family or workload_name",
+    ),
+    query_parameter(
+        "sort",
+        {"type": "string", "default": "created:desc"},
+        f"Comma list of field:direction (asc, desc); fields {', '.join(libraries.SORT_FIELDS)}",
+    ),
+    query_parameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+        "Page size",
+    ),
+    query_parameter("next", {"type": "string"}, "pagination.nextCursor of the previous page"),
+    query_parameter("createdAfter", {"type": "string", "format": "date-time"}, "Inclusive"),
+    query_parameter("createdBefore", {"type": "string", "format": "date-time"}, "Exclusive"),
+]
+
+
+@router.get(
+    "/libraries",
+    response_model=schemas.LibraryPage,
+    openapi_extra={"parameters": _PARAMETERS},
+    responses=error_responses(
+        400, 403, *API_ERRORS, s403="workspaceId names a workspace the caller is not a member of"
+    ),
+)
+def list_libraries(
+    request: Request, services: ServicesDep, principal: PrincipalDep
+) -> schemas.LibraryPage:
+    """List the libraries the caller may see: the content-addressed content its tracesets
+    hold, identical uploads sharing one (newest first by default)."""
+    query = libraries.parse_library_query(request.query_params.multi_items())
+    return libraries.list_libraries(services, principal, query)
+
+
+@router.get(
+    "/libraries/{library_id}",
+    response_model=schemas.Library,
+    responses=error_responses(
+        300,
+        400,
+        404,
+        *API_ERRORS,
+        s300="The hash prefix matches several libraries; the message names them",
+        s400="The hash prefix is shorter than 8 characters",
+    ),
+)
+def get_library(library_id: str, services: ServicesDep, principal: PrincipalDep) -> schemas.Library:
+    """A library by its ``lib_`` id or a hex prefix (8 or more characters) of its content
+    hash, with its files and the tracesets the caller may see that hold it."""
+    return libraries.get_library(services, principal, library_id)
