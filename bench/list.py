@@ -40,6 +40,7 @@ from tracestore.server.auth import Principal  # noqa: E402
 from tracestore.server.db import Database  # noqa: E402
 from tracestore.server.ids import new_id  # noqa: E402
 from tracestore.server.listing_query import parse_list_query  # noqa: E402
+from tracestore.server.presigned import UrlSigner  # noqa: E402
 from tracestore.server.services import Services  # noqa: E402
 from tracestore.server.settings import Settings  # noqa: E402
 
@@ -380,7 +381,9 @@ def bench_engine(
             seconds = load(database, count, seed=count)
             print(f"[{engine}] loaded {count:,} tracesets in {seconds:.1f} s", flush=True)
             settings = Settings(data_dir=workdir / "data", database_url=url, signing_key="bench")
-            sized[count] = Services(settings=settings, db=database, store=None, signer=None)  # type: ignore[arg-type]
+            # Listing signs its cursors with the service's signer; no store is needed.
+            signer = UrlSigner(b"bench")
+            sized[count] = Services(settings=settings, db=database, store=None, signer=signer)  # type: ignore[arg-type]
         return measure(sized, repeats)
     finally:
         for services in sized.values():
