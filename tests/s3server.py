@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.ports import free_port
+from tests.processes import stop_process
 from tracestore.server.settings import Settings
 
 # moto accepts any credentials; the tests give these to boto3 through the environment.
@@ -83,12 +84,7 @@ class MotoServer:
 
     def stop(self) -> None:
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            stop_process(self._process, timeout=10)
             self._process = None
         if self._log is not None:
             self._log.close()

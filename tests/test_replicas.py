@@ -26,6 +26,7 @@ from click.testing import CliRunner
 
 from tests.pgserver import PostgresServer
 from tests.ports import free_port
+from tests.processes import stop_process
 from tests.s3server import AWS_ENV, MotoServer
 from tracestore.cli import main
 from tracestore.client import Client
@@ -111,12 +112,7 @@ def wait_ready(replica: Replica, timeout: float = 90) -> httpx.Response:
 
 def stop(replica: Replica) -> None:
     if replica.process.poll() is None:
-        replica.process.terminate()
-        try:
-            replica.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            replica.process.kill()
-            replica.process.wait()
+        stop_process(replica.process, timeout=30)
     replica.log.close()
 
 
