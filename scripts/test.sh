@@ -6,6 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh server,dev
+if [ ! -x /usr/bin/chromium ]; then
+    # The web page's browser tests drive Debian's chromium (Playwright never downloads one).
+    echo "== installing Debian's chromium for the browser tests"
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
 
 echo "== ruff"
 .venv/bin/ruff format --check tracestore tests bench

@@ -1,0 +1,59 @@
+"""The web page's tests: Debian's Chromium, headless, driven by Playwright against a real
+``tracestore serve``. Playwright never downloads a browser here: it launches /usr/bin/chromium
+(the README's test command installs Debian's ``chromium`` package when it is missing)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.test_e2e_serve import Served, serving
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the background-networking flags Chromium reaches for Google's hosts at every start,
+# and this machine's closed network refuses them.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium package "
+            "(bash scripts/test.sh does it: apt-get install chromium)"
+        )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """A real ``tracestore serve`` over a fresh data directory."""
+    with serving(tmp_path / "data") as service:
+        yield service
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context (its own sessionStorage) and page, 1280×800."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    opened = context.new_page()
+    opened.set_default_timeout(15_000)
+    yield opened
+    context.close()

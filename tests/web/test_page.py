@@ -1,0 +1,30 @@
+"""The page's shell: served at /, its modules from /static, sign-in with an API token."""
+
+from __future__ import annotations
+
+import httpx
+from playwright.sync_api import Page, expect
+
+from tests.test_e2e_serve import Served
+
+
+def test_the_shell_is_served_with_a_strict_content_security_policy(served: Served) -> None:
+    answer = httpx.get(served.url + "/")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in answer.headers["content-security-policy"]
+    assert httpx.get(served.url + "/static/app.js").status_code == 200
+    assert httpx.get(served.url + "/static/nothing.js").status_code == 404
+
+
+def test_a_wrong_token_is_refused_with_the_apis_message_and_a_right_one_signs_in(
+    served: Served, page: Page
+) -> None:
+    page.goto(served.url + "/")
+    page.get_by_label("API token").fill("tsk_not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).not_to_be_empty()
+    page.get_by_label("API token").fill(served.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_label("API token")).to_have_count(0)
+    assert page.evaluate("sessionStorage.getItem('tracestore.token')") == served.token
