@@ -1,12 +1,8 @@
 // The page's entry module: sign-in and the view router. The API token lives in this tab's
 // sessionStorage only: never in a URL or a cookie.
-const TOKEN_KEY = "tracestore.token";
+import { api, ApiError, setToken, token } from "/static/api.js";
 
-export function token() {
-  return sessionStorage.getItem(TOKEN_KEY);
-}
-
-function signIn(root) {
+function signIn(root, reason) {
   root.innerHTML = `
     <form class="signin">
       <h1>Sign in</h1>
@@ -15,19 +11,17 @@ function signIn(root) {
       <p class="error" role="alert"></p>
     </form>`;
   const form = root.querySelector("form");
+  if (reason) form.querySelector(".error").textContent = reason;
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const value = form.elements.token.value.trim();
-    const answer = await fetch("/api/v1/tracesets?limit=1", {
-      headers: { Authorization: `Bearer ${value}` },
-    });
-    if (answer.ok) {
-      sessionStorage.setItem(TOKEN_KEY, value);
+    try {
+      await api("/tracesets", { query: { limit: 1 }, auth: value });
+      setToken(value);
       render();
-    } else {
-      const body = await answer.json().catch(() => null);
+    } catch (error) {
       form.querySelector(".error").textContent =
-        body?.error?.message ?? `The service answered ${answer.status}`;
+        error instanceof ApiError ? error.message : String(error.message ?? error);
     }
   });
 }
@@ -41,4 +35,7 @@ function render() {
   root.textContent = "Signed in.";
 }
 
+window.addEventListener("tracestore:signed-out", (event) =>
+  signIn(document.getElementById("app"), event.detail?.message),
+);
 render();

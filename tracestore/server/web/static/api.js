@@ -1,0 +1,101 @@
+// The page's one way to call the JSON API: the token from this tab's sessionStorage as a
+// Bearer header, the error envelope turned into an ApiError carrying the API's own words, and
+// network failures retried with backoff (a restarting service answers again within seconds).
+export const TOKEN_KEY = "tracestore.token";
+export const API = "/api/v1";
+
+export function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function setToken(value) {
+  if (value) sessionStorage.setItem(TOKEN_KEY, value);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+export class ApiError extends Error {
+  constructor(status, code, message, requestId) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.requestId = requestId;
+  }
+}
+
+// A network error (no answer at all) after every retry.
+export class NetworkError extends Error {}
+
+const RETRY_DELAYS_MS = [250, 500, 1000, 2000, 4000, 8000];
+
+export function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    });
+  });
+}
+
+// fetch() that retries when no answer came (and on 502/503/504, which a load balancer gives
+// while a replica restarts); onRetry(attempt, delayMs) lets a view say it is waiting.
+export async function fetchRetrying(url, init = {}, { onRetry, signal } = {}) {
+  for (let attempt = 0; ; attempt++) {
+    let answer;
+    try {
+      answer = await fetch(url, { ...init, signal });
+    } catch (error) {
+      if (signal?.aborted || attempt >= RETRY_DELAYS_MS.length) {
+        throw signal?.aborted ? error : new NetworkError(`The service did not answer: ${error.message}`);
+      }
+    }
+    if (answer && ![502, 503, 504].includes(answer.status)) return answer;
+    if (attempt >= RETRY_DELAYS_MS.length) return answer;
+    onRetry?.(attempt + 1, RETRY_DELAYS_MS[attempt]);
+    await sleep(RETRY_DELAYS_MS[attempt], signal);
+  }
+}
+
+export async function errorOf(answer) {
+  const body = await answer.json().catch(() => null);
+  const error = body?.error;
+  return new ApiError(
+    answer.status,
+    error?.code ?? "HTTP_" + answer.status,
+    error?.message ?? `The service answered ${answer.status} ${answer.statusText}`,
+    error?.requestId ?? answer.headers.get("x-request-id"),
+  );
+}
+
+// Calls the API at API + path; query is an object (arrays repeat the key), body is sent as
+// JSON. Returns the parsed JSON answer (null for 204) or throws ApiError / NetworkError.
+export async function api(path, { method = "GET", query, body, signal, onRetry, auth } = {}) {
+  let url = API + path;
+  if (query) {
+    const params = new URLSearchParams();
+    for (const [key, value] of Object.entries(query)) {
+      if (value === undefined || value === null || value === "") continue;
+      for (const one of Array.isArray(value) ? value : [value]) params.append(key, String(one));
+    }
+    const text = params.toString();
+    if (text) url += "?" + text;
+  }
+  const headers = { Accept: "application/json" };
+  const bearer = auth ?? token();
+  if (bearer) headers.Authorization = `Bearer ${bearer}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const answer = await fetchRetrying(
+    url,
+    { method, headers, body: body === undefined ? undefined : JSON.stringify(body) },
+    { onRetry, signal },
+  );
+  if (!answer.ok) {
+    const error = await errorOf(answer);
+    if (answer.status === 401 && auth === undefined) {
+      setToken(null);
+      window.dispatchEvent(new CustomEvent("tracestore:signed-out", { detail: error }));
+    }
+    throw error;
+  }
+  return answer.status === 204 ? null : answer.json();
+}
