@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Literal
 
+from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTDATA = REPO_ROOT.parent / "shared" / "testdata"
 
@@ -412,3 +414,12 @@ CHAKRA_BLOCK_COLLECTIVES = {"all_reduce": 3, "all_gather": 3}
 def chakra_trace(nodes: bytes = b"", version: str | None = "0.0.4") -> bytes:
     """Metadata (unless ``version`` is None) followed by ``nodes``."""
     return (chakra_metadata(version) if version is not None else b"") + nodes
+
+
+def census_of(
+    paths: list[Path], declared: int | None, metadata: object = None
+) -> tuple[RankCensus, dict[str, FileInspection]]:
+    files = [(p.name, inspect_path(p, p.name)) for p in paths]
+    census = rank_census(files, declared_rank_count=declared, workload_metadata=metadata)
+    json.dumps(census.to_json())  # always JSON-safe
+    return census, dict(files)
