@@ -1,4 +1,7 @@
-"""The web page: the HTML shell at ``/``; its modules are under ``/static`` (mounted in app.py)."""
+"""The web page: the HTML shell at each page URL (``/``, ``/tracesets/{id}``, ``/upload``);
+its modules are under ``/static`` (mounted in app.py). The page's router (static/app.js) picks
+the view from the URL, so a view's URL can be shared and reloaded. Any other path, the API's
+included, keeps the JSON 404 of the one error handler."""
 
 from __future__ import annotations
 
@@ -23,7 +26,25 @@ PAGE_HEADERS = {
 }
 
 
+def _shell() -> HTMLResponse:
+    return HTMLResponse((STATIC_DIR / "index.html").read_text(), headers=PAGE_HEADERS)
+
+
 @router.get("/", response_class=HTMLResponse)
 def page() -> HTMLResponse:
-    """The page's shell; the views render in the browser from the JSON API."""
-    return HTMLResponse((STATIC_DIR / "index.html").read_text(), headers=PAGE_HEADERS)
+    """The list of tracesets (its filters in the query string); the views render in the
+    browser from the JSON API."""
+    return _shell()
+
+
+@router.get("/tracesets/{traceset_id}", response_class=HTMLResponse)
+def traceset_page(traceset_id: str) -> HTMLResponse:
+    """One traceset's detail view (the page asks the API for it, and says so if it is not
+    there)."""
+    return _shell()
+
+
+@router.get("/upload", response_class=HTMLResponse)
+def upload_page() -> HTMLResponse:
+    """The upload view."""
+    return _shell()

@@ -68,8 +68,9 @@ export async function errorOf(answer) {
 }
 
 // Calls the API at API + path; query is an object (arrays repeat the key), body is sent as
-// JSON. Returns the parsed JSON answer (null for 204) or throws ApiError / NetworkError.
-export async function api(path, { method = "GET", query, body, signal, onRetry, auth } = {}) {
+// JSON. Returns the parsed JSON answer (null for 204), or with as: "text" its text (for
+// json_text.js, which keeps numbers as written), or throws ApiError / NetworkError.
+export async function api(path, { method = "GET", query, body, signal, onRetry, auth, as } = {}) {
   let url = API + path;
   if (query) {
     const params = new URLSearchParams();
@@ -97,5 +98,6 @@ export async function api(path, { method = "GET", query, body, signal, onRetry, 
     }
     throw error;
   }
-  return answer.status === 204 ? null : answer.json();
+  if (answer.status === 204) return null;
+  return as === "text" ? answer.text() : answer.json();
 }
