@@ -69,13 +69,15 @@ def sign_in(page: Page, served: Served, path: str = "/", token: str | None = Non
     expect(page.get_by_role("button", name="Sign out")).to_be_visible()
 
 
-def admin(data_dir: Path, *args: str) -> Any:
-    """``tracestore <args> --data-dir <data_dir> --json`` on the served data directory."""
+def admin(data_dir: Path, *args: str, json_output: bool = True) -> Any:
+    """``tracestore <args> --data-dir <data_dir> --json`` on the served data directory (its
+    JSON answer; without ``json_output``, no --json and its text)."""
     done = subprocess.run(
-        [sys.executable, "-m", "tracestore.cli", *args, "--data-dir", str(data_dir), "--json"],
+        [sys.executable, "-m", "tracestore.cli", *args, "--data-dir", str(data_dir)]
+        + (["--json"] if json_output else []),
         capture_output=True,
         text=True,
         check=False,
     )
     assert done.returncode == 0, done.stderr + done.stdout
-    return json.loads(done.stdout)
+    return json.loads(done.stdout) if json_output else done.stdout

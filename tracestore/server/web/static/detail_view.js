@@ -49,7 +49,7 @@ export async function mountDetailView(root, id, { signal, navigate }, polls = 0)
   show(
     root,
     header(traceset),
-    actions(traceset, reload),
+    actions(traceset, metadata ? text.slice(metadata.start, metadata.end) : "", reload),
     section("Workload metadata", "metadata", metadataTree(metadata, text)),
     inspectionSections(traceset),
     section("Files", "files", filesTable(traceset)),
@@ -97,7 +97,7 @@ function header(traceset) {
 
 // --- actions: downloads, validate, promote ---
 
-function actions(traceset, reload) {
+function actions(traceset, metadataText, reload) {
   const id = encodeURIComponent(traceset.id);
   const ready = traceset.status === "ready";
   const downloadProblem = h("p", { class: "error", role: "alert" });
@@ -153,7 +153,7 @@ function actions(traceset, reload) {
     !ready && h("p", { class: "muted" }, `The traceset is ${traceset.status}: downloads and validation need it ready.`),
     downloadProblem,
     validation,
-    promotion(traceset, reload),
+    promotion(traceset, metadataText, reload),
   );
 }
 
@@ -170,7 +170,7 @@ async function download(id, query, problem) {
   }
 }
 
-function promotion(traceset, reload) {
+function promotion(traceset, metadataText, reload) {
   const target = NEXT_SCOPE[traceset.scope];
   const box = h("div", { class: "promotion" });
   const outcome = sessionStorage.getItem(`tracestore.promoted.${traceset.id}`);
@@ -184,10 +184,16 @@ function promotion(traceset, reload) {
   }
   const problem = h("p", { class: "promote-error error", role: "alert" });
   const next = h("p", { class: "muted promote-next" });
+  // Optional: promote with corrected workloadMetadata, sent exactly as typed.
+  const replace = h("input", { type: "checkbox", name: "replace-metadata" });
+  const edited = h("textarea", { name: "metadata", rows: 6, spellcheck: "false", class: "metadata-edit", hidden: true }, metadataText);
+  replace.addEventListener("change", () => (edited.hidden = !replace.checked));
   const confirm = h(
     "div",
     { class: "confirm", hidden: true },
     h("p", {}, `Promote to ${target}: ${SCOPE_MEANS[target]}.`),
+    h("p", {}, h("label", {}, replace, " with this workloadMetadata instead of the stored one")),
+    edited,
     h("button", { type: "button", class: "confirm-promote", onclick: (event) => promote(event.target) }, `Promote to ${target}`),
     " ",
     h("button", { type: "button", class: "secondary", onclick: () => (confirm.hidden = true) }, "Cancel"),
@@ -196,10 +202,21 @@ function promotion(traceset, reload) {
     button.disabled = true;
     problem.textContent = "";
     next.textContent = "";
+    let bodyText = JSON.stringify({ target });
+    if (replace.checked) {
+      try {
+        parseExact(edited.value);
+      } catch (error) {
+        problem.textContent = `The workloadMetadata is not JSON: ${error.message}.`;
+        button.disabled = false;
+        return;
+      }
+      bodyText = `{"target":${JSON.stringify(target)},"workloadMetadata":${edited.value.trim()}}`;
+    }
     try {
       const answer = await api(`/tracesets/${encodeURIComponent(traceset.id)}/promote`, {
         method: "POST",
-        body: { target },
+        bodyText,
         onRetry: waitingBanner().onRetry,
       });
       const said = answer.promotionApplied

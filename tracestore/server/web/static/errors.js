@@ -11,6 +11,9 @@ const NEXT_STEP = {
     "link, or find it in the list of tracesets.",
   409: "The traceset is not ready yet: wait for its upload to complete, then try again.",
   410: "The traceset has expired; it is removed at the next sweep.",
+  412: "Promotion goes one scope up at a time (workspace → tenant → public) and needs workloadMetadata.",
+  422: "Correct the member the message names: edit the workloadMetadata below and promote with " +
+    "it (the rank count must stay the one uploaded), or upload a corrected traceset.",
 };
 
 const TITLES = {
@@ -19,6 +22,7 @@ const TITLES = {
   404: "Not found",
   409: "Not ready",
   410: "Expired",
+  422: "Refused",
 };
 
 // The user stopped waiting (a view was left before its answer came): nothing to show.
