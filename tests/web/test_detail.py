@@ -57,10 +57,10 @@ def test_the_census_grid_flags_the_missing_rank_and_the_metadata_is_shown_as_sto
     expect(check.locator(".check-message")).to_have_text(
         census["checks"]["rankCountMatches"]["message"]
     )
-    cells.nth(3).click()
-    expect(page.locator(".rank-detail")).to_contain_text("Rank 3: missing")
     cells.nth(1).click()
     expect(page.locator(".rank-detail")).to_contain_text("all_reduce.1.et (chakra)")
+    cells.nth(3).click()
+    expect(page.locator(".rank-detail")).to_contain_text("Rank 3: missing")
 
     tree = page.locator(".metadata .tree")
     for path, text in [
@@ -81,7 +81,8 @@ def test_the_census_grid_flags_the_missing_rank_and_the_metadata_is_shown_as_sto
     assert first[:3] == ["all_reduce.0.et", "primary", "81 B"]
     assert first[3] == traceset.files[0].hash.removeprefix("sha256:")[:12] + "…"  # type: ignore[union-attr]
     assert first[4:6] == ["0", "chakra_et"]
-    page.screenshot(path=str(SCREENSHOTS / "detail.png"), full_page=False)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(SCREENSHOTS / "detail.png"))
 
 
 def test_kineto_and_execution_trace_halves_show_per_rank(served: Served, page: Page) -> None:
@@ -112,7 +113,7 @@ def test_promote_then_see_the_scope_change(served: Served, page: Page) -> None:
     expect(page.locator("h1 [data-scope]")).to_have_text("tenant")
     expect(page.get_by_role("button", name="Promote to public…")).to_be_visible()
     assert get_traceset(served, traceset.id).json()["scope"] == "tenant"
-    expect(page.locator(".detail-head dl.facts")).to_contain_text("Expiresnever")
+    expect(page.locator(".detail-head dl.head-facts")).to_contain_text("Expiresnever")
 
 
 def test_a_refused_promotion_shows_the_apis_message_exactly(served: Served, page: Page) -> None:

@@ -50,8 +50,7 @@ export async function mountDetailView(root, id, { signal, navigate }, polls = 0)
     root,
     header(traceset),
     actions(traceset, metadata ? text.slice(metadata.start, metadata.end) : "", reload),
-    section("Workload metadata", "metadata", metadataTree(metadata, text)),
-    inspectionSections(traceset),
+    inspectionSections(traceset, section("Workload metadata", "metadata", metadataTree(metadata, text))),
     section("Files", "files", filesTable(traceset)),
   );
   const inspection = traceset.inspection;
@@ -91,7 +90,7 @@ function header(traceset) {
     ),
     traceset.description && h("p", { class: "description" }, traceset.description),
     traceset.tags.length > 0 && h("p", { class: "tags" }, traceset.tags.map((tag) => h("span", { class: "tag" }, tag))),
-    h("dl", { class: "facts" }, facts.map(([term, value]) => [h("dt", {}, term), h("dd", {}, value)])),
+    h("dl", { class: "head-facts" }, facts.map(([term, value]) => h("div", {}, h("dt", {}, term), h("dd", {}, value)))),
   );
 }
 
@@ -266,14 +265,16 @@ function checkList(entries) {
   );
 }
 
-function inspectionSections(traceset) {
+// The census and its checks first (what a person looks for), then the metadata, the groups
+// and the facts.
+function inspectionSections(traceset, metadataSection) {
   const inspection = traceset.inspection;
   if (inspection?.status !== "complete") {
     const why =
       traceset.status === "ready"
         ? "Inspection has not finished yet; this view refreshes by itself when it has."
         : `Inspection runs once the traceset is ready (it is ${traceset.status}).`;
-    return section("Rank census", "census", h("p", { class: "muted" }, why));
+    return [section("Rank census", "census", h("p", { class: "muted" }, why)), metadataSection];
   }
   const census = inspection.census;
   const summary = inspection.summary ?? {};
@@ -297,6 +298,7 @@ function inspectionSections(traceset) {
       h("h3", {}, "Which tools can read it"),
       checkList(Object.entries(inspection.readiness ?? {})),
     ),
+    metadataSection,
     section("Process groups", "groups", groupsTable(census.processGroups ?? [])),
     section("What inspection found", "summary", summaryFacts(summary, inspection.inspectedAt)),
   ];
