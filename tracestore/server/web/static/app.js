@@ -8,6 +8,7 @@ import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort } from "/static/errors.js";
 import { mountDetailView } from "/static/detail_view.js";
 import { mountListView } from "/static/list_view.js";
+import { finishLogin, loginConfig, startLogin } from "/static/login.js";
 
 let shown = null; // the AbortController of the view on screen: leaving it stops its requests
 
@@ -16,6 +17,7 @@ export function route(pathname) {
   const detail = /^\/tracesets\/([^/]+)$/.exec(pathname);
   if (detail) return { view: "detail", id: decodeURIComponent(detail[1]) };
   if (pathname === "/upload") return { view: "upload" };
+  if (pathname === loginConfig()?.callbackPath) return { view: "callback" };
   return { view: "unknown" };
 }
 
@@ -39,6 +41,15 @@ function signIn(root, reason) {
     </form>`;
   const form = root.querySelector("form");
   if (reason) form.querySelector(".error").textContent = reason;
+  const login = loginConfig();
+  if (login) {
+    const returnTo = location.pathname === login.callbackPath ? "/" : location.pathname + location.search;
+    const button = h("button", { type: "button", class: "login" }, "Sign in with your organisation's login");
+    button.addEventListener("click", () =>
+      startLogin(login, returnTo).catch((error) => (form.querySelector(".error").textContent = error.message)),
+    );
+    form.querySelector("h1").after(button, h("p", { class: "muted" }, "or with a token:"));
+  }
   form.elements.token.focus();
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -76,9 +87,27 @@ function renderNav(where) {
   );
 }
 
+// Back from the deployment's login: exchange its code, then open the view sign-in began on.
+async function completeLogin(root) {
+  renderNav(null);
+  show(root, h("p", { class: "muted" }, "Signing in…"));
+  try {
+    const value = await finishLogin(loginConfig());
+    await api("/tracesets", { query: { limit: 1 }, auth: value });
+    setToken(value);
+    render();
+  } catch (error) {
+    signIn(root, error.message);
+  }
+}
+
 export function render() {
   const root = document.getElementById("app");
   shown?.abort();
+  if (route(location.pathname).view === "callback") {
+    completeLogin(root);
+    return;
+  }
   if (!token()) {
     signIn(root);
     return;
