@@ -86,18 +86,25 @@ def test_the_census_grid_flags_the_missing_rank_and_the_metadata_is_shown_as_sto
 
 
 def test_kineto_and_execution_trace_halves_show_per_rank(served: Served, page: Page) -> None:
-    folder = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"
-    upload(served, "resnet-et", sorted(folder.iterdir()), '{"shape":{"rankCount":2}}')
-    open_from_the_list(page, served, "resnet-et")
+    # Rank 0 has both halves (a Kineto timeline and an execution trace), rank 1 only its
+    # execution trace.
+    kineto = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())[0]
+    et = sorted((TESTDATA / "pytorch-et-resnet50-ddp-2ranks").iterdir())
+    upload(served, "halves", [kineto, *et], '{"shape":{"rankCount":2}}')
+    open_from_the_list(page, served, "halves")
     cells = page.locator(".census-grid .cell")
     expect(cells).to_have_count(2)
-    for rank in range(2):
+    expect(page.locator(".legend")).to_contain_text("K / ET")
+    for rank, kineto_half in [(0, "on"), (1, "off")]:
         cell = cells.nth(rank)
         expect(cell).to_have_attribute("data-state", "present")
         expect(cell.locator('[data-half="executionTrace"]')).to_have_class("half on")
-        expect(cell.locator('[data-half="kineto"]')).to_have_class("half off")
-    expect(page.locator('.check[data-check="hta"]')).to_have_attribute("data-state", "failed")
-    expect(page.locator("table.groups tbody tr")).to_have_count(1)
+        expect(cell.locator('[data-half="kineto"]')).to_have_class(f"half {kineto_half}")
+    expect(cells.nth(1)).to_have_attribute(
+        "aria-label", "rank 1: present; Kineto timeline absent, execution trace present"
+    )
+    expect(page.locator('.check[data-check="chakra"]')).to_have_attribute("data-state", "failed")
+    expect(page.locator("table.groups tbody tr").first).to_be_visible()
 
 
 def test_promote_then_see_the_scope_change(served: Served, page: Page) -> None:
