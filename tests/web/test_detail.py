@@ -61,6 +61,8 @@ def test_the_census_grid_flags_the_missing_rank_and_the_metadata_is_shown_as_sto
     expect(page.locator(".rank-detail")).to_contain_text("all_reduce.1.et (chakra)")
     cells.nth(3).click()
     expect(page.locator(".rank-detail")).to_contain_text("Rank 3: missing")
+    expect(cells.nth(3)).to_have_attribute("aria-pressed", "true")
+    expect(cells.nth(1)).to_have_attribute("aria-pressed", "false")
 
     tree = page.locator(".metadata .tree")
     for path, text in [

@@ -42,7 +42,12 @@ export function censusGrid(census) {
           dataset: { rank, state },
           title: label,
           "aria-label": label,
-          onclick: () => show(detail, rankDetail(rank, state, entry, duplicated.get(rank))),
+          "aria-pressed": "false",
+          onclick: (event) => {
+            grid.querySelector('[aria-pressed="true"]')?.setAttribute("aria-pressed", "false");
+            event.currentTarget.setAttribute("aria-pressed", "true");
+            show(detail, rankDetail(rank, state, entry, duplicated.get(rank)));
+          },
         },
         h("span", { class: "rank-number" }, rank),
         paired &&
@@ -54,11 +59,13 @@ export function censusGrid(census) {
       ),
     );
   };
+  const grid = h("ol", { class: "census-grid", "aria-label": "Ranks" });
+  grid.append(...ranks.map((rank) => cell(rank, true)), ...outside.map((rank) => cell(rank, false)));
   return h(
     "div",
     { class: "census" },
     legend(paired),
-    h("ol", { class: "census-grid", "aria-label": "Ranks" }, ranks.map((rank) => cell(rank, true)), outside.map((rank) => cell(rank, false))),
+    grid,
     expected > GRID_LIMIT &&
       h("p", { class: "muted" }, `The grid shows ranks 0..${GRID_LIMIT - 1} of ${expected}; the list below names every missing or duplicated rank.`),
     detail,
