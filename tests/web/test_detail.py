@@ -212,3 +212,17 @@ def test_a_traceset_that_is_not_ready_says_so(served: Served, page: Page) -> Non
     expect(page.locator("section.census")).to_contain_text(
         "Inspection runs once the traceset is ready"
     )
+
+
+def test_a_census_past_the_grids_limit_still_names_every_missing_rank(
+    served: Served, page: Page
+) -> None:
+    upload(served, "wide", chakra_ranks(0, 2), '{"shape":{"rankCount":5000}}')
+    open_from_the_list(page, served, "wide")
+    cells = page.locator(".census-grid .cell")
+    expect(cells).to_have_count(4096)
+    assert cells.nth(0).get_attribute("data-state") == "present"
+    assert cells.nth(1).get_attribute("data-state") == "missing"
+    assert cells.nth(2).get_attribute("data-state") == "present"
+    expect(page.get_by_text("The grid shows ranks 0..4095 of 5000")).to_be_visible()
+    expect(page.locator(".census-problems")).to_contain_text("Missing ranks1, 3..4999")
