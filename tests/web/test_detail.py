@@ -226,3 +226,22 @@ def test_a_census_past_the_grids_limit_still_names_every_missing_rank(
     assert cells.nth(2).get_attribute("data-state") == "present"
     expect(page.get_by_text("The grid shows ranks 0..4095 of 5000")).to_be_visible()
     expect(page.locator(".census-problems")).to_contain_text("Missing ranks1, 3..4999")
+
+
+def test_unranked_and_duplicated_files_are_listed_under_the_grid(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    folder = tmp_path / "messy"
+    (folder / "retry").mkdir(parents=True)
+    for rank in (0, 1):
+        (folder / f"all_reduce.{rank}.et").write_bytes(chakra_ranks(rank)[0].read_bytes())
+    (folder / "retry" / "all_reduce.1.et").write_bytes(chakra_ranks(1)[0].read_bytes())
+    (folder / "stray.json").write_text('{"schemaVersion": 1, "traceEvents": []}')
+    upload(served, "messy", [folder], '{"shape":{"rankCount":2}}')
+    open_from_the_list(page, served, "messy")
+    cells = page.locator(".census-grid .cell")
+    expect(cells).to_have_count(2)
+    expect(cells.nth(1)).to_have_attribute("data-state", "duplicated")
+    problems = page.locator(".census-problems")
+    expect(problems).to_contain_text("Rank 1 is in 2 files")
+    expect(problems.locator("ul.unranked li")).to_have_text(["stray.json"])
