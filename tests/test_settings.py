@@ -4,6 +4,7 @@ warned about with the nearest valid one, a bad value refused in one line."""
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -121,4 +122,51 @@ def test_toml_keys_as_fields_or_variables_and_unknown_ones_warned(
         Settings.load()
     config.write_text("part_size = \n")
     with pytest.raises(SettingsError, match="not valid TOML"):
+        Settings.load()
+
+
+LOGIN = {
+    "TRACESTORE_OIDC_AUTHORIZATION_URL": "https://login.example.com/authorize",
+    "TRACESTORE_OIDC_TOKEN_URL": "https://login.example.com/token",
+    "TRACESTORE_OIDC_CLIENT_ID": "tracestore-web",
+    "TRACESTORE_JWKS_URL": "https://login.example.com/jwks",
+}
+
+
+@pytest.mark.parametrize(
+    ("left_out", "problem"),
+    [
+        (
+            "TRACESTORE_OIDC_CLIENT_ID",
+            "TRACESTORE_OIDC_CLIENT_ID=None: the page's OIDC login needs its client id too "
+            "(TRACESTORE_OIDC_CLIENT_ID)",
+        ),
+        (
+            "TRACESTORE_OIDC_TOKEN_URL",
+            "TRACESTORE_OIDC_CLIENT_ID=tracestore-web: the page's OIDC login needs "
+            "TRACESTORE_OIDC_AUTHORIZATION_URL and TRACESTORE_OIDC_TOKEN_URL",
+        ),
+        (
+            "TRACESTORE_JWKS_URL",
+            "TRACESTORE_OIDC_CLIENT_ID=tracestore-web: the page's OIDC login gives JWTs the "
+            "service must verify: set TRACESTORE_JWKS_URL or TRACESTORE_JWKS_FILE (and the "
+            "issuer and audience)",
+        ),
+    ],
+)
+def test_the_pages_login_is_all_or_nothing_and_needs_the_keys_to_verify_its_tokens(
+    monkeypatch: pytest.MonkeyPatch, left_out: str, problem: str
+) -> None:
+    for name, value in LOGIN.items():
+        if name != left_out:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=f"^{re.escape(problem)}$"):
+        Settings.load()
+
+
+def test_the_pages_extra_origins_are_origins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACESTORE_WEB_CONNECT_ORIGINS", "https://s3.lan:9000, http://minio")
+    assert Settings.load().web_connect_origins == ["https://s3.lan:9000", "http://minio"]
+    monkeypatch.setenv("TRACESTORE_WEB_CONNECT_ORIGINS", "https://s3.lan/bucket")
+    with pytest.raises(SettingsError, match="no path"):
         Settings.load()

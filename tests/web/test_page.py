@@ -6,6 +6,8 @@ import httpx
 from playwright.sync_api import Page, expect
 
 from tests.test_e2e_serve import Served
+from tracestore.server.settings import Settings
+from tracestore.server.web import page_headers
 
 
 def test_the_shell_is_served_with_a_strict_content_security_policy(served: Served) -> None:
@@ -28,3 +30,26 @@ def test_a_wrong_token_is_refused_with_the_apis_message_and_a_right_one_signs_in
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_label("API token")).to_have_count(0)
     assert page.evaluate("sessionStorage.getItem('tracestore.token')") == served.token
+
+
+def test_the_shell_is_served_at_each_page_url_and_api_paths_keep_their_json_404(
+    served: Served,
+) -> None:
+    for path in ["/tracesets/ts_anything", "/upload", "/?workload_family=llm"]:
+        answer = httpx.get(served.url + path)
+        assert answer.status_code == 200, path
+        assert answer.headers["content-type"].startswith("text/html")
+        assert "connect-src 'self'" in answer.headers["content-security-policy"]
+    for path in ["/api/v1/nothing", "/nothing", "/tracesets/a/b"]:
+        answer = httpx.get(served.url + path)
+        assert answer.status_code == 404, path
+        assert answer.json()["error"]["message"] == f"No route GET {path}"
+    paths = httpx.get(served.url + "/openapi.json").json()["paths"]
+    assert not {"/", "/upload", "/tracesets/{traceset_id}"} & set(paths)
+
+
+def test_the_csp_lets_the_page_reach_the_configured_origins_and_no_other() -> None:
+    plain = page_headers(Settings())["Content-Security-Policy"]
+    assert "connect-src 'self';" in plain
+    s3 = Settings(web_connect_origins=["https://s3.lan:9000"])
+    assert "connect-src 'self' https://s3.lan:9000;" in page_headers(s3)["Content-Security-Policy"]

@@ -27,6 +27,7 @@ from pydantic import (
     IPvAnyNetwork,
     PrivateAttr,
     TypeAdapter,
+    ValidationInfo,
     field_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
@@ -151,6 +152,15 @@ class Settings(BaseSettings):
     jwt_workspaces_claim: str = "workspaces"
     jwt_admin_claim: str = "tenant_admin"
 
+    # The web page's sign-in through the deployment's OpenID Connect login (authorization
+    # code with PKCE, the page a public client); the tokens it gets are the JWTs above.
+    oidc_authorization_url: str | None = None
+    oidc_token_url: str | None = None
+    oidc_scope: str = "openid"
+    oidc_client_id: str | None = Field(default=None, validate_default=True)
+    # Origins besides its own the page may send requests to (an S3 endpoint for uploads).
+    web_connect_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     # What one upload may ask of the service: bytes declared in all, part URLs per answer.
     max_upload_size: int = Field(default=5 * 1024**4, ge=1)
     part_urls_per_answer: int = Field(default=10_000, ge=1)
@@ -164,7 +174,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unsupported JWT algorithms {bad}; allowed: {sorted(allowed)}")
         return value
 
-    @field_validator("trusted_proxies", "jwt_algorithms", mode="before")
+    @field_validator("trusted_proxies", "jwt_algorithms", "web_connect_origins", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         # A list from the environment: comma-separated, or a JSON array.
@@ -185,6 +195,47 @@ class Settings(BaseSettings):
         if not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", value):
             raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
         return value.rstrip("/")
+
+    @field_validator("oidc_authorization_url", "oidc_token_url")
+    @classmethod
+    def _login_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/?#\s]+(/[^#\s]*)?", value):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value
+
+    @field_validator("oidc_client_id")
+    @classmethod
+    def _login_complete(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Declared after the JWT settings and the login URLs, so they are in info.data.
+        urls = [info.data.get("oidc_authorization_url"), info.data.get("oidc_token_url")]
+        if value is None:
+            if any(urls):
+                raise ValueError(
+                    "the page's OIDC login needs its client id too (TRACESTORE_OIDC_CLIENT_ID)"
+                )
+            return None
+        if not all(urls):
+            raise ValueError(
+                "the page's OIDC login needs TRACESTORE_OIDC_AUTHORIZATION_URL and "
+                "TRACESTORE_OIDC_TOKEN_URL"
+            )
+        if not (info.data.get("jwks_url") or info.data.get("jwks_file")):
+            raise ValueError(
+                "the page's OIDC login gives JWTs the service must verify: set "
+                "TRACESTORE_JWKS_URL or TRACESTORE_JWKS_FILE (and the issuer and audience)"
+            )
+        return value
+
+    @field_validator("web_connect_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        bad = [o for o in value if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", o)]
+        if bad:
+            raise ValueError(
+                f"expected origins such as https://s3.example.com:9000 (scheme, host, port; "
+                f"no path), got {bad}"
+            )
+        return [origin.rstrip("/") for origin in value]
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
 

@@ -1,29 +1,45 @@
-"""The web page: the HTML shell at ``/``; its modules are under ``/static`` (mounted in app.py)."""
+"""The web page: the HTML shell at each page URL (``/``, ``/tracesets/{id}``, ``/upload``,
+the login's callback); its modules are under ``/static`` (mounted in app.py). The page's
+router (static/app.js) picks the view from the URL, so a view's URL can be shared and
+reloaded. Any other path, the API's included, keeps the JSON 404 of the one error handler."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from tracestore.server.web import STATIC_DIR
+from tracestore.server.deps import ServicesDep
+from tracestore.server.web import LOGIN_CALLBACK, page_headers, shell_html
 
 router = APIRouter(include_in_schema=False)
 
-# The page runs only its own scripts, talks only to its own origin (presigned URLs of the
-# embedded store are same-origin; an S3 deployment adds its endpoint, see docs/web.md), and may
-# not be framed by another site.
-PAGE_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
+
+def _shell(services: ServicesDep) -> HTMLResponse:
+    settings = services.settings
+    return HTMLResponse(shell_html(settings), headers=page_headers(settings))
 
 
 @router.get("/", response_class=HTMLResponse)
-def page() -> HTMLResponse:
-    """The page's shell; the views render in the browser from the JSON API."""
-    return HTMLResponse((STATIC_DIR / "index.html").read_text(), headers=PAGE_HEADERS)
+def page(services: ServicesDep) -> HTMLResponse:
+    """The list of tracesets (its filters in the query string); the views render in the
+    browser from the JSON API."""
+    return _shell(services)
+
+
+@router.get("/tracesets/{traceset_id}", response_class=HTMLResponse)
+def traceset_page(traceset_id: str, services: ServicesDep) -> HTMLResponse:
+    """One traceset's detail view (the page asks the API for it, and says so if it is not
+    there)."""
+    return _shell(services)
+
+
+@router.get("/upload", response_class=HTMLResponse)
+def upload_page(services: ServicesDep) -> HTMLResponse:
+    """The upload view."""
+    return _shell(services)
+
+
+@router.get(LOGIN_CALLBACK, response_class=HTMLResponse)
+def login_callback_page(services: ServicesDep) -> HTMLResponse:
+    """Where the deployment's OIDC login sends the browser back with its code."""
+    return _shell(services)

@@ -1,12 +1,71 @@
 """The web page's files: one HTML shell and the ES modules and stylesheet it loads.
 
-They are served by the service itself (``/`` and ``/static``), never from a CDN: an
+They are served by the service itself (the page URLs and ``/static``), never from a CDN: an
 air-gapped cluster has none. There is no build step; the files here are what the browser runs.
+The shell is the one file the service fills in: the login the deployment configures (a
+``<meta>`` the page reads, since it runs no inline script) and the origins its Content
+Security Policy lets the page reach besides its own.
 """
 
 from __future__ import annotations
 
+import html
+import json
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from tracestore.server.settings import Settings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATIC_URL = "/static"
+LOGIN_CALLBACK = "/signin/callback"  # where the deployment's login sends the browser back
+_CONFIG_MARK = "<!-- page config -->"
+
+
+def login_config(settings: Settings) -> dict[str, str] | None:
+    """What the page needs for the OIDC authorization-code login with PKCE, if configured."""
+    if not settings.oidc_client_id:
+        return None
+    return {
+        "authorizationUrl": str(settings.oidc_authorization_url),
+        "tokenUrl": str(settings.oidc_token_url),
+        "clientId": settings.oidc_client_id,
+        "scope": settings.oidc_scope,
+        "callbackPath": LOGIN_CALLBACK,
+    }
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def page_headers(settings: Settings) -> dict[str, str]:
+    """The page's headers: it runs only its own scripts, talks only to its own origin plus
+    the configured ones (the login's token endpoint; an S3 endpoint for uploads, see
+    docs/web.md) and may not be framed by another site."""
+    connect = ["'self'", *settings.web_connect_origins]
+    if settings.oidc_token_url and settings.oidc_client_id:
+        connect.append(_origin(settings.oidc_token_url))
+    return {
+        "Content-Security-Policy": (
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            f"connect-src {' '.join(dict.fromkeys(connect))}; frame-ancestors 'none'; "
+            "base-uri 'none'; form-action 'self'"
+        ),
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-cache",
+    }
+
+
+def shell_html(settings: Settings) -> str:
+    """index.html with the deployment's login, if any, in a ``<meta>`` for app.js."""
+    text = (STATIC_DIR / "index.html").read_text()
+    config = login_config(settings)
+    meta = (
+        ""
+        if config is None
+        else f'<meta name="tracestore-login" content="{html.escape(json.dumps(config))}">'
+    )
+    return text.replace(_CONFIG_MARK, meta)

@@ -68,8 +68,12 @@ export async function errorOf(answer) {
 }
 
 // Calls the API at API + path; query is an object (arrays repeat the key), body is sent as
-// JSON. Returns the parsed JSON answer (null for 204) or throws ApiError / NetworkError.
-export async function api(path, { method = "GET", query, body, signal, onRetry, auth } = {}) {
+// JSON (bodyText instead: JSON text sent as written, so its numbers keep their spelling). Returns the parsed JSON answer (null for 204), or with as: "text" its text (for
+// json_text.js, which keeps numbers as written), or throws ApiError / NetworkError.
+export async function api(
+  path,
+  { method = "GET", query, body, bodyText, signal, onRetry, auth, as } = {},
+) {
   let url = API + path;
   if (query) {
     const params = new URLSearchParams();
@@ -83,10 +87,11 @@ export async function api(path, { method = "GET", query, body, signal, onRetry, 
   const headers = { Accept: "application/json" };
   const bearer = auth ?? token();
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const sent = bodyText ?? (body === undefined ? undefined : JSON.stringify(body));
+  if (sent !== undefined) headers["Content-Type"] = "application/json";
   const answer = await fetchRetrying(
     url,
-    { method, headers, body: body === undefined ? undefined : JSON.stringify(body) },
+    { method, headers, body: sent },
     { onRetry, signal },
   );
   if (!answer.ok) {
@@ -97,5 +102,6 @@ export async function api(path, { method = "GET", query, body, signal, onRetry, 
     }
     throw error;
   }
-  return answer.status === 204 ? null : answer.json();
+  if (answer.status === 204) return null;
+  return as === "text" ? answer.text() : answer.json();
 }

@@ -1,0 +1,86 @@
+"""Errors as a person needs them: a 403 and a 404 say what happened and what to do, a token
+the service stops accepting sends the page back to sign-in, and a service that does not
+answer is retried while the page says it is waiting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import Page, Route, expect
+
+from tests.test_e2e_serve import Served
+from tests.web.seeding import admin, chakra_ranks, sign_in, upload
+
+
+def test_a_traceset_that_is_not_there_is_a_404_page_in_the_apis_words(
+    served: Served, page: Page
+) -> None:
+    answer = httpx.get(
+        f"{served.url}/api/v1/tracesets/ts_nothing",
+        headers={"Authorization": f"Bearer {served.token}"},
+    )
+    assert answer.status_code == 404
+    sign_in(page, served, path="/tracesets/ts_nothing")
+    panel = page.locator('.problem[data-status="404"]')
+    expect(panel.get_by_role("heading")).to_have_text("Not found")
+    expect(panel.locator(".problem-message")).to_have_text(answer.json()["error"]["message"])
+    expect(panel.locator(".problem-next")).to_contain_text("It may have been deleted")
+    panel.get_by_role("link", name="All tracesets").click()
+    expect(page.get_by_role("heading", name="Tracesets")).to_be_visible()
+
+
+def test_a_workspace_the_user_is_not_in_is_a_403_page_that_says_what_to_do(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    team = admin(data, "workspace", "create", "team")
+    admin(data, "user", "create", "bob")
+    bob = admin(data, "token", "create", "--user", "bob")["token"]
+    sign_in(page, served, path=f"/?workspaceId={team['id']}", token=bob)
+    panel = page.locator('.problem[data-status="403"]')
+    expect(panel.get_by_role("heading")).to_have_text("Not allowed")
+    refused = httpx.get(
+        f"{served.url}/api/v1/tracesets",
+        params={"workspaceId": team["id"]},
+        headers={"Authorization": f"Bearer {bob}"},
+    )
+    assert refused.status_code == 403
+    expect(panel.locator(".problem-message")).to_have_text(refused.json()["error"]["message"])
+    expect(panel.locator(".problem-next")).to_contain_text("Ask a tenant admin")
+
+
+def test_a_revoked_token_sends_the_page_back_to_sign_in(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    admin(data, "user", "create", "carol")
+    issued = admin(data, "token", "create", "--user", "carol")
+    sign_in(page, served, token=issued["token"])
+    admin(data, "token", "revoke", issued["id"], json_output=False)
+    page.get_by_role("link", name="Tracesets").click()
+    expect(page.get_by_label("API token")).to_be_visible()
+    expect(page.get_by_role("alert")).to_contain_text("The service no longer accepts your token")
+    assert page.evaluate("sessionStorage.getItem('tracestore.token')") is None
+
+
+def test_a_service_that_does_not_answer_is_retried_and_the_page_says_it_waits(
+    served: Served, page: Page
+) -> None:
+    upload(served, "patient", chakra_ranks(0), '{"shape":{"rankCount":1}}', inspected=False)
+    sign_in(page, served)
+    dropped: list[str] = []
+
+    def drop_four(route: Route) -> None:
+        if len(dropped) < 4:
+            dropped.append(route.request.url)
+            route.abort("connectionrefused")
+        else:
+            route.continue_()
+
+    page.route(lambda url: "/api/v1/tracesets" in url, drop_four)
+    page.get_by_role("link", name="Tracesets").click()
+    expect(page.locator("#waiting")).to_contain_text("The service is not answering")
+    expect(page.get_by_role("link", name="patient")).to_be_visible()
+    expect(page.locator("#waiting")).to_be_hidden()
+    assert len(dropped) == 4

@@ -1,0 +1,88 @@
+"""Sign-in through the deployment's OIDC login (authorization code with PKCE) against a
+small identity provider of the test's own; the JWT it gives is what the page then sends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.test_e2e_serve import Served, serving
+from tests.web.oidc_provider import Provider, identity_provider
+from tests.web.seeding import chakra_ranks, upload
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[Provider]:
+    with identity_provider(
+        tmp_path, sub="ada@login", tenant="default", workspaces=["default"]
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def with_login(tmp_path: Path, provider: Provider) -> Iterator[Served]:
+    with serving(tmp_path / "data", env=provider.service_env()) as service:
+        yield service
+
+
+def test_sign_in_through_the_login_and_land_on_the_view_it_began_on(
+    with_login: Served, provider: Provider, page: Page
+) -> None:
+    upload(
+        with_login, "shared", chakra_ranks(0), '{"workload_family":"llm","shape":{"rankCount":1}}'
+    )
+    shell = httpx.get(with_login.url + "/")
+    assert f"connect-src 'self' {provider.url};" in shell.headers["content-security-policy"]
+
+    page.goto(with_login.url + "/?workload_family=llm")
+    page.get_by_role("button", name="Sign in with your organisation's login").click()
+    expect(page.get_by_role("link", name="shared")).to_be_visible()
+    assert page.url == with_login.url + "/?workload_family=llm"  # no code left in the URL
+    stored = page.evaluate("sessionStorage.getItem('tracestore.token')")
+    assert stored.count(".") == 2  # the login's JWT, not an API token
+    assert page.evaluate("sessionStorage.getItem('tracestore.login')") is None
+    (exchange,) = provider.exchanges
+    assert exchange["redirect_uri"] == with_login.url + "/signin/callback"
+    assert len(exchange["code_verifier"]) >= 43  # RFC 7636's minimum
+    # The JWT is the page's credential from now on: the service knows ada by it.
+    answer = httpx.get(
+        with_login.url + "/api/v1/tracesets", headers={"Authorization": f"Bearer {stored}"}
+    )
+    assert [item["name"] for item in answer.json()["items"]] == ["shared"]
+
+
+def test_a_refused_login_says_why_and_the_token_form_still_works(
+    with_login: Served, provider: Provider, page: Page
+) -> None:
+    provider.refuse = "access_denied"
+    page.goto(with_login.url + "/")
+    page.get_by_role("button", name="Sign in with your organisation's login").click()
+    expect(page.get_by_role("alert")).to_have_text(
+        "The login refused the sign-in: access_denied (The user said no)."
+    )
+    assert "code" not in page.url and "error" not in page.url
+    page.get_by_label("API token").fill(with_login.token)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+
+
+def test_a_callback_this_tab_did_not_start_is_refused(with_login: Served, page: Page) -> None:
+    page.goto(with_login.url + "/signin/callback?code=stolen&state=guessed")
+    expect(page.get_by_role("alert")).to_have_text(
+        "This answer from the login does not belong to a sign-in started in this tab. "
+        "Sign in again."
+    )
+    assert page.evaluate("sessionStorage.getItem('tracestore.token')") is None
+
+
+def test_without_a_configured_login_the_page_offers_tokens_only(served: Served, page: Page) -> None:
+    assert "tracestore-login" not in httpx.get(served.url + "/").text
+    page.goto(served.url + "/")
+    expect(page.get_by_label("API token")).to_be_visible()
+    expect(page.get_by_role("button", name="Sign in with your organisation's login")).to_have_count(
+        0
+    )
