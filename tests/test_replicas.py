@@ -117,13 +117,15 @@ def stop(replica: Replica) -> None:
 
 
 @contextmanager
-def replicas(root: Path, env: dict[str, str], count: int = REPLICAS) -> Iterator[list[Replica]]:
-    """``count`` replicas started at the same instant (each with its own data directory,
-    as on separate hosts), all ready; stopped at the end."""
+def replicas(
+    root: Path, env: dict[str, str], count: int = REPLICAS, args: tuple[str, ...] = ()
+) -> Iterator[list[Replica]]:
+    """``count`` replicas (``serve`` with ``args``) started at the same instant (each with
+    its own data directory, as on separate hosts), all ready; stopped at the end."""
     with ExitStack() as stack:
         started = []
         for index in range(count):
-            replica = start_replica(root / f"replica{index}", env)
+            replica = start_replica(root / f"replica{index}", env, *args)
             stack.callback(stop, replica)
             started.append(replica)
         for replica in started:
