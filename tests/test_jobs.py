@@ -290,3 +290,30 @@ def test_a_stopping_worker_hands_its_running_job_back(services: Services) -> Non
         row = session.scalars(select(db.Job).where(db.Job.kind == "test")).one()
     assert (row.state, row.attempts, row.lease_owner) == ("queued", 0, None)
     release.set()
+
+
+def test_the_migration_queues_the_inspections_a_dead_process_left_pending(
+    http: TestClient, services: Services, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before jobs, a staleness sweep found such tracesets; migration 0006 queues them."""
+    from alembic import command
+    from alembic.config import Config
+
+    from tracestore.server import completion
+    from tracestore.server.db import MIGRATIONS_DIR
+
+    monkeypatch.setattr(completion, "run_inspection", lambda *a: None)
+    traceset = upload(http, {"r0.json": (TRACE, "primary")}, ONE_RANK)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with services.db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0005")  # the version before jobs: no job recorded
+        command.upgrade(config, "head")
+    with services.db.session(write=False) as session:
+        queued = session.scalars(select(db.Job).where(db.Job.kind == jobs.INSPECT)).one()
+    assert (queued.subject, queued.state) == (traceset["id"], "queued")
+    clock.advance(minutes=1)  # the migration queued it at the real time, a little later
+    services.wait_for_background()
+    after = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
+    assert after["files"][0]["metadataStatus"] == "complete"
