@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from tests.ports import free_port
 from tests.processes import stop_process
 from tests.s3server import AWS_ENV, MotoServer
 from tests.test_replicas import (  # noqa: F401 - the postgres and s3 fixtures
@@ -201,3 +202,36 @@ def test_a_killed_workers_inspection_is_finished_by_another_while_the_api_answer
         assert set(statuses) <= {"pending", "complete"}, statuses
         settled = statuses.index("complete") if "complete" in statuses else len(statuses)
         assert set(statuses[settled:]) <= {"complete"}, json.dumps(statuses)
+
+
+def test_a_worker_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    env = replica_env()
+    with worker_process(tmp_path, "data", env) as process:
+        wait_for(
+            lambda: "running jobs from" in (tmp_path / "data.log").read_text(),
+            "the worker never started",
+            60,
+            [tmp_path / "data.log"],
+        )
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+    output = (tmp_path / "data.log").read_text()
+    assert "stopped" in output and "Traceback" not in output, output
+
+
+def test_a_worker_without_its_database_refuses_to_start_with_one_line(tmp_path: Path) -> None:
+    url = f"postgresql+psycopg://tracestore:secret@127.0.0.1:{free_port()}/traces"
+    done = subprocess.run(
+        [sys.executable, "-m", "tracestore.cli", "worker", "--data-dir", str(tmp_path / "d")],
+        env=replica_env(TRACESTORE_DATABASE_URL=url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("Warning:")]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(
+        "Error: Cannot use the database postgresql+psycopg://tracestore:***@"
+    )
+    assert "(TRACESTORE_DATABASE_URL)" in lines[0] and "secret" not in lines[0]

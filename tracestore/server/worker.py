@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tracestore.server import jobs
 from tracestore.server.inspection import failure_text, give_up_inspection, inspect_traceset
@@ -31,6 +31,8 @@ POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 5.0
 # A failed attempt is retried after this many leases times the attempts so far.
 RETRY_LEASES = 1
+# Done jobs are deleted this long after they ended (failed ones stay, with their error).
+DONE_KEPT = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -52,13 +54,10 @@ def _sweep(services: Services, job: ClaimedJob, stopping: Callable[[], bool]) ->
     report = sweep(services, should_stop=stopping)
     if any(report.as_json().values()):
         log.info("sweep: %s", report.as_json())
-    jobs.prune_done(services.db, services.now() - DONE_KEPT * services.settings.sweep_interval)
+    jobs.prune_done(services.db, services.now() - DONE_KEPT)
     with services.db.session() as session:
         jobs.finish(session, job, services.now(), again_at=next_sweep(services))
 
-
-# Done jobs are deleted this many sweep intervals after they ended.
-DONE_KEPT = 12 * 24
 
 KINDS: Mapping[str, JobKind] = {
     jobs.INSPECT: JobKind(run=_inspect, give_up=give_up_inspection),
