@@ -36,6 +36,23 @@ def _claim(services: Services, owner: str, kinds: list[str] | None = None) -> Cl
     return jobs.claim(services.db, owner, services.now(), LEASE, kinds)
 
 
+def _queued_and_claimed(services: Services) -> ClaimedJob:
+    """A job queued and claimed by worker ``a``."""
+    _queue(services)
+    job = _claim(services, "a")
+    assert job is not None
+    return job
+
+
+def _taken_over(services: Services, clock: FakeClock) -> tuple[ClaimedJob, ClaimedJob]:
+    """A job claimed by ``a``, whose lease lapsed, then claimed by ``b``."""
+    first = _queued_and_claimed(services)
+    clock.advance(seconds=LEASE.total_seconds() + 1)
+    second = _claim(services, "b")
+    assert second is not None
+    return first, second
+
+
 def _row(services: Services, job_id: str) -> db.Job:
     with services.db.session(write=False) as session:
         row = session.get(db.Job, job_id)
@@ -58,9 +75,7 @@ def test_one_live_job_per_key_and_a_new_one_once_it_ended(services: Services) ->
 def test_a_claimed_job_is_not_claimed_again_while_its_lease_holds(
     services: Services, clock: FakeClock
 ) -> None:
-    _queue(services)
-    first = _claim(services, "a")
-    assert first is not None
+    _queued_and_claimed(services)
     assert _claim(services, "b") is None
     clock.advance(seconds=59)
     assert _claim(services, "b") is None
@@ -69,13 +84,8 @@ def test_a_claimed_job_is_not_claimed_again_while_its_lease_holds(
 def test_a_lapsed_lease_is_taken_over_and_the_old_owner_cannot_end_the_job(
     services: Services, clock: FakeClock
 ) -> None:
-    _queue(services)
-    first = _claim(services, "a")
-    assert first is not None
-    clock.advance(seconds=61)
-    second = _claim(services, "b")
-    assert second is not None and second.id == first.id
-    assert second.attempts == 2
+    first, second = _taken_over(services, clock)
+    assert second.id == first.id and second.attempts == 2
     assert second.error is not None and "a stopped before finishing" in second.error
 
     # The first worker comes back: it can neither renew, finish, nor fail the job.
@@ -96,12 +106,7 @@ def test_a_result_written_with_a_lost_lease_is_rolled_back(
     services: Services, clock: FakeClock
 ) -> None:
     """What a worker records commits only with its job's end (inspection does this)."""
-    _queue(services)
-    first = _claim(services, "a")
-    assert first is not None
-    clock.advance(seconds=61)
-    second = _claim(services, "b")
-    assert second is not None
+    first, _ = _taken_over(services, clock)
     with pytest.raises(LeaseLost), services.db.session() as session:
         session.add(db.Tenant(id="ten_late", name="written-late", created_at=services.now()))
         jobs.finish(session, first, services.now())
@@ -110,9 +115,7 @@ def test_a_result_written_with_a_lost_lease_is_rolled_back(
 
 
 def test_renewing_keeps_the_job(services: Services, clock: FakeClock) -> None:
-    _queue(services)
-    job = _claim(services, "a")
-    assert job is not None
+    job = _queued_and_claimed(services)
     for _ in range(3):
         clock.advance(seconds=40)
         assert jobs.renew(services.db, job, services.now(), LEASE)
@@ -122,9 +125,7 @@ def test_renewing_keeps_the_job(services: Services, clock: FakeClock) -> None:
 def test_a_failed_attempt_is_retried_later_with_its_error_kept(
     services: Services, clock: FakeClock
 ) -> None:
-    _queue(services)
-    job = _claim(services, "a")
-    assert job is not None
+    job = _queued_and_claimed(services)
     with services.db.session() as session:
         jobs.fail(session, job, services.now(), "boom", retry_at=services.now() + LEASE)
     row = _row(services, job.id)
@@ -138,9 +139,7 @@ def test_a_failed_attempt_is_retried_later_with_its_error_kept(
 def test_a_released_job_is_claimable_at_once_and_the_attempt_not_counted(
     services: Services,
 ) -> None:
-    _queue(services)
-    job = _claim(services, "a")
-    assert job is not None
+    job = _queued_and_claimed(services)
     assert jobs.release(services.db, job, services.now())
     again = _claim(services, "b")
     assert again is not None and again.attempts == 1

@@ -24,6 +24,7 @@ from tests.test_replicas import (  # noqa: F401 - the postgres and s3 fixtures
     admin_token,
     fresh_database,
     postgres,
+    refusal,
     replica_env,
     replicas,
     s3,
@@ -221,17 +222,6 @@ def test_a_worker_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 
 def test_a_worker_without_its_database_refuses_to_start_with_one_line(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://tracestore:secret@127.0.0.1:{free_port()}/traces"
-    done = subprocess.run(
-        [sys.executable, "-m", "tracestore.cli", "worker", "--data-dir", str(tmp_path / "d")],
-        env=replica_env(TRACESTORE_DATABASE_URL=url),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    lines = [line for line in done.stderr.splitlines() if not line.startswith("Warning:")]
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert lines[0].startswith(
-        "Error: Cannot use the database postgresql+psycopg://tracestore:***@"
-    )
-    assert "(TRACESTORE_DATABASE_URL)" in lines[0] and "secret" not in lines[0]
+    line = refusal(tmp_path, replica_env(TRACESTORE_DATABASE_URL=url), command="worker")
+    assert line.startswith("Error: Cannot use the database postgresql+psycopg://tracestore:***@")
+    assert "(TRACESTORE_DATABASE_URL)" in line and "secret" not in line
