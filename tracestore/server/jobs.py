@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, delete, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -136,10 +136,14 @@ def claim(
 ) -> ClaimedJob | None:
     """Take the next claimable job (of ``kinds``) for ``owner``, or None."""
     condition = claimable(now)
+    if kinds is not None:
+        condition = and_(condition, db.Job.kind.in_(list(kinds)))
+    # An idle worker polls: look first without taking SQLite's write lock.
+    with database.session(write=False) as session:
+        if not session.scalar(select(exists().where(condition))):
+            return None
     with database.session() as session:
         query = select(db.Job).where(condition)
-        if kinds is not None:
-            query = query.where(db.Job.kind.in_(list(kinds)))
         row = session.scalars(
             query.order_by(db.Job.run_after, db.Job.id).limit(1).with_for_update(skip_locked=True)
         ).first()
