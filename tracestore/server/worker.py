@@ -102,9 +102,12 @@ class Worker:
 
     def run(self) -> None:
         """Run jobs until ``stop``; sleeps ``POLL_SECONDS`` (or until woken) when idle."""
-        arm_sweep(self.services)
+        armed = False
         while not self._stop.is_set():
             try:
+                if not armed:
+                    arm_sweep(self.services)
+                    armed = True
                 ran = self.run_next()
             except Exception:  # the database away: keep going, a poll later
                 log.exception("worker %s: could not claim a job", self.owner)
