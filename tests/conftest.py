@@ -150,6 +150,9 @@ def settings(tmp_path: Path, sqlite_template: Path) -> Iterator[Settings]:
         data_dir=tmp_path / "data",
         database_url=database_url,
         part_size=5 * MIB,
+        # Jobs run when a test waits for them (wait_for_background), not on a thread that
+        # would sweep whenever a test moves the clock; tests/test_jobs.py runs the thread.
+        in_process_worker=False,
     )
     _drop_database(database_url)
 

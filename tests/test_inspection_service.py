@@ -132,26 +132,27 @@ def test_large_tracesets_are_inspected_in_the_background(
 ) -> None:
     monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
     traceset = upload(http, {"r0.json": (_kineto(0, 1), "primary")}, {"shape": {"rankCount": 1}})
-    services.close()  # waits for the background worker
+    assert traceset["files"][0]["metadataStatus"] == "pending"
+    services.wait_for_background()  # the worker runs the queued inspection job
     after: dict[str, Any] = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
     assert after["files"][0]["metadataStatus"] == "complete"
     assert after["inspection"]["census"]["ranksFound"] == [0]
 
 
-def test_abandoned_inspections_are_picked_up_again(
+def test_an_inspection_whose_process_died_is_taken_over_when_its_lease_lapses(
     http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(inspection, "schedule_inspection", lambda *a: None)
     from tracestore.server import completion
 
-    monkeypatch.setattr(completion, "schedule_inspection", lambda *a: None)
+    # The completing request records the job it holds, then "dies" before inspecting.
+    monkeypatch.setattr(completion, "run_inspection", lambda *a: None)
     traceset = upload(http, {"r0.json": (_kineto(0, 1), "primary")}, {"shape": {"rankCount": 1}})
     assert traceset["files"][0]["metadataStatus"] == "pending"
-    assert inspection.inspect_abandoned(services) == 0  # not stale yet
-    services.clock.advance(hours=1)  # type: ignore[attr-defined]
-    from tracestore.server.lifecycle import sweep
-
-    assert sweep(services).reinspected_tracesets == 1
+    services.wait_for_background()  # the lease is still held: nothing to take over yet
+    pending = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
+    assert pending["files"][0]["metadataStatus"] == "pending"
+    services.clock.advance(seconds=services.settings.job_lease.total_seconds() + 1)  # type: ignore[attr-defined]
+    services.wait_for_background()
     after = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
     assert after["files"][0]["metadataStatus"] == "complete"
 

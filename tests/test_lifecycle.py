@@ -388,7 +388,9 @@ def test_the_server_sweeps_on_a_timer_and_stops_cleanly(
     settings: Settings, clock: FakeClock, admin_token: str, services: Services
 ) -> None:
     timed = services
-    timed.settings = settings.model_copy(update={"sweep_interval": timedelta(seconds=0.05)})
+    timed.settings = settings.model_copy(
+        update={"sweep_interval": timedelta(seconds=0.05), "in_process_worker": True}
+    )
     with TestClient(create_app(services=timed)) as client:
         client.headers["Authorization"] = f"Bearer {admin_token}"
         ts = upload(client, {"a.bin": (b"abc", "supporting")}, ttlDays=1)

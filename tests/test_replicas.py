@@ -117,13 +117,15 @@ def stop(replica: Replica) -> None:
 
 
 @contextmanager
-def replicas(root: Path, env: dict[str, str], count: int = REPLICAS) -> Iterator[list[Replica]]:
-    """``count`` replicas started at the same instant (each with its own data directory,
-    as on separate hosts), all ready; stopped at the end."""
+def replicas(
+    root: Path, env: dict[str, str], count: int = REPLICAS, args: tuple[str, ...] = ()
+) -> Iterator[list[Replica]]:
+    """``count`` replicas (``serve`` with ``args``) started at the same instant (each with
+    its own data directory, as on separate hosts), all ready; stopped at the end."""
     with ExitStack() as stack:
         started = []
         for index in range(count):
-            replica = start_replica(root / f"replica{index}", env)
+            replica = start_replica(root / f"replica{index}", env, *args)
             stack.callback(stop, replica)
             started.append(replica)
         for replica in started:
@@ -338,11 +340,11 @@ def test_an_admin_command_names_a_postgres_database_without_a_store(
 # --- refusing to start, with one line that names what to fix ---
 
 
-def refusal(tmp_path: Path, env: dict[str, str]) -> str:
-    """The one line a `tracestore serve` that must not start exits with."""
-    command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(free_port())]
+def refusal(tmp_path: Path, env: dict[str, str], command: str = "serve") -> str:
+    """The one line a `tracestore serve` (or ``command``) that must not start exits with."""
+    words = ["serve", "--port", str(free_port())] if command == "serve" else [command]
     done = subprocess.run(
-        [*command, "--data-dir", str(tmp_path / "data")],
+        [sys.executable, "-m", "tracestore.cli", *words, "--data-dir", str(tmp_path / "data")],
         env=env,
         capture_output=True,
         text=True,

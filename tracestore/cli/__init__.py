@@ -1,8 +1,10 @@
 """The ``tracestore`` command: run the service, administer it, and work with tracesets.
 
 ``client`` holds the commands that talk to a service over HTTP, ``inspect`` the local
-inspection, ``server`` those that run or administer a service on its data directory (they
-import the server only when they run); ``common`` and ``output`` are what they share.
+inspection; ``serve`` (serve, worker, migrate), ``admin`` (tenant, user, token, workspace) and
+``maintenance`` (gc, signing-key) those that run or administer a service on its data
+directory (they import the server only when they run, through ``store``); ``common`` and
+``output`` are what they all share.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import click
 
 from tracestore import __version__
+from tracestore.cli.admin import COMMANDS as ADMIN_COMMANDS
 from tracestore.cli.client import COMMANDS as CLIENT_COMMANDS
 from tracestore.cli.inspect import inspect_command
-from tracestore.cli.server import COMMANDS as SERVER_COMMANDS
+from tracestore.cli.maintenance import COMMANDS as MAINTENANCE_COMMANDS
+from tracestore.cli.serve import COMMANDS as SERVE_COMMANDS
 
 __all__ = ["main"]
 
@@ -24,5 +28,11 @@ def main() -> None:
     """tracestore: keep, find and fetch the trace files of distributed training runs."""
 
 
-for _command in (*SERVER_COMMANDS, *CLIENT_COMMANDS, inspect_command):
+for _command in (
+    *SERVE_COMMANDS,
+    *ADMIN_COMMANDS,
+    *MAINTENANCE_COMMANDS,
+    *CLIENT_COMMANDS,
+    inspect_command,
+):
     main.add_command(_command)

@@ -28,7 +28,7 @@ from tracestore.errors import (
     TracestoreError,
     ValidationError,
 )
-from tracestore.server import lifecycle, presigned
+from tracestore.server import presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.heap import keep_heap_warm
 from tracestore.server.routes import (
@@ -46,6 +46,7 @@ from tracestore.server.services import Services, build_services, stores_bytes_lo
 from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
 from tracestore.server.web import STATIC_DIR, STATIC_URL
+from tracestore.server.worker import Worker
 
 log = logging.getLogger("tracestore")
 DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's files
@@ -236,13 +237,20 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 services.settings.data_dir / ADMIN_TOKEN_FILE,
                 token,
             )
-        stop_sweeper = asyncio.Event()
-        sweeper = asyncio.create_task(lifecycle.sweep_periodically(services, stop_sweeper))
+        # One job worker per served app, unless it is an API-only replica; services shared
+        # by several apps (tests) keep the first's.
+        worker = None
+        if services.worker is None:
+            worker = Worker(services)
+            services.worker = worker
+            if services.settings.in_process_worker:
+                worker.start()
         try:
             yield
         finally:
-            stop_sweeper.set()
-            await sweeper
+            if worker is not None:
+                await asyncio.to_thread(worker.stop)
+                services.worker = None
             if owned and app.state.services is not None:
                 app.state.services.close()
 

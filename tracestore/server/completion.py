@@ -32,7 +32,7 @@ from tracestore.server.blobs import (
     StagedFile,
     normalise_etag,
 )
-from tracestore.server.inspection import schedule_inspection
+from tracestore.server.inspection import queue_inspection, run_inspection
 from tracestore.server.services import Services
 from tracestore.server.sessions import staged_file, visible_session
 from tracestore.server.tracesets import files_of, manifest_hash, traceset_view
@@ -100,11 +100,12 @@ def complete_upload(
             raise Conflict(COMPLETING_MESSAGE)
         traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
         _link_blobs(session, traceset, committed, services.now())
-    # The staged bytes go on the background worker rather than in the client's wait (a
+        primary_bytes = sum(f.size for f in files if f.role == "primary")
+        inspection_job = queue_inspection(session, services, upload.traceset_id, primary_bytes)
+    # The staged bytes go on the background thread rather than in the client's wait (a
     # process stopped first leaves them to lifecycle.clean_leftover_staging).
     services.run_in_background(_discard_staging, services, upload.id, list(stages.values()))
-    primary_bytes = sum(f.size for f in files if f.role == "primary")
-    schedule_inspection(services, upload.traceset_id, primary_bytes)
+    run_inspection(services, inspection_job)
     with services.db.session(write=False) as session:
         traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
         return traceset_view(session, traceset), True

@@ -236,6 +236,28 @@ class SigningKey(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class Job(Base):
+    """A unit of background work (``inspect`` a traceset, ``sweep``), claimed by a worker
+    under a lease (``server/jobs.py``)."""
+
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    subject: Mapped[str | None] = mapped_column(String(255))
+    # Set while the job is live (queued or running), cleared when it ends: one live job
+    # per key, and a finished one does not stop the next.
+    dedupe_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    run_after: Mapped[datetime] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    __table_args__ = (Index("ix_jobs_state_run_after", "state", "run_after"),)
+
+
 def shown_url(url: str) -> str:
     """A database URL fit for a message or log: without its password."""
     try:

@@ -1,14 +1,19 @@
 """Use case: inspect a completed traceset's primary files and record its rank census.
 
-Small tracesets are inspected inside the completing request, so its answer already carries
-the census; larger ones on a background thread. Files stay ``pending`` until read, and the
-sweeper re-queues tracesets whose inspection a dead process never finished.
+Every completed traceset gets an ``inspect`` job (``jobs.py``) in the completing transaction.
+A small one's job is held by the completing request, which inspects it before answering, so
+the answer already carries the census; a larger one's waits for a worker (``worker.py``).
+Either way a process that dies mid-inspection leaves a job whose lease lapses and another
+worker takes it over. Files stay ``pending`` until read; a job given up after
+``TRACESTORE_JOB_ATTEMPTS`` tries marks them ``failed`` with the reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from datetime import datetime, timedelta
+import secrets
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -24,38 +29,74 @@ from tracestore.inspect import (
 )
 from tracestore.inspect.readiness import readiness, readiness_checks
 from tracestore.inspect.summary import search_facts, summary_world_size, traceset_summary
-from tracestore.server import db
+from tracestore.server import db, jobs
+from tracestore.server.jobs import ClaimedJob
 from tracestore.server.services import Services
 
 log = logging.getLogger("tracestore.inspection")
 
 # Primary bytes up to this size are inspected before completion answers.
 INLINE_INSPECTION_BYTES = 64 * 1024 * 1024
-# A traceset still pending this long after completion is assumed abandoned and re-queued.
-STALE_AFTER = timedelta(minutes=30)
 
 
-def schedule_inspection(services: Services, traceset_id: str, primary_bytes: int) -> None:
-    """Inspect now when small, else on the process's background inspection thread."""
+def queue_inspection(
+    session: Session, services: Services, traceset_id: str, primary_bytes: int
+) -> ClaimedJob | None:
+    """Record the traceset's inspection job in the caller's (completing) transaction; for a
+    small traceset the job is held by the caller, who inspects it (``run_inspection``)."""
+    now = services.now()
+    key = f"{jobs.INSPECT}:{traceset_id}"
     if primary_bytes <= INLINE_INSPECTION_BYTES:
-        inspect_traceset(services, traceset_id)
+        owner = f"request:{secrets.token_hex(8)}"
+        lease = services.settings.job_lease
+        return jobs.enqueue_claimed(
+            session, jobs.INSPECT, traceset_id, now, owner, lease, dedupe_key=key
+        )
+    jobs.enqueue(session, jobs.INSPECT, traceset_id, now, dedupe_key=key)
+    return None
+
+
+def run_inspection(services: Services, job: ClaimedJob | None) -> None:
+    """After the commit: inspect now when the caller holds the job, else tell this
+    process's worker (if any) there is work; a worker anywhere finds it in any case."""
+    if job is None:
+        services.wake_worker()
         return
-    services.run_in_background(_inspect_logged, services, traceset_id)
-
-
-def _inspect_logged(services: Services, traceset_id: str) -> None:
     try:
-        inspect_traceset(services, traceset_id)
-    except Exception:
-        log.exception("inspection of %s failed", traceset_id)
+        with jobs.keep_lease(services, job):
+            inspect_traceset(services, job.subject or "", job=job)
+    except jobs.LeaseLost:
+        log.warning("inspection of %s was taken over by a worker", job.subject)
+    except Exception as exc:
+        # Left to the workers: retried, then given up with this error.
+        log.exception("inspection of %s failed; a worker will retry it", job.subject)
+        retry_at = services.now() + services.settings.job_lease
+        with contextlib.suppress(jobs.LeaseLost), services.db.session() as session:
+            jobs.fail(session, job, services.now(), failure_text(exc), retry_at=retry_at)
+        services.wake_worker()
 
 
-def inspect_traceset(services: Services, traceset_id: str) -> RankCensus | None:
-    """Read every primary file, record what each holds, and the traceset's rank census."""
+def failure_text(exc: BaseException) -> str:
+    """What a failed job records: the exception's type and first line."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def inspect_traceset(
+    services: Services, traceset_id: str, *, job: ClaimedJob | None = None
+) -> RankCensus | None:
+    """Read every primary file, record what each holds, and the traceset's rank census.
+    With ``job``, the result is recorded only together with the job's end, and not at all
+    (LeaseLost) when the job's lease passed to another worker meanwhile."""
     with services.db.session(write=False) as session:
         traceset = session.get(db.Traceset, traceset_id)
-        if traceset is None or traceset.status != "ready":
-            return None
+        gone = traceset is None or traceset.status != "ready"
+    if gone or traceset is None:  # deleted or expired meanwhile: nothing to inspect
+        if job is not None:
+            with services.db.session() as session:
+                jobs.finish(session, job, services.now())
+        return None
+    with services.db.session(write=False) as session:
         files = [
             (f.position, f.name, f.sha256)
             for f in session.scalars(
@@ -74,6 +115,8 @@ def inspect_traceset(services: Services, traceset_id: str) -> RankCensus | None:
     census = rank_census(found, declared_rank_count=declared, workload_metadata=metadata)
     by_name = dict(found)
     with services.db.session() as session:
+        if job is not None:
+            jobs.finish(session, job, services.now())
         traceset = session.get(db.Traceset, traceset_id)
         if traceset is None:
             return census
@@ -154,23 +197,30 @@ def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
     )
 
 
-def inspect_abandoned(services: Services) -> int:
-    """Re-inspect ready tracesets whose primary files are still pending long after their
-    completion (the process inspecting them died). Returns how many were inspected."""
-    cutoff = services.now() - STALE_AFTER
-    with services.db.session(write=False) as session:
-        ids = session.scalars(
-            select(db.Traceset.id)
-            .distinct()
-            .join(db.TracesetFile, db.TracesetFile.traceset_id == db.Traceset.id)
-            .where(
-                db.Traceset.status == "ready",
-                db.Traceset.updated_at < cutoff,
+def give_up_inspection(services: Services, job: ClaimedJob, error: str) -> None:
+    """End an inspection job that failed ``job.attempts - 1`` times: its files still
+    pending become ``failed`` with the reason, so the traceset does not stay pending."""
+    now = services.now()
+    reason = f"inspection gave up after {job.attempts - 1} attempts: {error}"
+    with services.db.session() as session:
+        jobs.fail(session, job, now, error)
+        traceset = session.get(db.Traceset, job.subject) if job.subject else None
+        if traceset is None:
+            return
+        pending = session.scalars(
+            select(db.TracesetFile).where(
+                db.TracesetFile.traceset_id == traceset.id,
                 db.TracesetFile.role == "primary",
                 db.TracesetFile.metadata_status == "pending",
             )
-            .limit(100)
         ).all()
-    for traceset_id in ids:
-        _inspect_logged(services, traceset_id)
-    return len(ids)
+        for row in pending:
+            row.metadata_status = "failed"
+            row.metadata_reason = reason
+        if traceset.inspection is None:
+            traceset.inspection = {
+                "status": "failed",
+                "inspectedAt": schemas.format_timestamp(now),
+                "reason": reason,
+                "files": [{"name": f.name, "status": "failed", "reason": reason} for f in pending],
+            }

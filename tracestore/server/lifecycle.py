@@ -1,4 +1,5 @@
-"""Time passing: TTL reset on use, and the sweeper (expiry, failed sessions, blob purge).
+"""Time passing: TTL reset on use, and the sweeper (expiry, failed sessions, blob purge),
+run as the periodic ``sweep`` job by whichever worker claims it (``worker.py``).
 
 Every change the sweeper makes is a conditional UPDATE or DELETE that re-states the
 condition it selected on, so when several sweepers (server processes, ``tracestore gc``) run
@@ -7,8 +8,6 @@ at once the database decides which one acts and the others change nothing.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -24,7 +23,6 @@ from tracestore.errors import Gone
 from tracestore.server import db
 from tracestore.server.blobs import StagedFile, StagingArea
 from tracestore.server.ids import created_at
-from tracestore.server.inspection import inspect_abandoned
 from tracestore.server.services import Services
 from tracestore.server.sessions import staged_file
 from tracestore.server.tracesets import files_of, mark_unreferenced_blobs
@@ -79,21 +77,19 @@ class SweepReport:
     purged_bytes: int = 0
     cleaned_staging: int = 0
     purge_deferred: bool = False
-    reinspected_tracesets: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {to_camel(key): value for key, value in asdict(self).items()}
 
 
 def sweep(services: Services, *, should_stop: Callable[[], bool] = lambda: False) -> SweepReport:
-    """One pass: expire tracesets, fail expired upload sessions, purge unreferenced blobs,
-    and inspect tracesets whose inspection a dead process left unfinished."""
+    """One pass: expire tracesets, fail expired upload sessions, clean leftover staging and
+    purge unreferenced blobs."""
     now = services.now()
     expired = expire_tracesets(services, now, should_stop)
     failed = expire_sessions(services, now, should_stop)
     cleaned = clean_leftover_staging(services, now)
     purged, freed, deferred = purge_blobs(services, now, should_stop)
-    reinspected = 0 if should_stop() else inspect_abandoned(services)
     return SweepReport(
         expired_tracesets=expired,
         failed_sessions=failed,
@@ -101,7 +97,6 @@ def sweep(services: Services, *, should_stop: Callable[[], bool] = lambda: False
         purged_bytes=freed,
         cleaned_staging=cleaned,
         purge_deferred=deferred,
-        reinspected_tracesets=reinspected,
     )
 
 
@@ -300,26 +295,3 @@ def _unseen_ids(
 
 def _rowcount(result: Any) -> int:
     return int(result.rowcount)
-
-
-# --- in the server: a sweep on a timer ---
-
-
-async def sweep_periodically(services: Services, stop: asyncio.Event) -> None:
-    """Sweep every ``settings.sweep_interval`` until ``stop`` is set (the app's lifespan).
-    The sweep itself runs in a worker thread; a failed sweep is logged and retried later."""
-    interval = services.settings.sweep_interval.total_seconds()
-    if interval <= 0:
-        return
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=interval)
-        if stop.is_set():
-            break
-        try:
-            report = await asyncio.to_thread(sweep, services, should_stop=stop.is_set)
-        except Exception:
-            log.exception("sweep failed; retrying in %.0f s", interval)
-            continue
-        if any(v for v in report.as_json().values()):
-            log.info("sweep: %s", report.as_json())

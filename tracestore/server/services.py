@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import unquote, urlparse
 
 from sqlalchemy import text
@@ -22,6 +23,19 @@ from tracestore.server.settings import Settings
 Clock = Callable[[], datetime]
 
 
+class JobRunner(Protocol):
+    """This process's worker (``worker.Worker``), as the services see it."""
+
+    def wake(self) -> None:
+        """Look for work now rather than at the next poll."""
+
+    def drain(self) -> None:
+        """Return once no job this process could run now is queued or running here."""
+
+    def stop(self) -> None:
+        """Stop taking jobs; hand back the one running, if it does not end soon."""
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -30,6 +44,7 @@ class Services:
     signer: UrlSigner  # every presigned URL the service answers itself (the store's too)
     clock: Clock = field(default=utcnow)
     jwt_verifier: JwtVerifier | None = None  # set when a JWKS is configured
+    worker: JobRunner | None = None  # set while the app's lifespan runs one
 
     def now(self) -> datetime:
         return self.clock()
@@ -38,21 +53,32 @@ class Services:
     _background_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run_in_background(self, fn: Callable[..., object], *args: object) -> None:
-        """Run ``fn(*args)`` on this process's one background worker (inspection, removing
-        a completed upload's staged bytes), in the order handed over."""
+        """Run ``fn(*args)`` on this process's one background thread (removing a completed
+        upload's staged bytes), in the order handed over: work that may be lost with the
+        process (the sweeper finds its leftovers); durable work is a job (``jobs.py``)."""
         with self._background_lock:
             if self._background is None:
                 self._background = ThreadPoolExecutor(1, thread_name_prefix="tracestore-bg")
             self._background.submit(fn, *args)
 
+    def wake_worker(self) -> None:
+        """Tell this process's worker, if it runs one, that a job was queued."""
+        if self.worker is not None:
+            self.worker.wake()
+
     def wait_for_background(self) -> None:
-        """Return once the work handed to the background worker so far is done."""
+        """Return once the work handed to the background thread so far is done, and this
+        process's worker (when the app runs one) has run every job due now."""
         with self._background_lock:
             background = self._background
         if background is not None:
             background.submit(lambda: None).result()
+        if self.worker is not None:
+            self.worker.drain()
 
     def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
         if self._background is not None:
             self._background.shutdown(wait=True)
         self.db.dispose()

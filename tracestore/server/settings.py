@@ -137,6 +137,12 @@ class Settings(BaseSettings):
     purge_grace: Duration = timedelta(hours=24)
     completion_lease: Duration = timedelta(seconds=60)
     sweep_interval: Duration = timedelta(minutes=5)
+    # Background jobs: a worker renews its lease every third of it; a job whose worker
+    # stopped renewing is taken over once it lapses, and given up after this many tries.
+    job_lease: Duration = timedelta(seconds=60)
+    job_attempts: int = Field(default=3, ge=1, le=100)
+    # Whether this process runs a worker (serve's --no-worker: an API-only replica).
+    in_process_worker: bool = True
 
     signing_key: str | None = None
 

@@ -1,0 +1,227 @@
+"""Background jobs through real processes: API-only replicas (`serve --no-worker`) on
+PostgreSQL and S3 keep answering while a `tracestore worker` inspects a large traceset; that
+worker is SIGKILLed mid-inspection, and a second one finishes the job once the lease lapses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+from tests.ports import free_port
+from tests.processes import stop_process
+from tests.s3server import AWS_ENV, MotoServer
+from tests.test_replicas import (  # noqa: F401 - the postgres and s3 fixtures
+    admin_token,
+    fresh_database,
+    postgres,
+    refusal,
+    replica_env,
+    replicas,
+    s3,
+)
+from tracestore.client import Client
+
+LEASE_SECONDS = 2
+# Over the 64 MiB inspected before completion answers: its inspection is a queued job,
+# which takes a worker seconds (a Kineto trace of ~1M collective events).
+EVENTS = 950_000
+
+
+def big_kineto(path: Path) -> None:
+    event = (
+        '{"ph": "X", "name": "record_param_comms", "ts": %d, "dur": 5, '
+        '"args": {"Collective name": "allreduce"}}'
+    )
+    with path.open("w") as handle:
+        handle.write('{"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}, ')
+        handle.write('"traceEvents": [')
+        handle.write(",".join(event % i for i in range(EVENTS)))
+        handle.write("]}")
+
+
+@contextmanager
+def worker_process(root: Path, name: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A `tracestore worker` with ``env``'s settings; its output in ``root/name.log``."""
+    with open(root / f"{name}.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tracestore.cli", "worker", "--data-dir", str(root / name)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                stop_process(process, timeout=30)
+
+
+def job_row(database_url: str) -> dict[str, Any] | None:
+    """The inspect job, straight from the jobs table."""
+    with psycopg.connect(database_url.replace("+psycopg", "")) as connection:
+        row = connection.execute(
+            "SELECT state, lease_owner, attempts, lease_until FROM jobs WHERE kind = 'inspect'"
+        ).fetchone()
+    if row is None:
+        return None
+    return dict(zip(("state", "lease_owner", "attempts", "lease_until"), row, strict=True))
+
+
+def wait_for(predicate: Any, what: str, timeout: float, logs: list[Path]) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}:\n" + "\n".join(p.read_text() for p in logs))
+        time.sleep(0.05)
+
+
+class Watcher:
+    """Asks each API replica for /readyz and the traceset, over and over, from a thread:
+    every answer must come, 200, with the files pending until inspection is done."""
+
+    def __init__(self, urls: list[str], token: str, traceset_id: str) -> None:
+        self.urls, self.token, self.traceset_id = urls, token, traceset_id
+        self.answers: list[tuple[str, int, str]] = []  # (url, status, metadataStatus)
+        self.problems: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _watch(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        with httpx.Client(timeout=5) as http:
+            while not self._stop.is_set():
+                for url in self.urls:
+                    try:
+                        ready = http.get(f"{url}/readyz")
+                        got = http.get(
+                            f"{url}/api/v1/tracesets/{self.traceset_id}", headers=headers
+                        )
+                    except httpx.HTTPError as exc:
+                        self.problems.append(f"{url}: {exc!r}")
+                        continue
+                    if ready.status_code != 200 or got.status_code != 200:
+                        self.problems.append(f"{url}: {ready.status_code} {got.status_code}")
+                        continue
+                    self.answers.append((url, 200, got.json()["files"][0]["metadataStatus"]))
+                time.sleep(0.1)
+
+
+def test_a_killed_workers_inspection_is_finished_by_another_while_the_api_answers(
+    postgres: str,  # noqa: F811
+    s3: MotoServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    database_url = fresh_database(postgres)
+    env = replica_env(
+        TRACESTORE_DATABASE_URL=database_url,
+        TRACESTORE_BLOB_URL=f"s3://{s3.new_bucket()}/ts",
+        TRACESTORE_S3_ENDPOINT_URL=s3.endpoint_url,
+        TRACESTORE_JOB_LEASE=str(LEASE_SECONDS),
+        **AWS_ENV,
+    )
+    source = tmp_path / "traces"
+    source.mkdir()
+    big_kineto(source / "rank0.json")
+    assert (source / "rank0.json").stat().st_size > 64 * 1024 * 1024
+
+    with ExitStack() as stack:
+        api = stack.enter_context(replicas(tmp_path, env, count=2, args=("--no-worker",)))
+        token = admin_token(api)
+        with Client(api[0].url, token) as client:
+            made = client.upload_traceset(source, workload_metadata={"shape": {"rankCount": 1}})
+        assert [f.metadata_status for f in made.files] == ["pending"]
+        logs = [r.data_dir.parent / f"{r.data_dir.name}.log" for r in api]
+        # API-only replicas run no jobs: it stays queued.
+        time.sleep(1.5)
+        queued = job_row(database_url)
+        assert queued is not None and queued["state"] == "queued", queued
+
+        watcher = stack.enter_context(Watcher([r.url for r in api], token, made.id))
+        first = stack.enter_context(worker_process(tmp_path, "worker1", env))
+        logs.append(tmp_path / "worker1.log")
+        running = wait_for(
+            lambda: (row := job_row(database_url)) and row["state"] == "running" and row,
+            "the first worker never claimed the job",
+            60,
+            logs,
+        )
+        time.sleep(LEASE_SECONDS)  # it renews its lease while it inspects ...
+        assert job_row(database_url)["lease_until"] > running["lease_until"]  # type: ignore[index]
+        first.kill()  # ... and dies mid-inspection
+        first.wait()
+        killed = job_row(database_url)
+        assert killed is not None and killed["state"] == "running", killed
+        assert killed["lease_owner"] == running["lease_owner"]
+
+        second = stack.enter_context(worker_process(tmp_path, "worker2", env))
+        logs.append(tmp_path / "worker2.log")
+
+        def inspected() -> bool:
+            with Client(api[1].url, token) as client:
+                return client.get_traceset(made.id).files[0].metadata_status != "pending"
+
+        wait_for(inspected, "the second worker never finished the job", 90, logs)
+        assert second.poll() is None
+        done = job_row(database_url)
+        assert done is not None and done["state"] == "done" and done["attempts"] == 2, done
+        worker2_log = (tmp_path / "worker2.log").read_text()
+        assert "attempt 2" in worker2_log, worker2_log
+
+        with Client(api[0].url, token) as client:
+            after = client.get_traceset(made.id)
+        assert after.files[0].metadata_status == "complete"
+        assert after.inspection is not None
+        assert after.inspection["status"] == "complete"
+        assert after.inspection["census"]["ranksFound"] == [0]
+
+    # Both replicas answered throughout, and showed pending until the second worker's end.
+    assert watcher.problems == []
+    seen = {url: [status for u, _, status in watcher.answers if u == url] for url in watcher.urls}
+    for url, statuses in seen.items():
+        assert statuses, url
+        assert set(statuses) <= {"pending", "complete"}, statuses
+        settled = statuses.index("complete") if "complete" in statuses else len(statuses)
+        assert set(statuses[settled:]) <= {"complete"}, json.dumps(statuses)
+
+
+def test_a_worker_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    env = replica_env()
+    with worker_process(tmp_path, "data", env) as process:
+        wait_for(
+            lambda: "running jobs from" in (tmp_path / "data.log").read_text(),
+            "the worker never started",
+            60,
+            [tmp_path / "data.log"],
+        )
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+    output = (tmp_path / "data.log").read_text()
+    assert "stopped" in output and "Traceback" not in output, output
+
+
+def test_a_worker_without_its_database_refuses_to_start_with_one_line(tmp_path: Path) -> None:
+    url = f"postgresql+psycopg://tracestore:secret@127.0.0.1:{free_port()}/traces"
+    line = refusal(tmp_path, replica_env(TRACESTORE_DATABASE_URL=url), command="worker")
+    assert line.startswith("Error: Cannot use the database postgresql+psycopg://tracestore:***@")
+    assert "(TRACESTORE_DATABASE_URL)" in line and "secret" not in line
