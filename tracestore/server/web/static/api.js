@@ -38,12 +38,14 @@ export function sleep(ms, signal) {
 }
 
 // fetch() that retries when no answer came (and on 502/503/504, which a load balancer gives
-// while a replica restarts); onRetry(attempt, delayMs) lets a view say it is waiting.
-export async function fetchRetrying(url, init = {}, { onRetry, signal } = {}) {
+// while a replica restarts); onRetry(attempt, delayMs) lets a view say it is waiting. send
+// replaces fetch (same arguments, a Response back): the upload sends with XMLHttpRequest,
+// the one browser API that reports how far a request body has gone.
+export async function fetchRetrying(url, init = {}, { onRetry, signal, send = fetch } = {}) {
   for (let attempt = 0; ; attempt++) {
     let answer;
     try {
-      answer = await fetch(url, { ...init, signal });
+      answer = await send(url, { ...init, signal });
     } catch (error) {
       if (signal?.aborted || attempt >= RETRY_DELAYS_MS.length) {
         throw signal?.aborted ? error : new NetworkError(`The service did not answer: ${error.message}`);
@@ -68,8 +70,12 @@ export async function errorOf(answer) {
 }
 
 // Calls the API at API + path; query is an object (arrays repeat the key), body is sent as
-// JSON. Returns the parsed JSON answer (null for 204) or throws ApiError / NetworkError.
-export async function api(path, { method = "GET", query, body, signal, onRetry, auth } = {}) {
+// JSON (bodyText instead: JSON text sent as it is, so numbers keep how they were written).
+// Returns the parsed JSON answer (null for 204) or throws ApiError / NetworkError.
+export async function api(
+  path,
+  { method = "GET", query, body, bodyText, signal, onRetry, auth } = {},
+) {
   let url = API + path;
   if (query) {
     const params = new URLSearchParams();
@@ -83,10 +89,11 @@ export async function api(path, { method = "GET", query, body, signal, onRetry, 
   const headers = { Accept: "application/json" };
   const bearer = auth ?? token();
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (body !== undefined) bodyText = JSON.stringify(body);
+  if (bodyText !== undefined) headers["Content-Type"] = "application/json";
   const answer = await fetchRetrying(
     url,
-    { method, headers, body: body === undefined ? undefined : JSON.stringify(body) },
+    { method, headers, body: bodyText },
     { onRetry, signal },
   );
   if (!answer.ok) {
