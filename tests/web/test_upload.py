@@ -28,12 +28,14 @@ PARTS = "**/blobs/parts/**"
 
 
 def open_upload_view(page: Page, served: Served) -> None:
-    """Sign in on / and mount the upload view into #app, recording what ``onUploaded`` gets in
-    ``window.uploaded`` (at merge: the router's /upload)."""
+    """Sign in on / (unless this tab is signed in) and mount the upload view into #app,
+    recording what ``onUploaded`` gets in ``window.uploaded`` (at merge: the router's
+    /upload)."""
     page.goto(served.url + "/")
-    page.get_by_label("API token").fill(served.token)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_label("API token")).to_have_count(0)
+    if page.evaluate("sessionStorage.getItem('tracestore.token')") is None:
+        page.get_by_label("API token").fill(served.token)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_label("API token")).to_have_count(0)
     page.evaluate(
         """async () => {
           const m = await import('/static/upload_view.js');
@@ -315,6 +317,45 @@ def test_an_upload_cut_by_a_reload_finishes_with_only_the_missing_parts(
     assert traceset["id"] == state["tracesetId"]
     assert len(sent_after) == 4 and not set(sent_after) & set(passed)
     stored_matches(served, traceset["id"], folder, tmp_path)
+    assert page.evaluate("localStorage.getItem('tracestore.uploads')") == "[]"
+
+
+def test_a_stopped_upload_tries_again_in_place_and_a_forgotten_one_is_gone(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    folder = make_folder(tmp_path / "run", {"big.bin": PART + 5, "small.json": 10})
+    held: list[Route] = []
+    page.route(PARTS, lambda route: held.append(route))  # every part waits for the Stop
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    fill_rank_count(page, "1")
+    page.get_by_role("button", name="Upload").click()
+    page.wait_for_function(
+        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
+    )
+    expect(page.get_by_label("big.bin")).to_be_visible()
+    page.get_by_role("button", name="Stop").click()
+    expect(
+        page.get_by_role("alert").filter(has_text="Stopped; what was sent is kept")
+    ).to_be_visible()
+    page.unroute(PARTS)  # the held PUTs were aborted by the Stop
+    page.get_by_role("button", name="Try again").click()
+    traceset = upload_done(page)
+    stored_matches(served, traceset["id"], folder, tmp_path)
+
+    # An upload left unfinished can be forgotten: its card and its saved state go.
+    page.route(PARTS, lambda route: held.append(route))
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    fill_rank_count(page, "1")
+    page.get_by_role("button", name="Upload").click()
+    page.wait_for_function(
+        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
+    )
+    page.reload()
+    open_upload_view(page, served)
+    page.get_by_role("button", name="Forget it").click()
+    expect(page.get_by_text("Unfinished upload: run")).to_have_count(0)
     assert page.evaluate("localStorage.getItem('tracestore.uploads')") == "[]"
 
 

@@ -103,7 +103,11 @@ export function savedUploads() {
 }
 
 function writeSaved(list) {
-  localStorage.setItem(STATE_KEY, JSON.stringify(list));
+  try {
+    localStorage.setItem(STATE_KEY, JSON.stringify(list));
+  } catch {
+    // Storage full or refused (a private window): the upload goes on, only a reload loses it.
+  }
 }
 
 export function saveUpload(state) {
