@@ -314,6 +314,8 @@ def test_an_upload_cut_by_a_reload_finishes_with_only_the_missing_parts(
     expect(page.get_by_text("a/small.txt is not among the files picked")).to_be_visible()
     page.get_by_label("Folder for gpt-run").set_input_files(folder)
     traceset = upload_done(page)
+    expect(page.get_by_text("Uploaded gpt-run: 3 files")).to_be_visible()
+    expect(page.get_by_text("Unfinished upload: gpt-run")).to_have_count(0)
     assert traceset["id"] == state["tracesetId"]
     assert len(sent_after) == 4 and not set(sent_after) & set(passed)
     stored_matches(served, traceset["id"], folder, tmp_path)

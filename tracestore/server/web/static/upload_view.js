@@ -145,6 +145,8 @@ export function mountUploadView(container, { onUploaded } = {}) {
       });
       panel.status(`Uploaded ${traceset.name}: ${traceset.fileCount} files, ${sizeText(traceset.totalSize)}, ${traceset.status}`);
       panel.actions.replaceChildren();
+      // A continued upload's card goes with its saved state; its outcome stays in view.
+      if (unfinished.contains(panel.root)) mainPlace.replaceChildren(panel.root);
       showUnfinished();
       onUploaded?.(traceset);
       return traceset;
@@ -283,8 +285,8 @@ export function mountUploadView(container, { onUploaded } = {}) {
     refusal,
     submit,
   );
-  const place = el("div");
-  view.append(place, form);
+  const mainPlace = el("div");
+  view.append(mainPlace, form);
 
   let metadataText = null; // the file's text when a file is the source
   let metadataFileError = null;
@@ -413,7 +415,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
           currentUploadId = state.uploadId;
           return sendAndComplete({ session, files, state, ...hooks });
         },
-        place,
+        mainPlace,
       );
     } finally {
       submit.disabled = false;
