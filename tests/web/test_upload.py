@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import Page, Route, expect
 
-from tests.test_e2e_serve import PART, Served
+from tests.test_e2e_serve import PART, Served, serving
 from tests.web.conftest import SCREENSHOTS
 from tracestore import jsontext
 from tracestore import metadata as rules
@@ -359,6 +359,28 @@ def test_a_stopped_upload_tries_again_in_place_and_a_forgotten_one_is_gone(
     page.get_by_role("button", name="Forget it").click()
     expect(page.get_by_text("Unfinished upload: run")).to_have_count(0)
     assert page.evaluate("localStorage.getItem('tracestore.uploads')") == "[]"
+
+
+def test_part_urls_past_the_first_page_come_from_the_resume_route(
+    page: Page, tmp_path: Path
+) -> None:
+    # One URL per answer: every part after each file's first asks the resume route for its own.
+    folder = make_folder(tmp_path / "run", {"a.bin": 2 * PART + 7, "b.bin": PART + 3})
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "fromPart=" in r.url else None)
+    env = {"TRACESTORE_PART_URLS_PER_ANSWER": "1"}
+    with serving(tmp_path / "data", env=env) as served:
+        open_upload_view(page, served)
+        page.get_by_label("Choose a folder").set_input_files(folder)
+        fill_rank_count(page, "1")
+        page.get_by_role("button", name="Upload").click()
+        traceset = upload_done(page)
+        stored_matches(served, traceset["id"], folder, tmp_path)
+    assert sorted(u.split("?", 1)[1] for u in asked) == [
+        "file=a.bin&fromPart=2",
+        "file=a.bin&fromPart=3",
+        "file=b.bin&fromPart=2",
+    ]
 
 
 def test_without_crypto_subtle_the_page_hashes_with_its_own_sha256(
