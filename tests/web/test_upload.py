@@ -252,6 +252,51 @@ def test_a_network_error_is_retried_and_the_view_says_it_is_waiting(
     stored_matches(served, traceset["id"], folder, tmp_path)
 
 
+def test_an_expired_part_url_is_signed_afresh_and_a_refused_part_shows_the_apis_message(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    folder = make_folder(tmp_path / "run", {"trace.json": 3_000})
+    answers = [
+        (403, "The URL has expired"),  # once: the page asks the resume route for a fresh URL
+        None,
+    ]
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "fromPart=" in r.url else None)
+
+    def expiring(route: Route) -> None:
+        answer = answers.pop(0) if answers else None
+        if answer is None:
+            route.continue_()
+        else:
+            envelope = {"error": {"code": "FORBIDDEN", "message": answer[1], "requestId": "r1"}}
+            route.fulfill(status=answer[0], json=envelope)
+
+    page.route(PARTS, expiring)
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    fill_rank_count(page, "1")
+    page.get_by_role("button", name="Upload").click()
+    traceset = upload_done(page)
+    assert [u.split("?", 1)[1] for u in asked] == ["file=trace.json&fromPart=1"]
+    stored_matches(served, traceset["id"], folder, tmp_path)
+
+    # A refusal that no retry mends is shown as the API words it, the upload kept to resume.
+    page.unroute(PARTS)
+    message = "The session takes no more parts (failed or completed)"
+    page.route(
+        PARTS,
+        lambda route: route.fulfill(
+            status=409, json={"error": {"code": "CONFLICT", "message": message, "requestId": "r2"}}
+        ),
+    )
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    fill_rank_count(page, "1")
+    page.get_by_role("button", name="Upload").click()
+    expect(page.get_by_role("alert").filter(has_text=f"{message} (request r2)")).to_be_visible()
+    expect(page.get_by_role("button", name="Try again")).to_be_visible()
+
+
 def test_an_upload_cut_by_a_reload_finishes_with_only_the_missing_parts(
     served: Served, page: Page, tmp_path: Path
 ) -> None:
