@@ -428,6 +428,57 @@ def test_part_urls_past_the_first_page_come_from_the_resume_route(
     ]
 
 
+def remount_elsewhere_and_back(page: Page, back: bool = True) -> None:
+    """What the page's router does when the user opens another view (and the upload again)."""
+    page.evaluate("document.getElementById('app').replaceChildren('another view')")
+    if back:
+        page.evaluate(
+            """async () => {
+              const m = await import('/static/upload_view.js');
+              m.mountUploadView(document.getElementById('app'), {
+                onUploaded: (t) => window.uploaded.push(t) });
+            }"""
+        )
+
+
+def test_an_upload_running_while_another_view_is_open_is_shown_again_not_sent_twice(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    folder = make_folder(tmp_path / "run", {"big.bin": PART + 5, "small.json": 10})
+    page.route(PARTS, lambda route: None)  # held until the route goes
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    fill_rank_count(page, "1")
+    page.get_by_role("button", name="Upload").click()
+    page.wait_for_function(
+        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
+    )
+    remount_elsewhere_and_back(page)
+    expect(page.get_by_label("Overall progress")).to_be_visible()
+    expect(page.get_by_text("Unfinished upload")).to_have_count(0)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    page.get_by_label("Rank count").fill("1")
+    page.get_by_role("button", name="Upload").click()
+    expect(page.get_by_text("An upload is already running")).to_be_visible()
+    page.unroute(PARTS)  # the held PUTs go on
+    traceset = upload_done(page)
+    stored_matches(served, traceset["id"], folder, tmp_path)
+
+    # One that finishes while another view is open does not open its traceset over that view.
+    page.route(PARTS, lambda route: None)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    page.get_by_role("button", name="Upload").click()
+    page.wait_for_function(
+        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
+    )
+    remount_elsewhere_and_back(page, back=False)
+    page.unroute(PARTS)
+    page.wait_for_function("() => localStorage.getItem('tracestore.uploads') === '[]'")
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.uploaded.length") == 1
+    assert page.evaluate("document.getElementById('app').textContent") == "another view"
+
+
 def test_without_crypto_subtle_the_page_hashes_with_its_own_sha256(
     served: Served, page: Page, tmp_path: Path
 ) -> None:

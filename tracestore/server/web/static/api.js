@@ -70,11 +70,11 @@ export async function errorOf(answer) {
 }
 
 // Calls the API at API + path; query is an object (arrays repeat the key), body is sent as
-// JSON (bodyText instead: JSON text sent as it is, so numbers keep how they were written).
-// Returns the parsed JSON answer (null for 204) or throws ApiError / NetworkError.
+// JSON (bodyText instead: JSON text sent as written, so its numbers keep their spelling). Returns the parsed JSON answer (null for 204), or with as: "text" its text (for
+// json_text.js, which keeps numbers as written), or throws ApiError / NetworkError.
 export async function api(
   path,
-  { method = "GET", query, body, bodyText, signal, onRetry, auth } = {},
+  { method = "GET", query, body, bodyText, signal, onRetry, auth, as } = {},
 ) {
   let url = API + path;
   if (query) {
@@ -89,11 +89,11 @@ export async function api(
   const headers = { Accept: "application/json" };
   const bearer = auth ?? token();
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
-  if (body !== undefined) bodyText = JSON.stringify(body);
-  if (bodyText !== undefined) headers["Content-Type"] = "application/json";
+  const sent = bodyText ?? (body === undefined ? undefined : JSON.stringify(body));
+  if (sent !== undefined) headers["Content-Type"] = "application/json";
   const answer = await fetchRetrying(
     url,
-    { method, headers, body: bodyText },
+    { method, headers, body: sent },
     { onRetry, signal },
   );
   if (!answer.ok) {
@@ -104,5 +104,6 @@ export async function api(
     }
     throw error;
   }
-  return answer.status === 204 ? null : answer.json();
+  if (answer.status === 204) return null;
+  return as === "text" ? answer.text() : answer.json();
 }

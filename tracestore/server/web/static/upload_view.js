@@ -24,6 +24,12 @@ import {
 } from "/static/upload.js";
 
 const CSS = "/static/upload.css";
+// The upload running in this page, if one is: it outlives its view (the page's router may
+// show another view meanwhile), so a view mounted later shows its progress rather than
+// offering to send it a second time. { panel, files } (files.state once the session exists).
+let active = null;
+// The view mounted last: where an upload that finishes reports.
+let mounted = null;
 const FORM_DEGREES = [...DEGREES, "cp", "fsdp"];
 
 function el(tag, attributes = {}, ...children) {
@@ -125,14 +131,13 @@ export function mountUploadView(container, { onUploaded } = {}) {
   container.append(view);
   const unfinished = el("div", { class: "upload-unfinished" });
   view.append(unfinished);
-  let busy = null; // the AbortController of the upload running, if one is
 
   // Run an upload (start or continue) in a progress panel; offers to try again on failure.
   async function run(panelFiles, work, where) {
     const panel = progressPanel(panelFiles);
     where.replaceChildren(panel.root);
     const controller = new AbortController();
-    busy = controller;
+    active = { panel, files: panelFiles };
     const stop = el("button", { type: "button", text: "Stop" });
     stop.addEventListener("click", () => controller.abort(new Error("Stopped; what was sent is kept")));
     panel.actions.replaceChildren(stop);
@@ -147,8 +152,10 @@ export function mountUploadView(container, { onUploaded } = {}) {
       panel.actions.replaceChildren();
       // A continued upload's card goes with its saved state; its outcome stays in view.
       if (unfinished.contains(panel.root)) mainPlace.replaceChildren(panel.root);
+      active = null;
       showUnfinished();
-      onUploaded?.(traceset);
+      // Only a view still on the page opens the traceset: one left meanwhile is not yanked back.
+      if (panel.root.isConnected) mounted?.onUploaded?.(traceset);
       return traceset;
     } catch (error) {
       panel.status("");
@@ -160,11 +167,12 @@ export function mountUploadView(container, { onUploaded } = {}) {
       showUnfinished();
       return null;
     } finally {
-      busy = null;
+      if (active?.panel === panel) active = null;
     }
     function retry() {
       const state = savedUploads().find((s) => s.uploadId === panelFiles.state?.uploadId);
-      if (state) run(panelFiles, (hooks) => continueUpload({ state, files: panelFiles, ...hooks }), where);
+      const place = panel.root.parentElement ?? where; // the view it is in now
+      if (state) run(panelFiles, (hooks) => continueUpload({ state, files: panelFiles, ...hooks }), place);
     }
   }
 
@@ -173,7 +181,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
   function showUnfinished() {
     unfinished.replaceChildren();
     for (const state of savedUploads()) {
-      if (busy && state.uploadId === currentUploadId) continue;
+      if (active && state.uploadId === active.files.state?.uploadId) continue;
       unfinished.append(unfinishedCard(state));
     }
   }
@@ -221,7 +229,6 @@ export function mountUploadView(container, { onUploaded } = {}) {
       problem.textContent = why ?? "";
       if (why) return;
       files.state = state;
-      currentUploadId = state.uploadId;
       run(files, (hooks) => continueUpload({ state, files, ...hooks }), place);
     };
     folder.addEventListener("change", tryContinue);
@@ -233,8 +240,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
 
   let primary = [];
   let folderName = "";
-  let currentUploadId = null;
-  const drop = el("div", { class: "upload-drop", tabindex: 0 });
+  const drop = el("div", { class: "upload-drop" });
   const folderInput = el("input", { type: "file", webkitdirectory: true, "aria-label": "Choose a folder" });
   drop.append(
     el("p", { text: "Drop a folder here, or " }),
@@ -386,7 +392,10 @@ export function mountUploadView(container, { onUploaded } = {}) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     refusal.textContent = "";
-    if (busy) return;
+    if (active) {
+      refusal.textContent = "An upload is already running; wait for it or stop it first";
+      return;
+    }
     const files = allFiles();
     if (!files.length) {
       refusal.textContent = "Nothing to upload: pick or drop a folder first";
@@ -412,7 +421,6 @@ export function mountUploadView(container, { onUploaded } = {}) {
               hooks.onWaiting(`Asking for upload URLs: no answer yet; trying again in ${(delay / 1000).toFixed(1)} s`),
           });
           files.state = state;
-          currentUploadId = state.uploadId;
           return sendAndComplete({ session, files, state, ...hooks });
         },
         mainPlace,
@@ -422,6 +430,8 @@ export function mountUploadView(container, { onUploaded } = {}) {
     }
   });
 
+  mounted = { onUploaded, view };
+  if (active) mainPlace.append(active.panel.root);
   showUnfinished();
   check();
 }
