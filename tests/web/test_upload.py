@@ -73,6 +73,20 @@ def fill_rank_count(page: Page, value: str) -> None:
     page.get_by_label("Rank count").fill(value)
 
 
+def upload_folder(page: Page, folder: Path, rank_count: str = "1") -> None:
+    """Pick ``folder``, declare its rank count in the form and press Upload."""
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    fill_rank_count(page, rank_count)
+    page.get_by_role("button", name="Upload").click()
+
+
+def wait_until_saved(page: Page) -> None:
+    """Until the upload's session exists and its state is in localStorage."""
+    page.wait_for_function(
+        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
+    )
+
+
 def upload_done(page: Page) -> dict[str, Any]:
     page.wait_for_function("() => window.uploaded.length > 0", timeout=60_000)
     traceset: dict[str, Any] = page.evaluate("window.uploaded[0]")
@@ -241,9 +255,7 @@ def test_a_network_error_is_retried_and_the_view_says_it_is_waiting(
 
     page.route(PARTS, flaky)
     open_upload_view(page, served)
-    page.get_by_label("Choose a folder").set_input_files(folder)
-    fill_rank_count(page, "1")
-    page.get_by_role("button", name="Upload").click()
+    upload_folder(page, folder)
     expect(
         page.get_by_role("status").filter(has_text="no answer yet; trying again")
     ).to_be_visible()
@@ -273,9 +285,7 @@ def test_an_expired_part_url_is_signed_afresh_and_a_refused_part_shows_the_apis_
 
     page.route(PARTS, expiring)
     open_upload_view(page, served)
-    page.get_by_label("Choose a folder").set_input_files(folder)
-    fill_rank_count(page, "1")
-    page.get_by_role("button", name="Upload").click()
+    upload_folder(page, folder)
     traceset = upload_done(page)
     assert [u.split("?", 1)[1] for u in asked] == ["file=trace.json&fromPart=1"]
     stored_matches(served, traceset["id"], folder, tmp_path)
@@ -290,9 +300,7 @@ def test_an_expired_part_url_is_signed_afresh_and_a_refused_part_shows_the_apis_
         ),
     )
     open_upload_view(page, served)
-    page.get_by_label("Choose a folder").set_input_files(folder)
-    fill_rank_count(page, "1")
-    page.get_by_role("button", name="Upload").click()
+    upload_folder(page, folder)
     expect(page.get_by_role("alert").filter(has_text=f"{message} (request r2)")).to_be_visible()
     expect(page.get_by_role("button", name="Try again")).to_be_visible()
 
@@ -374,12 +382,8 @@ def test_a_stopped_upload_tries_again_in_place_and_a_forgotten_one_is_gone(
     held: list[Route] = []
     page.route(PARTS, lambda route: held.append(route))  # every part waits for the Stop
     open_upload_view(page, served)
-    page.get_by_label("Choose a folder").set_input_files(folder)
-    fill_rank_count(page, "1")
-    page.get_by_role("button", name="Upload").click()
-    page.wait_for_function(
-        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
-    )
+    upload_folder(page, folder)
+    wait_until_saved(page)
     expect(page.get_by_label("big.bin")).to_be_visible()
     page.get_by_role("button", name="Stop").click()
     expect(
@@ -393,12 +397,8 @@ def test_a_stopped_upload_tries_again_in_place_and_a_forgotten_one_is_gone(
     # An upload left unfinished can be forgotten: its card and its saved state go.
     page.route(PARTS, lambda route: held.append(route))
     open_upload_view(page, served)
-    page.get_by_label("Choose a folder").set_input_files(folder)
-    fill_rank_count(page, "1")
-    page.get_by_role("button", name="Upload").click()
-    page.wait_for_function(
-        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
-    )
+    upload_folder(page, folder)
+    wait_until_saved(page)
     page.reload()
     open_upload_view(page, served)
     page.get_by_role("button", name="Forget it").click()
@@ -416,9 +416,7 @@ def test_part_urls_past_the_first_page_come_from_the_resume_route(
     env = {"TRACESTORE_PART_URLS_PER_ANSWER": "1"}
     with serving(tmp_path / "data", env=env) as served:
         open_upload_view(page, served)
-        page.get_by_label("Choose a folder").set_input_files(folder)
-        fill_rank_count(page, "1")
-        page.get_by_role("button", name="Upload").click()
+        upload_folder(page, folder)
         traceset = upload_done(page)
         stored_matches(served, traceset["id"], folder, tmp_path)
     assert sorted(u.split("?", 1)[1] for u in asked) == [
@@ -447,12 +445,8 @@ def test_an_upload_running_while_another_view_is_open_is_shown_again_not_sent_tw
     folder = make_folder(tmp_path / "run", {"big.bin": PART + 5, "small.json": 10})
     page.route(PARTS, lambda route: None)  # held until the route goes
     open_upload_view(page, served)
-    page.get_by_label("Choose a folder").set_input_files(folder)
-    fill_rank_count(page, "1")
-    page.get_by_role("button", name="Upload").click()
-    page.wait_for_function(
-        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
-    )
+    upload_folder(page, folder)
+    wait_until_saved(page)
     remount_elsewhere_and_back(page)
     expect(page.get_by_label("Overall progress")).to_be_visible()
     expect(page.get_by_text("Unfinished upload")).to_have_count(0)
@@ -468,9 +462,7 @@ def test_an_upload_running_while_another_view_is_open_is_shown_again_not_sent_tw
     page.route(PARTS, lambda route: None)
     page.get_by_label("Choose a folder").set_input_files(folder)
     page.get_by_role("button", name="Upload").click()
-    page.wait_for_function(
-        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
-    )
+    wait_until_saved(page)
     remount_elsewhere_and_back(page, back=False)
     page.unroute(PARTS)
     page.wait_for_function("() => localStorage.getItem('tracestore.uploads') === '[]'")
@@ -489,9 +481,7 @@ def test_without_crypto_subtle_the_page_hashes_with_its_own_sha256(
     folder = make_folder(tmp_path / "run", {"big.bin": PART + 4_321, "small.json": 10, "empty": 0})
     open_upload_view(page, served)
     assert page.evaluate("crypto.subtle === undefined")
-    page.get_by_label("Choose a folder").set_input_files(folder)
-    fill_rank_count(page, "1")
-    page.get_by_role("button", name="Upload").click()
+    upload_folder(page, folder)
     traceset = upload_done(page)
     # The service refuses a completion whose SHA-256 differs from what it stored.
     stored_matches(served, traceset["id"], folder, tmp_path)
