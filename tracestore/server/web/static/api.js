@@ -38,12 +38,14 @@ export function sleep(ms, signal) {
 }
 
 // fetch() that retries when no answer came (and on 502/503/504, which a load balancer gives
-// while a replica restarts); onRetry(attempt, delayMs) lets a view say it is waiting.
-export async function fetchRetrying(url, init = {}, { onRetry, signal } = {}) {
+// while a replica restarts); onRetry(attempt, delayMs) lets a view say it is waiting. send
+// replaces fetch (same arguments, a Response back): the upload sends with XMLHttpRequest,
+// the one browser API that reports how far a request body has gone.
+export async function fetchRetrying(url, init = {}, { onRetry, signal, send = fetch } = {}) {
   for (let attempt = 0; ; attempt++) {
     let answer;
     try {
-      answer = await fetch(url, { ...init, signal });
+      answer = await send(url, { ...init, signal });
     } catch (error) {
       if (signal?.aborted || attempt >= RETRY_DELAYS_MS.length) {
         throw signal?.aborted ? error : new NetworkError(`The service did not answer: ${error.message}`);

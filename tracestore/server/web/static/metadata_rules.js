@@ -1,0 +1,357 @@
+// The workloadMetadata rules of upload, as tracestore/metadata.py applies them, with its
+// messages word for word (the seed page, /work/shared/seed/workload-metadata.txt, is the
+// authority). The page checks before it asks for upload URLs; the service still judges, and
+// its answer is shown as it words it. tests/web/test_upload.py runs these against the Python
+// rules over many inputs.
+//
+// JSON.parse cannot be used: it reads 2.0 as 2 (the rules refuse 2.0) and loses digits past
+// 2^53. parseJson keeps what the text says: integers as BigInt, other numbers as RawNumber
+// (with their text), objects as Map (key order as written, a repeated key's last value, as
+// Python's json does).
+
+export const DEGREES = ["dp", "tp", "sp", "ep", "pp"];
+export const MAX_RANK_COUNT = 2147483647n;
+export const MAX_METADATA_BYTES = 65536;
+export const MISSING_RANK_COUNT_MESSAGE =
+  "Uploads with primary trace files must declare a rank count: " +
+  "set workloadMetadata.shape.rankCount, " +
+  `or workloadMetadata.parallelism degrees (${DEGREES.join(", ")})`;
+
+const ROOT = "workloadMetadata";
+const SHAPE = `${ROOT}.shape`;
+const PARALLELISM = `${ROOT}.parallelism`;
+const FORMULA = DEGREES.join(" × ");
+const PRODUCT = `the parallelism product (${FORMULA})`;
+const SHOWN_CHARS = 80;
+// Python refuses to write an int of more decimal digits than this (sys.get_int_max_str_digits).
+const MAX_INT_DIGITS = 4300;
+
+// A rule broken: message is the API's own wording.
+export class RuleError extends Error {}
+
+// A JSON number that is not an integer, with the text it was written as.
+export class RawNumber {
+  constructor(text) {
+    this.text = text;
+  }
+}
+
+// ---- JSON text, read and written as tracestore/jsontext.py does ----
+
+const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?/y;
+const ESCAPES = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+
+// Parse JSON text into plain values (BigInt, RawNumber, Map, arrays, strings, booleans, null);
+// throws SyntaxError naming the position.
+export function parseJson(text) {
+  let at = 0;
+  const fail = (what) => {
+    throw new SyntaxError(`${what} at character ${at + 1}`);
+  };
+  const space = () => {
+    while (at < text.length && " \t\n\r".includes(text[at])) at++;
+  };
+  const value = (depth) => {
+    if (depth > 500) fail("nested too deeply");
+    space();
+    const c = text[at];
+    if (c === "{") {
+      at++;
+      const map = new Map();
+      space();
+      if (text[at] === "}") {
+        at++;
+        return map;
+      }
+      for (;;) {
+        space();
+        if (text[at] !== '"') fail("expected a member name in double quotes");
+        const key = string();
+        space();
+        if (text[at] !== ":") fail("expected ':'");
+        at++;
+        map.set(key, value(depth + 1));
+        space();
+        if (text[at] === ",") at++;
+        else if (text[at] === "}") {
+          at++;
+          return map;
+        } else fail("expected ',' or '}'");
+      }
+    }
+    if (c === "[") {
+      at++;
+      const list = [];
+      space();
+      if (text[at] === "]") {
+        at++;
+        return list;
+      }
+      for (;;) {
+        list.push(value(depth + 1));
+        space();
+        if (text[at] === ",") at++;
+        else if (text[at] === "]") {
+          at++;
+          return list;
+        } else fail("expected ',' or ']'");
+      }
+    }
+    if (c === '"') return string();
+    for (const [word, meaning] of [
+      ["true", true],
+      ["false", false],
+      ["null", null],
+    ]) {
+      if (text.startsWith(word, at)) {
+        at += word.length;
+        return meaning;
+      }
+    }
+    NUMBER.lastIndex = at;
+    const match = NUMBER.exec(text);
+    if (!match) fail("expected a value");
+    at = NUMBER.lastIndex;
+    if (match[1] === undefined && match[2] === undefined) {
+      const digits = match[0].replace("-", "").length;
+      if (digits > MAX_INT_DIGITS) fail(`an integer of ${digits} digits (at most ${MAX_INT_DIGITS})`);
+      return BigInt(match[0]);
+    }
+    return new RawNumber(match[0]);
+  };
+  const string = () => {
+    at++; // the opening quote
+    let out = "";
+    for (;;) {
+      const c = text[at];
+      if (c === undefined) fail("unterminated string");
+      if (c === '"') {
+        at++;
+        return out;
+      }
+      if (c < " ") fail("control character in a string");
+      if (c !== "\\") {
+        out += c;
+        at++;
+        continue;
+      }
+      const e = text[at + 1];
+      if (e === "u") {
+        const hex = text.slice(at + 2, at + 6);
+        if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("bad \\u escape");
+        out += String.fromCharCode(parseInt(hex, 16));
+        at += 6;
+      } else if (e in ESCAPES) {
+        out += ESCAPES[e];
+        at += 2;
+      } else fail("bad escape");
+    }
+  };
+  const result = value(0);
+  space();
+  if (at < text.length) fail("extra data after the value");
+  return result;
+}
+
+// A string as Python's json.dumps(ensure_ascii=False) writes it (a lone surrogate as it is).
+function quoted(text) {
+  let out = '"';
+  for (const c of text) {
+    const code = c.codePointAt(0);
+    if (c === '"') out += '\\"';
+    else if (c === "\\") out += "\\\\";
+    else if (c === "\n") out += "\\n";
+    else if (c === "\r") out += "\\r";
+    else if (c === "\t") out += "\\t";
+    else if (c === "\b") out += "\\b";
+    else if (c === "\f") out += "\\f";
+    else if (code < 0x20) out += "\\u" + code.toString(16).padStart(4, "0");
+    else out += c;
+  }
+  return out + '"';
+}
+
+// Python's repr of a float: the shortest digits that read back, fixed notation for decimal
+// exponents from -4 to 15 ("1000.0", "0.0001"), scientific past them ("1e+16", "1e-05").
+function floatRepr(number) {
+  if (number === Infinity) return "Infinity";
+  if (number === -Infinity) return "-Infinity";
+  const sign = number < 0 || Object.is(number, -0) ? "-" : "";
+  const [mantissa, exponent] = Math.abs(number).toExponential().split("e");
+  const digits = mantissa.replace(".", "");
+  const point = Number(exponent) + 1; // where the point goes in digits
+  if (point > -4 && point <= 16) {
+    if (point <= 0) return `${sign}0.${"0".repeat(-point)}${digits}`;
+    if (point >= digits.length) return `${sign}${digits}${"0".repeat(point - digits.length)}.0`;
+    return `${sign}${digits.slice(0, point)}.${digits.slice(point)}`;
+  }
+  const e = Number(exponent);
+  const fraction = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
+  return `${sign}${fraction}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
+}
+
+// Compact JSON text; numbers as written (jsontext.dumps) or, with asPython, as Python's
+// json.dumps writes what json.loads read (a non-integer number as a float's repr).
+export function writeJson(value, { asPython = false } = {}) {
+  if (value === null || value === undefined) return "null";
+  if (typeof value === "boolean") return String(value);
+  if (typeof value === "bigint") return value.toString();
+  if (typeof value === "number") return floatRepr(value);
+  if (value instanceof RawNumber) return asPython ? floatRepr(parseFloat(value.text)) : value.text;
+  if (typeof value === "string") return quoted(value);
+  if (Array.isArray(value)) return "[" + value.map((v) => writeJson(v, { asPython })).join(",") + "]";
+  if (value instanceof Map) {
+    const members = [...value].map(([k, v]) => quoted(k) + ":" + writeJson(v, { asPython }));
+    return "{" + members.join(",") + "}";
+  }
+  throw new TypeError(`${typeof value} is not JSON`);
+}
+
+function codePoints(text) {
+  return [...text];
+}
+
+// A value as JSON text for a message, cut to a readable length (metadata._shown).
+function shown(value) {
+  let text;
+  if (typeof value === "bigint" && value.toString().replace("-", "").length > MAX_INT_DIGITS) {
+    // Python cannot write it either: it names its size (a product of huge degrees).
+    const bits = (value < 0n ? -value : value).toString(2).length;
+    text = `an integer of about ${Math.floor(bits * Math.log10(2)) + 1} digits`;
+  } else {
+    text = writeJson(value);
+  }
+  const points = codePoints(text);
+  return points.length <= SHOWN_CHARS ? text : points.slice(0, SHOWN_CHARS).join("") + "…";
+}
+
+// ---- the rules (metadata.check_upload_metadata and what it calls) ----
+
+// Bytes of the metadata as compact UTF-8 JSON, as Python's json.dumps writes it; a lone
+// surrogate cannot be encoded, and the error says so as Python's UTF-8 codec does.
+export function metadataSize(metadata) {
+  const points = codePoints(writeJson(metadata, { asPython: true }));
+  let size = 0;
+  for (let i = 0; i < points.length; i++) {
+    const code = points[i].codePointAt(0);
+    if (code >= 0xd800 && code <= 0xdfff) {
+      let end = i;
+      while (end + 1 < points.length && isSurrogate(points[end + 1])) end++;
+      const what =
+        end === i
+          ? `character '\\u${code.toString(16)}' in position ${i}`
+          : `characters in position ${i}-${end}`;
+      throw new RuleError(
+        `${ROOT} cannot be serialized as JSON: 'utf-8' codec can't encode ${what}: surrogates not allowed`,
+      );
+    }
+    size += code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
+  }
+  return size;
+}
+
+function isSurrogate(point) {
+  const code = point.codePointAt(0);
+  return code >= 0xd800 && code <= 0xdfff;
+}
+
+function checkMetadataSize(metadata) {
+  const size = metadataSize(metadata);
+  if (size > MAX_METADATA_BYTES) {
+    throw new RuleError(
+      `${ROOT} is ${size} bytes when serialized; the limit is ${MAX_METADATA_BYTES} bytes`,
+    );
+  }
+}
+
+function memberObjects(metadata) {
+  if (metadata === null || metadata === undefined) return [new Map(), new Map()];
+  if (!(metadata instanceof Map)) {
+    throw new RuleError(`${ROOT} must be an object or null, got ${shown(metadata)}`);
+  }
+  return ["shape", "parallelism"].map((name) => {
+    const value = metadata.has(name) ? metadata.get(name) : null;
+    if (value !== null && !(value instanceof Map)) {
+      throw new RuleError(`${ROOT}.${name} must be an object or null, got ${shown(value)}`);
+    }
+    return value ?? new Map();
+  });
+}
+
+function wholeNumber(path, value) {
+  if (typeof value === "bigint" && value >= 1n) return value;
+  throw new RuleError(`${path} must be a whole number of at least 1, got ${shown(value)}`);
+}
+
+const withCommas = (n) => n.toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+
+// The rank count the metadata declares (a BigInt) or null; throws RuleError.
+export function declaredRankCount(metadata) {
+  const [shape, parallelism] = memberObjects(metadata);
+  const raw = shape.has("rankCount") ? shape.get("rankCount") : null;
+  const rankCount = raw === null ? null : wholeNumber(`${SHAPE}.rankCount`, raw);
+  const degrees = DEGREES.filter((name) => (parallelism.get(name) ?? null) !== null).map((name) =>
+    wholeNumber(`${PARALLELISM}.${name}`, parallelism.get(name)),
+  );
+  const product = degrees.length ? degrees.reduce((a, b) => a * b, 1n) : null;
+  if (rankCount !== null && rankCount > MAX_RANK_COUNT) {
+    throw new RuleError(
+      `${SHAPE}.rankCount must be at most ${withCommas(MAX_RANK_COUNT)}, got ${shown(rankCount)}`,
+    );
+  }
+  if (product !== null && product > MAX_RANK_COUNT) {
+    throw new RuleError(
+      `${PRODUCT} of ${PARALLELISM} must be at most ${withCommas(MAX_RANK_COUNT)}, ` +
+        `got ${shown(product)}`,
+    );
+  }
+  if (rankCount !== null && product !== null && rankCount !== product) {
+    throw new RuleError(
+      `${SHAPE}.rankCount ${rankCount} differs from the parallelism product ${product} (${FORMULA})`,
+    );
+  }
+  return rankCount ?? product;
+}
+
+// Check an upload's workloadMetadata, the rules in the service's order; the declared rank
+// count (a Number, at most 2^31 - 1) or null. Throws RuleError with the service's message.
+export function checkUploadMetadata(metadata, { hasPrimaryFiles }) {
+  memberObjects(metadata);
+  checkMetadataSize(metadata);
+  const rankCount = declaredRankCount(metadata);
+  if (rankCount === null && hasPrimaryFiles) throw new RuleError(MISSING_RANK_COUNT_MESSAGE);
+  return rankCount === null ? null : Number(rankCount);
+}
+
+// ---- the small form ----
+
+// A form field's text as a JSON value: a number when it is written as one (so "2.5" and "0"
+// meet the rules as numbers), else the text itself, which the rules refuse by name.
+export function fieldValue(text) {
+  const trimmed = text.trim();
+  if (!trimmed) return undefined;
+  NUMBER.lastIndex = 0;
+  const match = NUMBER.exec(trimmed);
+  if (match && match[0].length === trimmed.length) return parseJson(trimmed);
+  return trimmed;
+}
+
+// The metadata a form describes: fields maps rankCount, the degrees (dp tp sp ep pp cp fsdp)
+// and the descriptive members (snake_case, as promotion and the list filters read them) to
+// the text typed; empty fields are left out, and so are empty objects.
+export function metadataFromFields(fields) {
+  const metadata = new Map();
+  for (const name of ["workload_family", "workload_name", "precision"]) {
+    const text = (fields[name] ?? "").trim();
+    if (text) metadata.set(name, text);
+  }
+  const rankCount = fieldValue(fields.rankCount ?? "");
+  if (rankCount !== undefined) metadata.set("shape", new Map([["rankCount", rankCount]]));
+  const parallelism = new Map();
+  for (const name of [...DEGREES, "cp", "fsdp"]) {
+    const value = fieldValue(fields[name] ?? "");
+    if (value !== undefined) parallelism.set(name, value);
+  }
+  if (parallelism.size) metadata.set("parallelism", parallelism);
+  return metadata.size ? metadata : null;
+}

@@ -1,0 +1,437 @@
+// The upload view: pick or drop a folder, describe the workload (a metadata file or a small
+// form checked with the service's own rules and words), watch each file go, and pick the same
+// folder again to finish an upload a reload cut short. mountUploadView is the seam the page's
+// router calls (docs/web-upload.md).
+import { ApiError } from "/static/api.js";
+import {
+  checkUploadMetadata,
+  DEGREES,
+  metadataFromFields,
+  parseJson,
+  RuleError,
+  writeJson,
+} from "/static/metadata_rules.js";
+import {
+  continueUpload,
+  differences,
+  filesOfDrop,
+  filesOfInput,
+  folderOfInput,
+  forgetUpload,
+  savedUploads,
+  sendAndComplete,
+  startUpload,
+} from "/static/upload.js";
+
+const CSS = "/static/upload.css";
+// The upload running in this page, if one is: it outlives its view (the page's router may
+// show another view meanwhile), so a view mounted later shows its progress rather than
+// offering to send it a second time. { panel, files } (files.state once the session exists).
+let active = null;
+// The view mounted last: where an upload that finishes reports.
+let mounted = null;
+const FORM_DEGREES = [...DEGREES, "cp", "fsdp"];
+
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (value === false || value === undefined || value === null) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function sizeText(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return unit ? `${value.toFixed(1)} ${units[unit]}` : `${bytes} B`;
+}
+
+function messageOf(error) {
+  if (error instanceof ApiError) {
+    return error.requestId ? `${error.message} (request ${error.requestId})` : error.message;
+  }
+  return String(error?.message ?? error);
+}
+
+function ensureStylesheet() {
+  if (!document.querySelector(`link[href="${CSS}"]`)) {
+    document.head.append(el("link", { rel: "stylesheet", href: CSS }));
+  }
+}
+
+// A progress area: one bar overall and one per file, a status line, and retry/stop buttons.
+function progressPanel(files) {
+  const overall = el("progress", { max: 1, value: 0, "aria-label": "Overall progress" });
+  const overallText = el("span", { class: "upload-numbers" });
+  const status = el("p", { class: "upload-status", role: "status" });
+  const error = el("p", { class: "error", role: "alert" });
+  const rows = new Map();
+  const list = el("ul", { class: "upload-files" });
+  for (const file of files) {
+    const bar = el("progress", { max: file.size || 1, value: 0, "aria-label": file.name });
+    const numbers = el("span", { class: "upload-numbers" });
+    list.append(el("li", {}, el("span", { class: "upload-name", text: file.name }), bar, numbers));
+    rows.set(file.name, { bar, numbers, size: file.size });
+  }
+  const actions = el("div", { class: "upload-actions" });
+  const root = el(
+    "section",
+    { class: "upload-progress", "aria-label": "Upload progress" },
+    el("div", { class: "upload-overall" }, el("strong", { text: "Overall" }), overall, overallText),
+    status,
+    error,
+    actions,
+    list,
+  );
+  let frame = 0;
+  let latest = null;
+  const paint = () => {
+    frame = 0;
+    const { files: perFile, done, total } = latest;
+    overall.max = total || 1;
+    overall.value = total ? done : 1;
+    overallText.textContent = `${sizeText(done)} of ${sizeText(total)}`;
+    for (const [name, p] of Object.entries(perFile)) {
+      const row = rows.get(name);
+      if (!row) continue;
+      row.bar.max = p.size || 1;
+      row.bar.value = p.size ? p.done : 1;
+      row.numbers.textContent = p.done >= p.size ? "sent" : `${sizeText(p.done)} of ${sizeText(p.size)}`;
+    }
+  };
+  return {
+    root,
+    actions,
+    progress(update) {
+      latest = update;
+      if (!frame) frame = requestAnimationFrame(paint);
+    },
+    status(text) {
+      status.textContent = text ?? "";
+    },
+    error(text) {
+      error.textContent = text ?? "";
+    },
+  };
+}
+
+export function mountUploadView(container, { onUploaded } = {}) {
+  ensureStylesheet();
+  container.replaceChildren();
+  const view = el("section", { class: "upload-view" }, el("h1", { text: "Upload a traceset" }));
+  container.append(view);
+  const unfinished = el("div", { class: "upload-unfinished" });
+  view.append(unfinished);
+
+  // Run an upload (start or continue) in a progress panel; offers to try again on failure.
+  async function run(panelFiles, work, where) {
+    const panel = progressPanel(panelFiles);
+    where.replaceChildren(panel.root);
+    const controller = new AbortController();
+    active = { panel, files: panelFiles };
+    const stop = el("button", { type: "button", text: "Stop" });
+    stop.addEventListener("click", () => controller.abort(new Error("Stopped; what was sent is kept")));
+    panel.actions.replaceChildren(stop);
+    panel.status("Uploading…");
+    try {
+      const traceset = await work({
+        onProgress: panel.progress,
+        onWaiting: (text) => panel.status(text ?? "Uploading…"),
+        signal: controller.signal,
+      });
+      panel.status(`Uploaded ${traceset.name}: ${traceset.fileCount} files, ${sizeText(traceset.totalSize)}, ${traceset.status}`);
+      panel.actions.replaceChildren();
+      // A continued upload's card goes with its saved state; its outcome stays in view.
+      if (unfinished.contains(panel.root)) mainPlace.replaceChildren(panel.root);
+      active = null;
+      showUnfinished();
+      // Only a view still on the page opens the traceset: one left meanwhile is not yanked back.
+      if (panel.root.isConnected) mounted?.onUploaded?.(traceset);
+      return traceset;
+    } catch (error) {
+      panel.status("");
+      panel.error(messageOf(error));
+      const again = el("button", { type: "button", text: "Try again" });
+      again.addEventListener("click", () => retry());
+      const resumable = savedUploads().some((s) => s.uploadId === panelFiles.state?.uploadId);
+      panel.actions.replaceChildren(...(resumable ? [again] : []));
+      showUnfinished();
+      return null;
+    } finally {
+      if (active?.panel === panel) active = null;
+    }
+    function retry() {
+      const state = savedUploads().find((s) => s.uploadId === panelFiles.state?.uploadId);
+      const place = panel.root.parentElement ?? where; // the view it is in now
+      if (state) run(panelFiles, (hooks) => continueUpload({ state, files: panelFiles, ...hooks }), place);
+    }
+  }
+
+  // ---- unfinished uploads (kept in localStorage) ----
+
+  function showUnfinished() {
+    unfinished.replaceChildren();
+    for (const state of savedUploads()) {
+      if (active && state.uploadId === active.files.state?.uploadId) continue;
+      unfinished.append(unfinishedCard(state));
+    }
+  }
+
+  function unfinishedCard(state) {
+    const sent = Object.values(state.etags ?? {}).reduce((n, parts) => n + Object.keys(parts).length, 0);
+    const total = state.files.reduce((n, f) => n + f.size, 0);
+    const folder = el("input", { type: "file", webkitdirectory: true, "aria-label": `Folder for ${state.name}` });
+    const hasSupporting = state.files.some((f) => f.role === "supporting");
+    const extra = el("input", { type: "file", multiple: true, "aria-label": `Supporting files for ${state.name}` });
+    const problem = el("p", { class: "error", role: "alert" });
+    const place = el("div");
+    const card = el(
+      "div",
+      { class: "upload-card" },
+      el("h2", { text: `Unfinished upload: ${state.name}` }),
+      el("p", {
+        text:
+          `${state.files.length} files, ${sizeText(total)}, ${sent} parts sent, started ` +
+          `${new Date(state.startedAt).toLocaleString()}. The browser cannot reopen files by ` +
+          "itself: pick the same folder again to send the rest.",
+      }),
+      el("label", {}, "Pick the folder again ", folder),
+      hasSupporting ? el("label", {}, " and its supporting files ", extra) : null,
+      problem,
+      place,
+    );
+    const forget = el("button", { type: "button", class: "secondary", text: "Forget it" });
+    forget.addEventListener("click", () => {
+      forgetUpload(state.uploadId);
+      card.remove();
+    });
+    card.append(forget);
+    const tryContinue = () => {
+      const files = [
+        ...filesOfInput(folder.files ?? [], "primary"),
+        ...filesOfInput(extra.files ?? [], "supporting"),
+      ];
+      if (!folder.files?.length) return;
+      if (hasSupporting && !extra.files?.length) {
+        problem.textContent = "Pick its supporting files too";
+        return;
+      }
+      const why = differences(state, files);
+      problem.textContent = why ?? "";
+      if (why) return;
+      files.state = state;
+      run(files, (hooks) => continueUpload({ state, files, ...hooks }), place);
+    };
+    folder.addEventListener("change", tryContinue);
+    extra.addEventListener("change", tryContinue);
+    return card;
+  }
+
+  // ---- a new upload ----
+
+  let primary = [];
+  let folderName = "";
+  const drop = el("div", { class: "upload-drop" });
+  const folderInput = el("input", { type: "file", webkitdirectory: true, "aria-label": "Choose a folder" });
+  drop.append(
+    el("p", { text: "Drop a folder here, or " }),
+    el("label", { class: "button-like" }, "Choose a folder", folderInput),
+  );
+  const pickedText = el("p", { class: "upload-picked", role: "status" });
+  const supportingInput = el("input", { type: "file", multiple: true });
+  const nameInput = el("input", { name: "name", required: true, maxlength: 255 });
+
+  const fromFile = el("input", { type: "radio", name: "metadataFrom", value: "file" });
+  const fromForm = el("input", { type: "radio", name: "metadataFrom", value: "form", checked: true });
+  const metadataFile = el("input", { type: "file", accept: ".json,application/json" });
+  const fields = {};
+  const field = (key, label, attributes = {}) => {
+    fields[key] = el("input", { name: key, inputmode: attributes.inputmode, autocomplete: "off" });
+    return el("label", {}, label, " ", fields[key]);
+  };
+  const formFields = el(
+    "div",
+    { class: "upload-fields" },
+    field("rankCount", "Rank count", { inputmode: "numeric" }),
+    ...FORM_DEGREES.map((d) => field(d, d, { inputmode: "numeric" })),
+    field("workload_family", "Model family"),
+    field("workload_name", "Workload name"),
+    field("precision", "Precision"),
+  );
+  const fileFields = el("div", { class: "upload-fields", hidden: true }, el("label", {}, "Metadata JSON file ", metadataFile));
+  const verdict = el("p", { class: "upload-verdict", role: "status" });
+  const refusal = el("p", { class: "error", role: "alert" });
+  const submit = el("button", { type: "submit", text: "Upload" });
+  const form = el(
+    "form",
+    { class: "upload-form" },
+    drop,
+    pickedText,
+    el("label", {}, "Supporting files (optional) ", supportingInput),
+    el("label", {}, "Traceset name ", nameInput),
+    el(
+      "fieldset",
+      {},
+      el("legend", { text: "Workload metadata" }),
+      el("label", {}, fromForm, " Fill in"),
+      el("label", {}, fromFile, " From a JSON file"),
+      formFields,
+      fileFields,
+      verdict,
+    ),
+    refusal,
+    submit,
+  );
+  const mainPlace = el("div");
+  view.append(mainPlace, form);
+
+  let metadataText = null; // the file's text when a file is the source
+  let metadataFileError = null;
+
+  const supporting = () => filesOfInput(supportingInput.files ?? [], "supporting");
+  const allFiles = () => [...primary, ...supporting()];
+
+  function describePicked() {
+    const files = allFiles();
+    const total = files.reduce((n, f) => n + f.size, 0);
+    pickedText.textContent = files.length
+      ? `${files.length} files, ${sizeText(total)}${folderName ? ` from ${folderName}` : ""}`
+      : "";
+    if (folderName && !nameInput.value) nameInput.value = folderName;
+  }
+
+  // The metadata as { value, text } (text as it will be sent), or throws RuleError/SyntaxError.
+  function metadata() {
+    if (fromFile.checked) {
+      if (metadataFileError) throw new RuleError(metadataFileError);
+      if (metadataText === null) return { value: null, text: null };
+      return { value: parseJson(metadataText), text: metadataText.trim() };
+    }
+    const values = Object.fromEntries(Object.entries(fields).map(([k, input]) => [k, input.value]));
+    const value = metadataFromFields(values);
+    return { value, text: value === null ? null : writeJson(value) };
+  }
+
+  // The rules' verdict as the service would give it; the metadata, or null when refused.
+  function check() {
+    const hasPrimary = allFiles().some((f) => f.role === "primary") || !allFiles().length;
+    try {
+      const chosen = metadata();
+      const rankCount = checkUploadMetadata(chosen.value, { hasPrimaryFiles: hasPrimary });
+      verdict.classList.remove("error");
+      verdict.textContent = rankCount === null ? "No rank count declared." : `Rank count: ${rankCount}`;
+      return chosen;
+    } catch (error) {
+      verdict.classList.add("error");
+      verdict.textContent =
+        error instanceof SyntaxError ? `The metadata file is not JSON: ${error.message}` : error.message;
+      return null;
+    }
+  }
+
+  const showSource = () => {
+    formFields.hidden = fromFile.checked;
+    fileFields.hidden = !fromFile.checked;
+    check();
+  };
+  fromFile.addEventListener("change", showSource);
+  fromForm.addEventListener("change", showSource);
+  formFields.addEventListener("input", check);
+  metadataFile.addEventListener("change", async () => {
+    const file = metadataFile.files?.[0];
+    metadataText = null;
+    metadataFileError = null;
+    if (file) {
+      try {
+        metadataText = await file.text();
+      } catch (error) {
+        metadataFileError = `${file.name} could not be read: ${error.message}`;
+      }
+    }
+    check();
+  });
+  folderInput.addEventListener("change", () => {
+    primary = filesOfInput(folderInput.files ?? [], "primary");
+    folderName = folderOfInput(folderInput.files ?? []);
+    describePicked();
+    check();
+  });
+  supportingInput.addEventListener("change", () => {
+    describePicked();
+    check();
+  });
+  drop.addEventListener("dragover", (event) => {
+    event.preventDefault();
+    drop.classList.add("over");
+  });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", async (event) => {
+    event.preventDefault();
+    drop.classList.remove("over");
+    try {
+      const dropped = await filesOfDrop(event.dataTransfer, "primary");
+      primary = dropped.files;
+      folderName = dropped.folder;
+      refusal.textContent = "";
+    } catch (error) {
+      refusal.textContent = `The drop could not be read: ${error.message}`;
+    }
+    describePicked();
+    check();
+  });
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    refusal.textContent = "";
+    if (active) {
+      refusal.textContent = "An upload is already running; wait for it or stop it first";
+      return;
+    }
+    const files = allFiles();
+    if (!files.length) {
+      refusal.textContent = "Nothing to upload: pick or drop a folder first";
+      return;
+    }
+    const chosen = check();
+    if (!chosen) {
+      refusal.textContent = verdict.textContent;
+      return;
+    }
+    const name = nameInput.value.trim() || folderName || "traceset";
+    submit.disabled = true;
+    try {
+      await run(
+        files,
+        async (hooks) => {
+          const { session, state } = await startUpload({
+            name,
+            files,
+            metadataText: chosen.text,
+            signal: hooks.signal,
+            onRetry: (attempt, delay) =>
+              hooks.onWaiting(`Asking for upload URLs: no answer yet; trying again in ${(delay / 1000).toFixed(1)} s`),
+          });
+          files.state = state;
+          return sendAndComplete({ session, files, state, ...hooks });
+        },
+        mainPlace,
+      );
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  mounted = { onUploaded, view };
+  if (active) mainPlace.append(active.panel.root);
+  showUnfinished();
+  check();
+}
