@@ -19,6 +19,7 @@ from playwright.sync_api import Page, Route, expect
 
 from tests.test_e2e_serve import PART, Served, serving
 from tests.web.conftest import SCREENSHOTS
+from tests.web.seeding import sign_in
 from tracestore import jsontext
 from tracestore import metadata as rules
 from tracestore.client import Client
@@ -94,6 +95,24 @@ def upload_done(page: Page) -> dict[str, Any]:
 
 
 # ---- the must-show: upload a small folder and see it appear ----
+
+
+def test_the_pages_upload_link_uploads_a_folder_and_opens_it_then_the_list_shows_it(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    """Through the page's own router: the nav's Upload, the form, then the traceset's detail
+    view (the router's onUploaded), then the list with it in."""
+    folder = make_folder(tmp_path / "mixtral-run", {"rank0.json": 1_500, "rank1.json": 2_500})
+    sign_in(page, served)
+    page.get_by_role("link", name="Upload", exact=True).click()
+    expect(page).to_have_url(served.url + "/upload")
+    upload_folder(page, folder, rank_count="2")
+    page.wait_for_url("**/tracesets/ts_*", timeout=60_000)
+    expect(page.get_by_role("heading", name="mixtral-run")).to_be_visible()
+    traceset_id = page.url.rsplit("/", 1)[-1]
+    stored_matches(served, traceset_id, folder, tmp_path)
+    page.get_by_role("link", name="Tracesets", exact=True).click()
+    expect(page.get_by_role("link", name="mixtral-run")).to_be_visible()
 
 
 def test_a_small_folder_uploads_and_appears_with_its_files_byte_exact(

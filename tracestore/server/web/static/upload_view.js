@@ -1,7 +1,7 @@
 // The upload view: pick or drop a folder, describe the workload (a metadata file or a small
 // form checked with the service's own rules and words), watch each file go, and pick the same
 // folder again to finish an upload a reload cut short. mountUploadView is the seam the page's
-// router calls (docs/web-upload.md).
+// router calls (docs/web.md, "Uploading from the browser").
 import { ApiError } from "/static/api.js";
 import {
   checkUploadMetadata,
