@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -27,7 +28,7 @@ from tracestore.errors import (
     TracestoreError,
     ValidationError,
 )
-from tracestore.server import lifecycle, presigned
+from tracestore.server import db, lifecycle, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.heap import keep_heap_warm
 from tracestore.server.routes import (
@@ -223,6 +224,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         keep_heap_warm()
+        # The request threads and the database's pooled connections are the same number.
+        to_thread.current_default_thread_limiter().total_tokens = db.POOL_SIZE
         if app.state.services is None:
             app.state.services = build_services(settings)
         services = app.state.services

@@ -11,7 +11,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Row, delete, select
 from sqlalchemy.orm import Session
 
 from tracestore import schemas
@@ -132,7 +132,7 @@ def inspection_view(
     }
 
 
-def stored_rank_provenance(traceset: db.Traceset, name: str) -> str | None:
+def stored_rank_provenance(traceset: db.Traceset | Row[Any], name: str) -> str | None:
     """Where the recorded census found the ranks of a primary file, or None."""
     inspection = traceset.inspection
     if not isinstance(inspection, dict) or inspection.get("status") != "complete":

@@ -11,7 +11,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=schemas.Health)
-def healthz() -> schemas.Health:
+async def healthz() -> schemas.Health:
     """Liveness: the process answers."""
     return schemas.Health(status="ok")
 

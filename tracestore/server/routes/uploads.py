@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.server import completion, uploads
 from tracestore.server.deps import (
     API_ERRORS,
     BaseUrlDep,
+    CallerDep,
     PrincipalDep,
     ServicesDep,
     error_responses,
@@ -47,12 +47,12 @@ _UPLOAD_BODY = {
     ),
 )
 async def request_upload_urls(
-    request: Request, services: ServicesDep, principal: PrincipalDep, base_url: BaseUrlDep
+    request: Request, caller: CallerDep, base_url: BaseUrlDep
 ) -> schemas.UploadUrlResponse:
     """Start an upload: check the request and its workloadMetadata, create the traceset
     (status ``uploading``) and answer presigned part URLs for every file."""
     body = await request.body()
-    return await run_in_threadpool(uploads.start_upload, services, principal, body, base_url)
+    return await caller.run(uploads.start_upload, body, base_url)
 
 
 @router.post(
