@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import os
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -55,8 +56,14 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+# Request ids need to be unique, not unguessable: drawn from a PRNG seeded from the OS (a
+# token_hex per request was a getrandom(2) call each), reseeded in a forked child.
+_request_ids = random.Random()
+os.register_at_fork(after_in_child=_request_ids.seed)
+
+
 def new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
+    return f"req_{_request_ids.getrandbits(96):024x}"
 
 
 def error_response(request_id: str, status: int, code: str, message: str) -> JSONResponse:
