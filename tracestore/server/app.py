@@ -106,7 +106,11 @@ class RequestContext:
                 message["headers"] = headers
             await send(message)
 
-        if str(scope.get("path", "")).startswith(presigned.PREFIX + "/"):
+        path = str(scope.get("path", ""))
+        if path == health.LIVENESS_PATH and scope.get("method") == "GET":
+            await health.answer_alive(send_with_id)
+            return
+        if path.startswith(presigned.PREFIX + "/"):
             await self.app(scope, receive, send_with_id)
             return
         limit = self.max_body
