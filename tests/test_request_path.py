@@ -15,6 +15,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 
+from tests.uploading import UPLOAD_URL
 from tracestore.server import db, listing
 from tracestore.server.accesslog import FLUSH_EVERY, AccessLogHandler
 from tracestore.server.app import new_request_id
@@ -84,6 +85,16 @@ def test_a_bad_token_is_refused_before_the_query_is_judged(http: TestClient) -> 
         answer = http.get(path, headers={"Authorization": "Bearer wrong"})
         assert answer.status_code == 401, answer.text
         assert http.get(path).status_code == 400  # the admin's own token: the query's fault
+
+
+def test_a_bad_token_is_refused_before_the_host_is_judged(http: TestClient) -> None:
+    body = b'{"name": "x", "files": [{"name": "a.bin", "size": 1}]}'
+    for token, status in (("wrong", 401), (None, 400)):
+        headers = {"Host": "not a host!", "Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        answer = http.post(UPLOAD_URL, headers=headers, content=body)
+        assert answer.status_code == status, answer.text
 
 
 def test_the_pool_keeps_a_connection_for_each_request_thread(services: Services) -> None:

@@ -23,6 +23,7 @@ from tracestore.errors import Unauthorized
 from tracestore.server.auth import UNAUTHORIZED_MESSAGE, Principal, authenticate_api_token
 from tracestore.server.presigned import RequestOrigin, request_base_url
 from tracestore.server.services import Services
+from tracestore.server.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API token or a JWT access token")
 
@@ -88,9 +89,14 @@ def authenticated(caller: Annotated[Caller, Depends(caller_of)]) -> Principal:
 
 
 async def base_url_of(request: Request, services: Annotated[Services, Depends(services_of)]) -> str:
+    """``base_url`` of the request, as a dependency."""
+    return base_url(request, services.settings)
+
+
+def base_url(request: Request, settings: Settings) -> str:
     """Where the caller reaches the service: TRACESTORE_PUBLIC_URL when set, else the
-    request's own scheme and Host (X-Forwarded-* only from a trusted proxy)."""
-    settings = services.settings
+    request's own scheme and Host (X-Forwarded-* only from a trusted proxy); ValidationError
+    for a malformed Host or X-Forwarded-* header."""
     if settings.public_url:
         return settings.public_url
     peer = request.client.host if request.client else None
