@@ -218,6 +218,8 @@ def main() -> None:
     port = free_port()
     bare = ceiling(port, root)
     results: list[dict[str, Any]] = []
+    # The machine is shared: say how busy it was, beside the ratios.
+    print(f"load average at start: {os.getloadavg()}", file=sys.stderr, flush=True)
     try:
         for route, (path, script) in routes.items():
             answer = httpx.request(
@@ -258,6 +260,7 @@ def main() -> None:
                     flush=True,
                 )
     finally:
+        print(f"load average at end: {os.getloadavg()}", file=sys.stderr, flush=True)
         bare.terminate()
         bare.wait(timeout=30)
         server.stop()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import os
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -28,7 +30,7 @@ from tracestore.errors import (
     TracestoreError,
     ValidationError,
 )
-from tracestore.server import presigned
+from tracestore.server import db, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.heap import keep_heap_warm
 from tracestore.server.routes import (
@@ -58,8 +60,14 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+# Request ids need to be unique, not unguessable: drawn from a PRNG seeded from the OS (a
+# token_hex per request was a getrandom(2) call each), reseeded in a forked child.
+_request_ids = random.Random()
+os.register_at_fork(after_in_child=_request_ids.seed)
+
+
 def new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
+    return f"req_{_request_ids.getrandbits(96):024x}"
 
 
 def error_response(request_id: str, status: int, code: str, message: str) -> JSONResponse:
@@ -102,7 +110,11 @@ class RequestContext:
                 message["headers"] = headers
             await send(message)
 
-        if str(scope.get("path", "")).startswith(presigned.PREFIX + "/"):
+        path = str(scope.get("path", ""))
+        if path == health.LIVENESS_PATH and scope.get("method") == "GET":
+            await health.answer_alive(send_with_id)
+            return
+        if path.startswith(presigned.PREFIX + "/"):
             await self.app(scope, receive, send_with_id)
             return
         limit = self.max_body
@@ -227,6 +239,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         keep_heap_warm()
+        # The request threads and the database's pooled connections are the same number.
+        to_thread.current_default_thread_limiter().total_tokens = db.POOL_SIZE
         if app.state.services is None:
             app.state.services = build_services(settings)
         services = app.state.services

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The PostgreSQL advisory lock that serialises migrations and bootstrap across processes
 # (an arbitrary constant: "trcstore" as 8 bytes, fits a bigint).
 STARTUP_LOCK = 0x7472637374_6F7265
+# Connections kept per engine: one for each thread of the app's request pool (``serve`` sizes
+# anyio's limiter to match), so no request waits for one and none is opened and closed per
+# request (a new SQLite connection costs its PRAGMAs); a few more for background work.
+POOL_SIZE = 40
+POOL_OVERFLOW = 10
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -287,6 +293,8 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         kwargs: dict[str, Any] = {}
+        if ":memory:" not in url:  # an in-memory SQLite database has one connection per thread
+            kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
         if url.startswith("sqlite"):
             path = url.split("///", 1)[1].partition("?")[0] if "///" in url else ""
             if path and path != ":memory:":
@@ -319,10 +327,34 @@ class Database:
 
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:
-        """A unit of work: committed when the block ends, rolled back on error."""
+        """A unit of work: committed when the block ends, rolled back on error. Inside
+        ``shared_reads`` the read sessions are one (see there)."""
+        shared = _SHARED_READS.get()
+        if shared is not None and shared.database is self:
+            if not write:
+                with shared.session() as session:
+                    yield session
+                return
+            shared.end()  # reads after this write see it
         factory = self._sessions if write else self._read_sessions
         with factory() as session, session.begin():
             yield session
+
+    @contextmanager
+    def shared_reads(self) -> Iterator[None]:
+        """Within this block (one request in one thread: its authentication, then its use
+        case) the first read session is not ended when its own block ends but handed to the
+        next read block (the use case's first query), which ends it: one session and one
+        pooled connection where there were two, and no read transaction held open longer
+        than before. A write session ends a handed-over session first, so the reads after
+        a write see it; nested read blocks share their outer one."""
+        shared = _SharedReads(self)
+        token = _SHARED_READS.set(shared)
+        try:
+            yield
+        finally:
+            _SHARED_READS.reset(token)
+            shared.end()
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration (Alembic ``upgrade head``)."""
@@ -340,6 +372,55 @@ class Database:
     def dispose(self) -> None:
         self.engine.dispose()
         self.read_engine.dispose()
+
+
+class _SharedReads:
+    """The read session a ``Database.shared_reads`` block hands from one read to the next."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._session: Session | None = None
+        self._depth = 0  # read blocks using it now
+        self._hand_over = True  # the first read block to end leaves it open for the next
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        if self._session is None:
+            self._session = self.database._read_sessions()
+            self._session.begin()
+        self._depth += 1
+        try:
+            yield self._session
+        except BaseException:
+            self._depth -= 1
+            # As a session of its own would have been: rolled back, the next read afresh.
+            self.end(failed=True)
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            if self._hand_over:
+                self._hand_over = False
+            else:
+                self.end()
+
+    def end(self, *, failed: bool = False) -> None:
+        """End the read transaction unless a read block still uses it."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        if self._depth:
+            self._session = session
+            return
+        try:
+            if failed:
+                session.rollback()
+            else:
+                session.commit()
+        finally:
+            session.close()
+
+
+_SHARED_READS: ContextVar[_SharedReads | None] = ContextVar("tracestore_shared_reads", default=None)
 
 
 def serialize(connection: Session | Connection) -> None:

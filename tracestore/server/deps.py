@@ -1,49 +1,102 @@
 """What every route shares, once: the dependency aliases (the services of the running app,
-the authenticated caller, the base of the URLs handed back to it) and the error
-responses routes document (``error_responses``)."""
+the caller and its token, the base of the URLs handed back to it) and the error
+responses routes document (``error_responses``).
+
+A route that calls a use case takes ``CallerDep`` and ``await caller.run(use_case, ...)``:
+the token is checked and the use case runs in one worker thread, their reads on one
+database session. Every other dependency here is async: resolving it costs no thread."""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.errors import Unauthorized
 from tracestore.server.auth import UNAUTHORIZED_MESSAGE, Principal, authenticate_api_token
 from tracestore.server.presigned import RequestOrigin, request_base_url
 from tracestore.server.services import Services
+from tracestore.server.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API token or a JWT access token")
 
 
-def services_of(request: Request) -> Services:
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def services_of(request: Request) -> Services:
     return cast(Services, request.app.state.services)
 
 
-def authenticated(
+@dataclass(frozen=True)
+class Caller:
+    """Who sent the request, not yet checked: the bearer token and the services to check
+    it with."""
+
+    services: Services
+    token: str
+
+    def principal(self) -> Principal:
+        """The caller the token names, or Unauthorized (blocking: the database)."""
+        services = self.services
+        verifier = services.jwt_verifier
+        if verifier is not None and self.token.count(".") == 2:
+            return verifier.authenticate(services.db, self.token, services.now())
+        with services.db.session(write=False) as session:
+            return authenticate_api_token(session, self.token, services.now())
+
+    async def run(
+        self,
+        use_case: Callable[Concatenate[Services, Principal, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``use_case(services, principal, *args, **kwargs)`` in one worker thread, after
+        checking the token there; the check's read and the use case's first share one
+        database session (``Database.shared_reads``)."""
+
+        def call() -> T:
+            with self.services.db.shared_reads():
+                return use_case(self.services, self.principal(), *args, **kwargs)
+
+        return await run_in_threadpool(call)
+
+
+async def caller_of(
     services: Annotated[Services, Depends(services_of)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    """The caller named by ``Authorization: Bearer <token>``, or 401."""
-    if credentials is None or not credentials.credentials.strip():
+) -> Caller:
+    """The caller named by ``Authorization: Bearer <token>``; 401 at once when there is none
+    (whether it is valid is checked by ``Caller.run``)."""
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    token = credentials.credentials.strip()
-    verifier = services.jwt_verifier
-    if verifier is not None and token.count(".") == 2:
-        return verifier.authenticate(services.db, token, services.now())
-    with services.db.session(write=False) as session:
-        return authenticate_api_token(session, token, services.now())
+    return Caller(services, token)
 
 
-def base_url_of(request: Request, services: Annotated[Services, Depends(services_of)]) -> str:
+def authenticated(caller: Annotated[Caller, Depends(caller_of)]) -> Principal:
+    """The checked caller, for a route that needs one outside ``Caller.run`` (a thread of
+    its own: prefer ``CallerDep``)."""
+    return caller.principal()
+
+
+async def base_url_of(request: Request, services: Annotated[Services, Depends(services_of)]) -> str:
+    """``base_url`` of the request, as a dependency."""
+    return base_url(request, services.settings)
+
+
+def base_url(request: Request, settings: Settings) -> str:
     """Where the caller reaches the service: TRACESTORE_PUBLIC_URL when set, else the
-    request's own scheme and Host (X-Forwarded-* only from a trusted proxy)."""
-    settings = services.settings
+    request's own scheme and Host (X-Forwarded-* only from a trusted proxy); ValidationError
+    for a malformed Host or X-Forwarded-* header."""
     if settings.public_url:
         return settings.public_url
     peer = request.client.host if request.client else None
@@ -75,6 +128,7 @@ def _is_trusted(peer: str | None, networks: Sequence[IPv4Network | IPv6Network])
 
 
 ServicesDep = Annotated[Services, Depends(services_of)]
+CallerDep = Annotated[Caller, Depends(caller_of)]
 PrincipalDep = Annotated[Principal, Depends(authenticated)]
 BaseUrlDep = Annotated[str, Depends(base_url_of)]
 

@@ -16,7 +16,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Row, delete, select
 from sqlalchemy.orm import Session
 
 from tracestore import schemas
@@ -175,7 +175,7 @@ def inspection_view(
     }
 
 
-def stored_rank_provenance(traceset: db.Traceset, name: str) -> str | None:
+def stored_rank_provenance(traceset: db.Traceset | Row[Any], name: str) -> str | None:
     """Where the recorded census found the ranks of a primary file, or None."""
     inspection = traceset.inspection
     if not isinstance(inspection, dict) or inspection.get("status") != "complete":

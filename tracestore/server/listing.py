@@ -144,17 +144,20 @@ def list_tracesets(
     after = None if query.cursor is None else decode_cursor(key, query.cursor, binding, query.sort)
     shape, values = listing_sql.plan(principal, query, services.db.dialect, after)
     with services.db.session(write=False) as session:
+        # Core rows on the session's connection: the ORM's result machinery cost more than
+        # the queries.
+        connection = session.connection()
         if shape.dialect == "postgresql" and (shape.search or shape.workload or shape.inspected):
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).
-            session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-        rows = session.execute(listing_sql.statement(shape), values).all()
+            connection.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+        rows = connection.execute(listing_sql.statement(shape), values).all()
         has_more = len(rows) > query.limit
         rows = rows[: query.limit]
         summaries = (
             {
                 summary.id: summary
-                for summary in session.execute(
+                for summary in connection.execute(
                     listing_sql.summary_statement(shape.dialect), {"ids": [row.id for row in rows]}
                 )
             }

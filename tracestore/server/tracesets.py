@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Row, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from tracestore import jsontext, schemas
@@ -29,8 +29,12 @@ def find_visible(session: Session, principal: Principal, traceset_id: str) -> db
     """The traceset, or NotFound when it does not exist or the caller may not see it."""
     traceset = session.get(db.Traceset, traceset_id)
     if traceset is None or not principal.can_see(traceset):
-        raise NotFound(f"Traceset '{traceset_id}' not found")
+        raise _not_found(traceset_id)
     return traceset
+
+
+def _not_found(traceset_id: str) -> NotFound:
+    return NotFound(f"Traceset '{traceset_id}' not found")
 
 
 def find_writable(session: Session, principal: Principal, traceset_id: str) -> db.Traceset:
@@ -38,7 +42,7 @@ def find_writable(session: Session, principal: Principal, traceset_id: str) -> d
     A traceset the caller may see but not change answers 404 too, so nothing leaks."""
     traceset = find_visible(session, principal, traceset_id)
     if not principal.can_write(traceset):
-        raise NotFound(f"Traceset '{traceset_id}' not found")
+        raise _not_found(traceset_id)
     return traceset
 
 
@@ -49,8 +53,13 @@ def store_metadata(traceset: db.Traceset, value: Any) -> None:
     traceset.workload_metadata = jsontext.plain(value)
 
 
+# A traceset or file as the ORM loads it, or as a Core row of the columns a view reads.
+TracesetRecord = db.Traceset | Row[Any]
+FileRecord = db.TracesetFile | Row[Any]
+
+
 def _rank_range(
-    file: db.TracesetFile, primaries: int, rank_count: int | None
+    file: FileRecord, primaries: int, rank_count: int | None
 ) -> schemas.RankRange | None:
     if file.role != "primary":
         return None
@@ -73,7 +82,11 @@ def files_of(session: Session, traceset_id: str) -> list[db.TracesetFile]:
 
 
 def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
-    files = files_of(session, traceset.id)
+    """What the API answers for a traceset the session has loaded."""
+    return _view(traceset, files_of(session, traceset.id))
+
+
+def _view(traceset: TracesetRecord, files: Sequence[FileRecord]) -> schemas.Traceset:
     primaries = sum(1 for f in files if f.role == "primary")
     return schemas.Traceset(
         id=traceset.id,
@@ -118,9 +131,43 @@ def render_traceset(view: schemas.Traceset) -> str:
     return schemas.wire_json(view)
 
 
+# The GET's two queries: Core selects of only the columns the view reads (an ORM load of
+# every column parsed a JSON document per file that nobody is shown).
+_VIEW_COLUMNS = select(
+    *(
+        getattr(db.Traceset, name)
+        for name in (
+            *("id", "tenant_id", "workspace_id", "scope", "name", "description", "tags"),
+            *("status", "created_at", "updated_at", "expires_at", "ttl_days", "rank_count"),
+            *("total_size", "file_count", "hash", "metadata_text", "inspection"),
+        )
+    )
+).where(db.Traceset.id == bindparam("traceset_id"))
+_VIEW_FILES = (
+    select(
+        *(
+            getattr(db.TracesetFile, name)
+            for name in (
+                *("name", "size", "role", "content_type", "sha256", "metadata_status"),
+                *("rank_start", "rank_end"),
+            )
+        )
+    )
+    .where(db.TracesetFile.traceset_id == bindparam("traceset_id"))
+    .order_by(db.TracesetFile.position)
+)
+
+
 def get_traceset(services: Services, principal: Principal, traceset_id: str) -> schemas.Traceset:
+    """The traceset as the API answers it; NotFound unless the caller may see it."""
     with services.db.session(write=False) as session:
-        return traceset_view(session, find_visible(session, principal, traceset_id))
+        connection = session.connection()
+        key = {"traceset_id": traceset_id}
+        traceset = connection.execute(_VIEW_COLUMNS, key).one_or_none()
+        if traceset is None or not principal.can_see(traceset):
+            raise _not_found(traceset_id)
+        files = connection.execute(_VIEW_FILES, key).all()
+    return _view(traceset, files)
 
 
 def delete_traceset(services: Services, principal: Principal, traceset_id: str) -> None:

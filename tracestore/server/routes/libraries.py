@@ -7,14 +7,15 @@ from fastapi import APIRouter, Request
 
 from tracestore import schemas
 from tracestore.server import libraries
+from tracestore.server.auth import Principal
 from tracestore.server.deps import (
     API_ERRORS,
-    PrincipalDep,
-    ServicesDep,
+    CallerDep,
     error_responses,
     query_parameter,
 )
 from tracestore.server.listing_query import DEFAULT_LIMIT, MAX_LIMIT, SCOPES
+from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1", tags=["libraries"])
 
@@ -56,13 +57,10 @@ _PARAMETERS = [
         400, 403, *API_ERRORS, s403="workspaceId names a workspace the caller is not a member of"
     ),
 )
-def list_libraries(
-    request: Request, services: ServicesDep, principal: PrincipalDep
-) -> schemas.LibraryPage:
+async def list_libraries(request: Request, caller: CallerDep) -> schemas.LibraryPage:
     """List the libraries the caller may see: the content-addressed content its tracesets
     hold, identical uploads sharing one (newest first by default)."""
-    query = libraries.parse_library_query(request.query_params.multi_items())
-    return libraries.list_libraries(services, principal, query)
+    return await caller.run(_page, request.query_params.multi_items())
 
 
 @router.get(
@@ -77,7 +75,14 @@ def list_libraries(
         s400="The hash prefix is shorter than 8 characters",
     ),
 )
-def get_library(library_id: str, services: ServicesDep, principal: PrincipalDep) -> schemas.Library:
+async def get_library(library_id: str, caller: CallerDep) -> schemas.Library:
     """A library by its ``lib_`` id or a hex prefix (8 or more characters) of its content
     hash, with its files and the tracesets the caller may see that hold it."""
-    return libraries.get_library(services, principal, library_id)
+    return await caller.run(libraries.get_library, library_id)
+
+
+def _page(
+    services: Services, principal: Principal, parameters: list[tuple[str, str]]
+) -> schemas.LibraryPage:
+    # Parsed after the token is checked: a bad token is a 401 whatever the query says.
+    return libraries.list_libraries(services, principal, libraries.parse_library_query(parameters))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
 from tracestore.server import listing
-from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
+from tracestore.server.auth import Principal
+from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing_query import (
     DEFAULT_LIMIT,
@@ -17,6 +18,7 @@ from tracestore.server.listing_query import (
     STATUSES,
     parse_list_query,
 )
+from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1")
 
@@ -108,10 +110,16 @@ _WORKLOAD_PARAMETERS = [
         400, 403, *API_ERRORS, s403="workspaceId names a workspace the caller is not a member of"
     ),
 )
-def list_tracesets(
-    request: Request, services: ServicesDep, principal: PrincipalDep
-) -> schemas.TracesetPage:
+async def list_tracesets(request: Request, caller: CallerDep) -> Response:
     """List and search the tracesets the caller may see, one page at a time (newest first by
     default); filter by status, scope, name, dates, rank count and workload metadata."""
-    query = parse_list_query(request.query_params.multi_items())
-    return listing.list_tracesets(services, principal, query)
+    page = await caller.run(_page, request.query_params.multi_items())
+    # The model as JSON by pydantic's own serializer (response_model would validate it again).
+    return Response(page.model_dump_json(by_alias=True), media_type="application/json")
+
+
+def _page(
+    services: Services, principal: Principal, parameters: list[tuple[str, str]]
+) -> schemas.TracesetPage:
+    # Parsed after the token is checked: a bad token is a 401 whatever the query says.
+    return listing.list_tracesets(services, principal, parse_list_query(parameters))

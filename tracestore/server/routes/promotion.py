@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.server import promotion
-from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
+from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 
 router = APIRouter(prefix="/api/v1")
 
@@ -47,13 +46,10 @@ _PROMOTE_ERRORS = error_responses(
 async def promote_traceset(
     traceset_id: str,
     request: Request,
-    services: ServicesDep,
-    principal: PrincipalDep,
+    caller: CallerDep,
 ) -> schemas.PromoteAnswer:
     """Promote a ready traceset one scope up (workspace → tenant → public), optionally
     replacing its workloadMetadata, description and tags; a promoted traceset no longer
     expires. Already at the target: 200 with ``promotionApplied: false``, nothing changed."""
     body = await request.body()
-    return await run_in_threadpool(
-        promotion.promote_traceset, services, principal, traceset_id, body
-    )
+    return await caller.run(promotion.promote_traceset, traceset_id, body)

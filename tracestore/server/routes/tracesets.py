@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response
 from tracestore import schemas
 from tracestore.errors import NotImplementedByService
 from tracestore.server import tracesets
-from tracestore.server.deps import API_ERRORS, PrincipalDep, ServicesDep, error_responses
+from tracestore.server.deps import API_ERRORS, CallerDep, PrincipalDep, error_responses
 
 router = APIRouter(prefix="/api/v1")
 
@@ -44,9 +44,9 @@ def create_traceset(principal: PrincipalDep) -> None:
     tags=["tracesets"],
     responses=error_responses(404, *API_ERRORS),
 )
-def get_traceset(traceset_id: str, services: ServicesDep, principal: PrincipalDep) -> Response:
+async def get_traceset(traceset_id: str, caller: CallerDep) -> Response:
     """A traceset with its files and its workloadMetadata exactly as given."""
-    return traceset_response(tracesets.get_traceset(services, principal, traceset_id))
+    return traceset_response(await caller.run(tracesets.get_traceset, traceset_id))
 
 
 @router.delete(
@@ -59,7 +59,7 @@ def get_traceset(traceset_id: str, services: ServicesDep, principal: PrincipalDe
         **error_responses(404, *API_ERRORS, s404="No such traceset in a workspace of the caller's"),
     },
 )
-def delete_traceset(traceset_id: str, services: ServicesDep, principal: PrincipalDep) -> Response:
+async def delete_traceset(traceset_id: str, caller: CallerDep) -> Response:
     """Soft-delete a traceset; bytes no other live traceset uses are purged after a grace."""
-    tracesets.delete_traceset(services, principal, traceset_id)
+    await caller.run(tracesets.delete_traceset, traceset_id)
     return Response(status_code=204)

@@ -5,18 +5,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
-from tracestore.server import completion, uploads
+from tracestore.server import completion, deps, uploads
+from tracestore.server.auth import Principal
 from tracestore.server.deps import (
     API_ERRORS,
     BaseUrlDep,
+    CallerDep,
     PrincipalDep,
     ServicesDep,
     error_responses,
 )
 from tracestore.server.routes.tracesets import traceset_response
+from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1")
 
@@ -46,13 +48,20 @@ _UPLOAD_BODY = {
         s413="The body, or its workloadMetadata, is larger than allowed",
     ),
 )
-async def request_upload_urls(
-    request: Request, services: ServicesDep, principal: PrincipalDep, base_url: BaseUrlDep
-) -> schemas.UploadUrlResponse:
+async def request_upload_urls(request: Request, caller: CallerDep) -> schemas.UploadUrlResponse:
     """Start an upload: check the request and its workloadMetadata, create the traceset
     (status ``uploading``) and answer presigned part URLs for every file."""
     body = await request.body()
-    return await run_in_threadpool(uploads.start_upload, services, principal, body, base_url)
+    return await caller.run(_start_upload, body, request)
+
+
+def _start_upload(
+    services: Services, principal: Principal, body: bytes, request: Request
+) -> schemas.UploadUrlResponse:
+    # The base URL after the token's check: a bad token is a 401 whatever the Host says.
+    return uploads.start_upload(
+        services, principal, body, deps.base_url(request, services.settings)
+    )
 
 
 @router.post(

@@ -1,0 +1,159 @@
+"""The request path (issue 16): a request's token check and its use case run in one worker
+thread on one read session (``deps.Caller``, ``Database.shared_reads``), the pool keeps a
+connection per request thread, and the access log is written without a flush per line.
+How fast it is, is bench/load.py's business; these pin what it must keep true."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import threading
+import time
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import event, func, select
+
+from tests.uploading import UPLOAD_URL
+from tracestore.server import db, listing
+from tracestore.server.accesslog import FLUSH_EVERY, AccessLogHandler
+from tracestore.server.app import new_request_id
+from tracestore.server.auth import create_tenant
+from tracestore.server.deps import Caller
+from tracestore.server.listing_query import parse_list_query
+from tracestore.server.services import Services
+
+
+def _count(engine: Any, name: str) -> list[int]:
+    counter = [0]
+
+    def bump(*_: Any) -> None:
+        counter[0] += 1
+
+    event.listen(engine, name, bump)
+    return counter
+
+
+def _tenants(services: Services) -> int:
+    with services.db.session(write=False) as session:
+        return int(session.scalar(select(func.count()).select_from(db.Tenant)) or 0)
+
+
+def test_a_request_checks_its_token_and_runs_its_use_case_on_one_connection(
+    services: Services, admin_token: str
+) -> None:
+    checkouts = _count(services.db.read_engine, "checkout")
+    query = parse_list_query([("limit", "5")])
+    page = asyncio.run(Caller(services, admin_token).run(listing.list_tracesets, query))
+    assert page.items == []
+    assert checkouts[0] == 1  # the token's check and the listing: one session, not two
+
+
+def test_the_handed_over_session_ends_with_the_use_cases_first_read(services: Services) -> None:
+    checkins = _count(services.db.read_engine, "checkin")
+    with services.db.shared_reads():
+        _tenants(services)  # the token's check
+        assert checkins[0] == 0  # kept open for the use case
+        _tenants(services)  # the use case's first read: ends it
+        assert checkins[0] == 1
+        _tenants(services)  # later reads are sessions of their own, as before
+        assert checkins[0] == 2
+
+
+def test_reads_after_a_write_in_the_same_request_see_it(services: Services) -> None:
+    with services.db.shared_reads():
+        before = _tenants(services)
+        with services.db.session() as session:
+            create_tenant(session, "written-mid-request", services.now())
+        assert _tenants(services) == before + 1
+
+
+def test_a_failed_read_leaves_the_next_one_a_fresh_session(services: Services) -> None:
+    with services.db.shared_reads():
+        try:
+            with services.db.session(write=False) as session:
+                session.execute(select(db.Tenant.id).where(db.Tenant.id == "x"))
+                raise LookupError("the use case gave up")
+        except LookupError:
+            pass
+        assert _tenants(services) >= 1
+
+
+def test_a_bad_token_is_refused_before_the_query_is_judged(http: TestClient) -> None:
+    for path in ("/api/v1/tracesets?limit=0&sort=nonsense", "/api/v1/libraries?limit=0"):
+        answer = http.get(path, headers={"Authorization": "Bearer wrong"})
+        assert answer.status_code == 401, answer.text
+        assert http.get(path).status_code == 400  # the admin's own token: the query's fault
+
+
+def test_a_bad_token_is_refused_before_the_host_is_judged(http: TestClient) -> None:
+    body = b'{"name": "x", "files": [{"name": "a.bin", "size": 1}]}'
+    for token, status in (("wrong", 401), (None, 400)):
+        headers = {"Host": "not a host!", "Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        answer = http.post(UPLOAD_URL, headers=headers, content=body)
+        assert answer.status_code == status, answer.text
+
+
+def test_the_pool_keeps_a_connection_for_each_request_thread(services: Services) -> None:
+    # More than SQLAlchemy's default pool keeps (5; its 10 overflow are closed on return).
+    threads = 12
+    connects = _count(services.db.read_engine, "connect")
+    barrier = threading.Barrier(threads)
+    failures: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            with services.db.session(write=False) as session:
+                session.execute(select(db.Tenant.id)).all()
+                barrier.wait(timeout=30)  # all at once: 12 connections checked out together
+        except BaseException as exc:
+            failures.append(exc)
+
+    def burst() -> None:
+        workers = [threading.Thread(target=read) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+    burst()
+    opened = connects[0]
+    burst()
+    assert not failures
+    assert connects[0] == opened  # the second burst opened none
+
+
+def test_the_access_log_is_flushed_in_batches_and_completely() -> None:
+    class Stream(io.StringIO):
+        flushes = 0
+
+        def flush(self) -> None:
+            self.flushes += 1
+            super().flush()
+
+    stream = Stream()
+    handler = AccessLogHandler(stream)
+    logger = logging.getLogger("tracestore-test-access")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        for n in range(200):
+            logger.warning("GET /x/%d", n)
+        deadline = time.monotonic() + 10 * FLUSH_EVERY + 5
+        while stream.flushes == 0 and time.monotonic() < deadline:
+            time.sleep(FLUSH_EVERY / 4)
+        assert 1 <= stream.flushes <= 5  # not one per line
+        logger.warning("GET /last")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    lines = stream.getvalue().splitlines()
+    assert lines == [f"GET /x/{n}" for n in range(200)] + ["GET /last"]
+
+
+def test_request_ids_are_unique() -> None:
+    ids = {new_request_id() for _ in range(10_000)}
+    assert len(ids) == 10_000
