@@ -7,7 +7,7 @@ from playwright.sync_api import Page, expect
 
 from tests.test_e2e_serve import Served
 from tracestore.server.settings import Settings
-from tracestore.server.web import page_headers
+from tracestore.server.web import STATIC_DIR, page_headers
 
 
 def test_the_shell_is_served_with_a_strict_content_security_policy(served: Served) -> None:
@@ -53,3 +53,23 @@ def test_the_csp_lets_the_page_reach_the_configured_origins_and_no_other() -> No
     assert "connect-src 'self';" in plain
     s3 = Settings(web_connect_origins=["https://s3.lan:9000"])
     assert "connect-src 'self' https://s3.lan:9000;" in page_headers(s3)["Content-Security-Policy"]
+
+
+def test_every_module_of_the_page_loads_in_the_browser(served: Served, page: Page) -> None:
+    """Each file under static/ imports without a syntax or link error (a broken module
+    otherwise shows only as a view that never renders)."""
+    modules = sorted(p.name for p in STATIC_DIR.glob("*.js"))
+    assert "app.js" in modules
+    page.goto(served.url + "/")  # app.js runs here; the others import as the views would
+    failures = page.evaluate(
+        """async (names) => {
+          const failed = [];
+          for (const name of names) {
+            try { await import('/static/' + name); }
+            catch (error) { failed.push(name + ': ' + error); }
+          }
+          return failed;
+        }""",
+        modules,
+    )
+    assert failures == []

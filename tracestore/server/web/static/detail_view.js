@@ -42,7 +42,9 @@ export async function mountDetailView(root, id, { signal, navigate }, polls = 0)
     section("Files", "files", filesTable(traceset)),
   );
   const inspection = traceset.inspection;
-  if (traceset.status === "ready" && inspection?.status !== "complete" && polls < INSPECTION_POLLS) {
+  // A given-up inspection ("failed") will not change by waiting: no more polls.
+  const unfinished = inspection?.status !== "complete" && inspection?.status !== "failed";
+  if (traceset.status === "ready" && unfinished && polls < INSPECTION_POLLS) {
     setTimeout(() => signal.aborted || reload(), INSPECTION_POLL_MS);
   }
 }
@@ -89,10 +91,12 @@ function header(traceset) {
 function inspectionSections(traceset, metadataSection) {
   const inspection = traceset.inspection;
   if (inspection?.status !== "complete") {
-    const why =
-      traceset.status === "ready"
-        ? "Inspection has not finished yet; this view refreshes by itself when it has."
-        : `Inspection runs once the traceset is ready (it is ${traceset.status}).`;
+    let why = `Inspection runs once the traceset is ready (it is ${traceset.status}).`;
+    if (inspection?.status === "failed") {
+      why = `Inspection failed (${inspection.reason ?? "no reason recorded"}); the files below show what could be read.`;
+    } else if (traceset.status === "ready") {
+      why = "Inspection has not finished yet; this view refreshes by itself when it has.";
+    }
     return [section("Rank census", "census", h("p", { class: "muted" }, why)), metadataSection];
   }
   const census = inspection.census;

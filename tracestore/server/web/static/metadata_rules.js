@@ -5,9 +5,11 @@
 // rules over many inputs.
 //
 // JSON.parse cannot be used: it reads 2.0 as 2 (the rules refuse 2.0) and loses digits past
-// 2^53. parseJson keeps what the text says: integers as BigInt, other numbers as RawNumber
-// (with their text), objects as Map (key order as written, a repeated key's last value, as
-// Python's json does).
+// 2^53. parseJson (over json_text.js's parser) keeps what the text says: integers as BigInt,
+// other numbers as RawNumber (with their text), objects as Map (key order as written, a
+// repeated key's last value, as Python's json does).
+
+import { JsonTextError, parseExact } from "/static/json_text.js";
 
 export const DEGREES = ["dp", "tp", "sp", "ep", "pp"];
 export const MAX_RANK_COUNT = 2147483647n;
@@ -39,118 +41,40 @@ export class RawNumber {
 // ---- JSON text, read and written as tracestore/jsontext.py does ----
 
 const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?/y;
-const ESCAPES = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
 
-// Parse JSON text into plain values (BigInt, RawNumber, Map, arrays, strings, booleans, null);
-// throws SyntaxError naming the position.
+// Parse JSON text into plain values (BigInt, RawNumber, Map, arrays, strings, booleans, null)
+// over json_text.js's exact parser; throws SyntaxError naming the position.
 export function parseJson(text) {
-  let at = 0;
-  const fail = (what) => {
-    throw new SyntaxError(`${what} at character ${at + 1}`);
-  };
-  const space = () => {
-    while (at < text.length && " \t\n\r".includes(text[at])) at++;
-  };
-  const value = (depth) => {
-    if (depth > 500) fail("nested too deeply");
-    space();
-    const c = text[at];
-    if (c === "{") {
-      at++;
-      const map = new Map();
-      space();
-      if (text[at] === "}") {
-        at++;
-        return map;
+  let root;
+  try {
+    root = parseExact(text);
+  } catch (error) {
+    if (error instanceof JsonTextError) throw new SyntaxError(error.message);
+    throw error;
+  }
+  const value = (node, depth) => {
+    if (depth > 500) throw new SyntaxError("nested too deeply");
+    switch (node.kind) {
+      case "object":
+        // A repeated key keeps its first place and its last value, as Python's json does.
+        return new Map(node.entries.map(([key, child]) => [key, value(child, depth + 1)]));
+      case "array":
+        return node.items.map((child) => value(child, depth + 1));
+      case "string":
+        return node.value;
+      case "literal":
+        return { true: true, false: false, null: null }[node.text];
+      default: {
+        if (/[.eE]/.test(node.text)) return new RawNumber(node.text);
+        const digits = node.text.replace("-", "").length;
+        if (digits > MAX_INT_DIGITS) {
+          throw new SyntaxError(`an integer of ${digits} digits (at most ${MAX_INT_DIGITS})`);
+        }
+        return BigInt(node.text);
       }
-      for (;;) {
-        space();
-        if (text[at] !== '"') fail("expected a member name in double quotes");
-        const key = string();
-        space();
-        if (text[at] !== ":") fail("expected ':'");
-        at++;
-        map.set(key, value(depth + 1));
-        space();
-        if (text[at] === ",") at++;
-        else if (text[at] === "}") {
-          at++;
-          return map;
-        } else fail("expected ',' or '}'");
-      }
-    }
-    if (c === "[") {
-      at++;
-      const list = [];
-      space();
-      if (text[at] === "]") {
-        at++;
-        return list;
-      }
-      for (;;) {
-        list.push(value(depth + 1));
-        space();
-        if (text[at] === ",") at++;
-        else if (text[at] === "]") {
-          at++;
-          return list;
-        } else fail("expected ',' or ']'");
-      }
-    }
-    if (c === '"') return string();
-    for (const [word, meaning] of [
-      ["true", true],
-      ["false", false],
-      ["null", null],
-    ]) {
-      if (text.startsWith(word, at)) {
-        at += word.length;
-        return meaning;
-      }
-    }
-    NUMBER.lastIndex = at;
-    const match = NUMBER.exec(text);
-    if (!match) fail("expected a value");
-    at = NUMBER.lastIndex;
-    if (match[1] === undefined && match[2] === undefined) {
-      const digits = match[0].replace("-", "").length;
-      if (digits > MAX_INT_DIGITS) fail(`an integer of ${digits} digits (at most ${MAX_INT_DIGITS})`);
-      return BigInt(match[0]);
-    }
-    return new RawNumber(match[0]);
-  };
-  const string = () => {
-    at++; // the opening quote
-    let out = "";
-    for (;;) {
-      const c = text[at];
-      if (c === undefined) fail("unterminated string");
-      if (c === '"') {
-        at++;
-        return out;
-      }
-      if (c < " ") fail("control character in a string");
-      if (c !== "\\") {
-        out += c;
-        at++;
-        continue;
-      }
-      const e = text[at + 1];
-      if (e === "u") {
-        const hex = text.slice(at + 2, at + 6);
-        if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("bad \\u escape");
-        out += String.fromCharCode(parseInt(hex, 16));
-        at += 6;
-      } else if (e in ESCAPES) {
-        out += ESCAPES[e];
-        at += 2;
-      } else fail("bad escape");
     }
   };
-  const result = value(0);
-  space();
-  if (at < text.length) fail("extra data after the value");
-  return result;
+  return value(root, 0);
 }
 
 // A string as Python's json.dumps(ensure_ascii=False) writes it (a lone surrogate as it is).
