@@ -492,6 +492,20 @@ def test_the_deploy_example_runs_in_miniature(
             back = client.download_traceset(made.id, tmp_path / "back")
         assert [p.read_bytes() for p in back] == [(source / "rank_0.bin").read_bytes()]
 
+        # The Workers section's block, as written: it starts on the same settings and stops
+        # cleanly on SIGTERM.
+        worker_block = example_block("worker").replace(
+            "tracestore worker", "exec tracestore worker"
+        )
+        with open(tmp_path / "worker.log", "wb") as log:
+            worker = subprocess.Popen(
+                ["bash", "-euc", worker_block], cwd=tmp_path, env=env, stdout=log, stderr=log
+            )
+            time.sleep(3)
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            worker.terminate()
+            assert worker.wait(timeout=30) == 0, (tmp_path / "worker.log").read_text()
+
 
 def test_a_signer_keeps_its_keys_when_the_database_is_away(tmp_path: Path) -> None:
     def away() -> list[bytes]:
