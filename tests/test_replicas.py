@@ -501,8 +501,11 @@ def test_the_deploy_example_runs_in_miniature(
             worker = subprocess.Popen(
                 ["bash", "-euc", worker_block], cwd=tmp_path, env=env, stdout=log, stderr=log
             )
-            time.sleep(3)
-            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            deadline = time.monotonic() + 60
+            while "running jobs from" not in (tmp_path / "worker.log").read_text():
+                assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+                assert time.monotonic() < deadline, "the worker did not start in 60 s"
+                time.sleep(0.2)
             worker.terminate()
             assert worker.wait(timeout=30) == 0, (tmp_path / "worker.log").read_text()
 
