@@ -198,10 +198,11 @@ def test_expect_100_continue_is_answered_before_the_body_is_read(
         assert read_responses(sock, 1) == [(200, expected(body))]
 
 
-def wait_for(app: HashingApp, event: str) -> None:
+def wait_for(app: HashingApp, event: str, count: int = 1) -> None:
+    """Until ``app`` has recorded ``event`` ``count`` times (10 s at most)."""
     deadline = time.monotonic() + 10
-    while event not in app.events:
-        assert time.monotonic() < deadline, f"no {event!r} in {app.events}"
+    while app.events.count(event) < count:
+        assert time.monotonic() < deadline, f"not {count} {event!r} in {app.events}"
         time.sleep(0.01)
 
 
@@ -298,10 +299,7 @@ def test_idle_bodies_hold_no_thread_and_other_bodies_keep_flowing(
     finally:
         for sock in idle:
             sock.close()
-    deadline = time.monotonic() + 10
-    while app.events.count("disconnect") < len(idle):
-        assert time.monotonic() < deadline, app.events
-        time.sleep(0.05)
+    wait_for(app, "disconnect", len(idle))
 
 
 def test_a_body_that_bursts_trickles_and_pauses_arrives_whole(
@@ -354,10 +352,7 @@ def test_trickling_bodies_hold_no_thread_and_other_bodies_keep_flowing(
         sender.join(timeout=5)
         for sock in trickling:
             sock.close()
-    deadline = time.monotonic() + 10
-    while app.events.count("disconnect") < len(trickling):
-        assert time.monotonic() < deadline, app.events
-        time.sleep(0.05)
+    wait_for(app, "disconnect", len(trickling))
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import _api, open_body, start_upload
+from tests.test_serve_under_attack import _api, open_body, other_session_parts, start_upload
 from tracestore.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
@@ -125,13 +124,7 @@ def test_bodies_that_trickle_without_pause_hold_no_body_thread(
         trickler.start()
         try:
             time.sleep(1.0)  # every body admitted and trickling
-            other = start_upload(served, {f"g{i}.bin": 100 for i in range(20)})
-            started = time.monotonic()
-            with httpx.Client(timeout=60) as plain:
-                for entry in other["files"]:
-                    response = plain.put(entry["parts"][0]["url"], content=b"g" * 100)
-                    assert response.status_code == 200, response.text
-            took = time.monotonic() - started
+            took = other_session_parts(served, timeout=60)
         finally:
             stop.set()
             trickler.join(timeout=5)
