@@ -48,9 +48,10 @@ MIN_RATE = 64 * 1024
 RATE_GRACE = 30.0
 BODY_DEADLINE = 3600.0
 # A body that gets fewer than FAST_BYTES in PARK_AFTER (none at all, or a trickle) gives
-# its thread back; the event loop gathers its bytes until FAST_BYTES have come (or all of
-# them), then a thread takes over again. Idle and trickling senders hold no thread, however
-# many there are, and each holds at most FAST_BYTES of the service's memory.
+# its thread back; the event loop gathers its bytes (waking for it at most every
+# PARK_AFTER) until FAST_BYTES have come (or all of them), then a thread takes over again.
+# Idle and trickling senders hold no thread, however many there are, and each holds at
+# most FAST_BYTES of the service's memory.
 PARK_AFTER = 0.1
 FAST_BYTES = 64 * 1024
 
@@ -298,6 +299,8 @@ class _Body:
                 raise ClientDisconnect()
             self._pending += data
             self._received += len(data)
+            if len(self._pending) < want:
+                await asyncio.sleep(PARK_AFTER)  # let a trickle gather in the kernel
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
