@@ -225,6 +225,16 @@ def test_an_upload_larger_in_all_than_the_limit_is_refused_with_nothing_stored(
     assert list(services.store.staged_uploads()) == []
 
 
+def test_the_largest_upload_the_defaults_allow_answers_a_few_megabytes(http: TestClient) -> None:
+    # One 5 TiB file: about 10,000 parts (the part size grows to keep within 10,000), each
+    # with its URL in the first page.
+    body = {"name": "largest", "files": [{"name": "f", "size": 5 * 1024**4, "role": "supporting"}]}
+    response = http.post(UPLOAD_URL, json=body)
+    assert response.status_code == 200, response.text
+    assert len(response.json()["files"][0]["parts"]) > 9_900
+    assert len(response.content) < 4_000_000
+
+
 def test_part_urls_come_in_bounded_pages(
     http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

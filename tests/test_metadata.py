@@ -209,7 +209,7 @@ def test_size_limit_is_inclusive(filler: str) -> None:
     assert check_upload_metadata(at_limit, has_primary_files=True) == 8
     over = padded(template, MAX_METADATA_BYTES + 1, filler)
     assert upload_error(over) == (
-        "workloadMetadata is 65537 bytes when serialized; the limit is 65536 bytes"
+        "workloadMetadata is larger than 65,536 bytes when serialized: 65,537 bytes"
     )
 
 
@@ -234,7 +234,7 @@ def test_type_error_comes_before_size() -> None:
 
 def test_size_comes_before_member_values() -> None:
     metadata = padded({"shape": {"rankCount": "4"}}, MAX_METADATA_BYTES + 1)
-    assert upload_error(metadata).startswith("workloadMetadata is 65537 bytes")
+    assert upload_error(metadata).startswith("workloadMetadata is larger than 65,536 bytes")
 
 
 def test_declared_rank_count_ignores_size() -> None:
@@ -305,6 +305,17 @@ def test_promotion_treats_null_as_absent() -> None:
         (
             {"parallelism": {}},
             "workloadMetadata.parallelism must hold at least one of dp, tp, sp, ep, pp, got {}",
+        ),
+        (
+            # The object as given: its nulls and unknown members too.
+            {"parallelism": {"dp": None, "x": "y", "cp": 2}},
+            "workloadMetadata.parallelism must hold at least one of dp, tp, sp, ep, pp,"
+            ' got {"dp":null,"x":"y","cp":2}',
+        ),
+        (
+            {"parallelism": {"cp": 1, "fsdp": 2}},
+            "workloadMetadata.parallelism must hold at least one of dp, tp, sp, ep, pp,"
+            ' got {"cp":1,"fsdp":2}',
         ),
         (
             {"parallelism": {"dp": 8, "fsdp": 3}},

@@ -339,7 +339,7 @@ def test_new_metadata_must_be_an_object_and_within_the_size_limit(http: TestClie
     assert error(promote(http, ts["id"], {"workloadMetadata": [1]}), 422) == (
         "workloadMetadata must be an object, got [1]"
     )
-    assert "the limit is 65536 bytes" in error(
+    assert "larger than 65,536 bytes when serialized" in error(
         promote(http, ts["id"], {"workloadMetadata": big}), 422
     )
 

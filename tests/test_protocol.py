@@ -198,10 +198,11 @@ def test_expect_100_continue_is_answered_before_the_body_is_read(
         assert read_responses(sock, 1) == [(200, expected(body))]
 
 
-def wait_for(app: HashingApp, event: str) -> None:
+def wait_for(app: HashingApp, event: str, count: int = 1) -> None:
+    """Until ``app`` has recorded ``event`` ``count`` times (10 s at most)."""
     deadline = time.monotonic() + 10
-    while event not in app.events:
-        assert time.monotonic() < deadline, f"no {event!r} in {app.events}"
+    while app.events.count(event) < count:
+        assert time.monotonic() < deadline, f"not {count} {event!r} in {app.events}"
         time.sleep(0.01)
 
 
@@ -298,10 +299,60 @@ def test_idle_bodies_hold_no_thread_and_other_bodies_keep_flowing(
     finally:
         for sock in idle:
             sock.close()
-    deadline = time.monotonic() + 10
-    while app.events.count("disconnect") < len(idle):
-        assert time.monotonic() < deadline, app.events
-        time.sleep(0.05)
+    wait_for(app, "disconnect", len(idle))
+
+
+def test_a_body_that_bursts_trickles_and_pauses_arrives_whole(
+    served: tuple[int, HashingApp],
+) -> None:
+    # Each change of pace moves the body between a body thread and the event loop.
+    port, _ = served
+    body = os.urandom(3 * 1024 * 1024 + 5)
+    pieces = [(0, 300_000, 0.0)] + [(0, 1, 0.01)] * 40 + [(0, 100_000, 0.3), (0, 3, 0.3)]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(put_head("/sink", len(body)))
+        sent = 0
+        for _, size, pause in pieces:
+            sock.sendall(body[sent : sent + size])
+            sent += size
+            time.sleep(pause)
+        sock.sendall(body[sent:])
+        assert read_responses(sock, 1) == [(200, expected(body))]
+
+
+def test_trickling_bodies_hold_no_thread_and_other_bodies_keep_flowing(
+    served: tuple[int, HashingApp],
+) -> None:
+    # More senders than there are body threads, each sending a byte every 20 ms: never
+    # idle for long enough to park, far too slow to deserve a thread.
+    port, app = served
+    trickling = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(100)]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.02):
+            for sock in trickling:
+                with contextlib.suppress(OSError):
+                    sock.send(b"x")
+
+    for sock in trickling:
+        sock.sendall(put_head("/sink", 1_000_000))
+    sender = threading.Thread(target=trickle, daemon=True)
+    sender.start()
+    try:
+        time.sleep(0.5)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        started = time.monotonic()
+        for _ in range(3):
+            body = os.urandom(2 * 1024 * 1024)
+            assert put(conn, "/sink", body) == expected(body)
+        assert time.monotonic() - started < 5
+    finally:
+        stop.set()
+        sender.join(timeout=5)
+        for sock in trickling:
+            sock.close()
+    wait_for(app, "disconnect", len(trickling))
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.test_e2e_serve import Served, serving
+from tests.test_serve_under_attack import _api
 from tracestore.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
@@ -37,8 +38,10 @@ CHECKS = (
 )
 
 
-def _seeded(served: Served, tmp_path: Path) -> tuple[str, str]:
-    """A ready traceset and an open upload session, for the path parameters."""
+def _seeded(served: Served, tmp_path: Path) -> dict[str, str]:
+    """A ready traceset, its library and an open upload session: the
+    parameters that operations working on an existing resource are given, so that they
+    answer more than 404."""
     source = tmp_path / "traces"
     source.mkdir()
     for rank in range(2):
@@ -53,18 +56,29 @@ def _seeded(served: Served, tmp_path: Path) -> tuple[str, str]:
         json={"name": "open", "files": [{"name": "a.bin", "size": 10, "role": "supporting"}]},
     )
     started.raise_for_status()
-    return traceset.id, str(started.json()["uploadId"])
+    with _api(served) as api:
+        libraries = api.get("/api/v1/libraries").json()["items"]
+    assert libraries, "the seeded traceset makes a library"
+    return {
+        "traceset_id": traceset.id,
+        "library_id": str(libraries[0]["id"]),
+        "upload_id": str(started.json()["uploadId"]),
+    }
+
+
+# The download route's file (the resume route has a ``file`` parameter of its own).
+DOWNLOAD = 'include-name = "GET /api/v1/tracesets/{traceset_id}/download"'
 
 
 def test_no_generated_request_gets_a_server_error(tmp_path: Path) -> None:
     with serving(tmp_path / "data") as served:
-        traceset_id, upload_id = _seeded(served, tmp_path)
+        parameters = _seeded(served, tmp_path)
         config = tmp_path / "schemathesis.toml"
         config.write_text(
             f'headers = {{ Authorization = "Bearer {served.token}" }}\n'
             "[parameters]\n"
-            f'traceset_id = "{traceset_id}"\n'
-            f'upload_id = "{upload_id}"\n'
+            + "".join(f'{name} = "{value}"\n' for name, value in parameters.items())
+            + f'[[operations]]\n{DOWNLOAD}\nparameters = {{ file = "rank_0.json" }}\n'
         )
         st = Path(sys.executable).with_name("st")
         run = subprocess.run(

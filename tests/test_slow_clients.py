@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import _api, open_body, start_upload
+from tests.test_serve_under_attack import _api, open_body, other_session_parts, start_upload
 from tracestore.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
@@ -88,3 +88,46 @@ def test_two_hundred_slow_bodies_do_not_slow_a_good_client(served: Served, tmp_p
     assert len(attackers) == 200
     assert list_during <= 2 * list_before, (list_before, list_during)
     assert upload_during <= 2 * upload_before, (upload_before, upload_during)
+
+
+TRICKLERS = 6  # sessions, each sending as many bodies as one process admits per session
+TRICKLE_FAST = 0.03  # a byte this often: never idle long enough to park its body
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bodies_that_trickle_without_pause_hold_no_body_thread(
+    tmp_path: Path, workers: int
+) -> None:
+    """Bodies that each send a byte every 30 ms (never idle, far below any useful rate) from
+    several sessions, more of them than a process has body threads, while another session's
+    parts go in: with ``--workers 2`` too, whose processes count their bodies apart."""
+    from tracestore.server.protocol import BODY_THREADS
+    from tracestore.server.receiving import BODY_LIMITS
+
+    with serving(tmp_path / "data", "--workers", str(workers)) as served:
+        attackers: list[socket.socket] = []
+        per_session = BODY_LIMITS.per_session
+        for _ in range(TRICKLERS):
+            answer = start_upload(served, {f"f{i}.bin": 10_000 for i in range(per_session)})
+            for entry in answer["files"]:
+                attackers.append(open_body(entry["parts"][0]["url"], 10_000, b"x"))
+        assert len(attackers) > workers * BODY_THREADS
+        stop = threading.Event()
+
+        def trickle() -> None:
+            while not stop.wait(TRICKLE_FAST):
+                for sock in attackers:
+                    with contextlib.suppress(OSError):
+                        sock.send(b"x")
+
+        trickler = threading.Thread(target=trickle, daemon=True)
+        trickler.start()
+        try:
+            time.sleep(1.0)  # every body admitted and trickling
+            took = other_session_parts(served, timeout=60)
+        finally:
+            stop.set()
+            trickler.join(timeout=5)
+            for sock in attackers:
+                sock.close()
+    assert took < 5, f"20 small parts of another session took {took:.1f} s"

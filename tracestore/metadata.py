@@ -12,7 +12,14 @@ import json
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    Strict,
+    model_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
@@ -69,7 +76,7 @@ def check_metadata_size(metadata: object) -> None:
         raise ValidationError(f"{_ROOT} cannot be serialized as JSON: {exc}") from exc
     if size > MAX_METADATA_BYTES:
         raise ValidationError(
-            f"{_ROOT} is {size} bytes when serialized; the limit is {MAX_METADATA_BYTES} bytes"
+            f"{_ROOT} is larger than {MAX_METADATA_BYTES:,} bytes when serialized: {size:,} bytes"
         )
 
 
@@ -200,20 +207,23 @@ class PromotionParallelism(BaseModel):
         degrees = [d for d in given if d is not None]
         return math.prod(degrees) if degrees else None
 
-    @model_validator(mode="after")
-    def _degrees_are_consistent(self) -> PromotionParallelism:
-        if self.product is None:
-            given = self.model_dump(exclude_none=True)
+    @model_validator(mode="wrap")
+    @classmethod
+    def _degrees_are_consistent(
+        cls, data: Any, handler: ModelWrapValidatorHandler[PromotionParallelism]
+    ) -> PromotionParallelism:
+        # Wrapped so that the members' own errors come first and the message shows the
+        # object as given (nulls, extras and their order included).
+        parallelism = handler(data)
+        if parallelism.product is None:
             raise _rule_error(
-                f"{_PARALLELISM} must hold at least one of {', '.join(DEGREES)}, "
-                f"got {_shown(given)}"
+                f"{_PARALLELISM} must hold at least one of {', '.join(DEGREES)}, got {_shown(data)}"
             )
-        if self.fsdp is not None:
-            dp = 1 if self.dp is None else self.dp
-            if dp % self.fsdp:
-                dp_text = f"dp {self.dp}" if self.dp is not None else "dp, which is 1 when absent"
-                raise _rule_error(f"{_PARALLELISM}.fsdp {self.fsdp} must divide {dp_text}")
-        return self
+        dp, fsdp = parallelism.dp, parallelism.fsdp
+        if fsdp is not None and (1 if dp is None else dp) % fsdp:
+            dp_text = f"dp {dp}" if dp is not None else "dp, which is 1 when absent"
+            raise _rule_error(f"{_PARALLELISM}.fsdp {fsdp} must divide {dp_text}")
+        return parallelism
 
 
 class PromotionMetadata(BaseModel):

@@ -47,9 +47,13 @@ CHUNK = 1024 * 1024
 MIN_RATE = 64 * 1024
 RATE_GRACE = 30.0
 BODY_DEADLINE = 3600.0
-# A body with no bytes waiting for this long gives its thread back and waits for the
-# socket on the event loop: idle senders hold no thread, however many there are.
+# A body that gets fewer than FAST_BYTES in PARK_AFTER (none at all, or a trickle) gives
+# its thread back; the event loop gathers its bytes (waking for it at most every
+# PARK_AFTER) until FAST_BYTES have come (or all of them), then a thread takes over again.
+# Idle and trickling senders hold no thread, however many there are, and each holds at
+# most FAST_BYTES of the service's memory.
 PARK_AFTER = 0.1
+FAST_BYTES = 64 * 1024
 
 Sink = Callable[[memoryview], None]
 ReceiveInto = Callable[[Sink], Awaitable[None]]
@@ -64,10 +68,12 @@ def receive_into(scope: dict[str, Any] | Any) -> ReceiveInto | None:
 
 
 # Bodies are received on threads of their own, so that they never starve the threads that
-# run the app's endpoints. A body holds a thread only while its bytes flow (it parks when
-# they stop); bodies beyond this many wait, their bytes in the kernel's socket buffers.
-# (The executor starts its threads only as bodies come.)
-_PUMPS = ThreadPoolExecutor(64, thread_name_prefix="tracestore-body")
+# run the app's endpoints. A body holds a thread only while its bytes flow fast (it parks
+# when they stop or slow down); bodies beyond this many wait, their bytes in the kernel's
+# socket buffers. Per process: ``serve --workers N`` has N pools. (The executor starts its
+# threads only as bodies come.)
+BODY_THREADS = 64
+_PUMPS = ThreadPoolExecutor(BODY_THREADS, thread_name_prefix="tracestore-body")
 
 
 class BodyProtocol(HttpToolsProtocol):
@@ -150,11 +156,11 @@ class _ReceiveInto:
 
 async def _run_pump(sock: socket.socket | None, early: bytes, remaining: int, sink: Sink) -> None:
     """Receive a body: ``early`` and then ``remaining`` bytes from ``sock`` into ``sink``, on
-    body threads while bytes flow and on the event loop (no thread) while they do not.
+    body threads while bytes flow fast and on the event loop (no thread) while they do not.
     Raises ClientDisconnect when the sender goes, stalls or falls behind ``MIN_RATE``."""
     body = _Body(sock, early, remaining, sink)
     while not await _on_body_thread(body.pump, sock):
-        await _readable(cast(socket.socket, sock), body.time_left())
+        await body.gather()
 
 
 async def _on_body_thread(pump: Callable[[], bool], sock: socket.socket | None) -> bool:
@@ -204,16 +210,16 @@ def _new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
 
 
 class _Body:
-    """A body being received: what is left of it, the slice being filled, and how long it
-    may still take. ``pump`` runs on one body thread at a time."""
+    """A body being received: what is left of it, the bytes received but not yet handed to
+    the sink, and how long it may still take. ``pump`` runs on one body thread at a time,
+    ``gather`` on the event loop, never both at once."""
 
     def __init__(self, sock: socket.socket | None, early: bytes, remaining: int, sink: Sink):
         self._sock = sock
-        self._early = early
-        self._remaining = remaining if sock is not None else 0
+        self._early = early  # came with the headers
+        self._pending = bytearray()  # gathered, not yet handed to the sink
+        self._remaining = remaining if sock is not None else 0  # not yet handed to the sink
         self._sink = sink
-        self._buffer = memoryview(bytearray(min(CHUNK, max(self._remaining, 0))))
-        self._filled = 0
         self._received = 0
         self._started = time.monotonic()
 
@@ -223,36 +229,78 @@ class _Body:
         return min(behind, self._started + BODY_DEADLINE) - time.monotonic()
 
     def pump(self) -> bool:
-        """Hand the sink what arrives until the body is whole (True), or until no bytes have
-        come for ``PARK_AFTER`` (False: wait for the socket, then call again)."""
+        """On a body thread: hand the sink what arrives until the body is whole (True), or
+        until fewer than ``FAST_BYTES`` come in ``PARK_AFTER`` (False: ``gather``, then call
+        again)."""
         if self._early:
             early, self._early = self._early, b""
             self._sink(memoryview(early))
+        if self._pending:
+            pending, self._pending = self._pending, bytearray()
+            self._remaining -= len(pending)
+            self._sink(memoryview(pending))
         sock = self._sock
+        if sock is None or self._remaining <= 0:
+            return True
+        buffer = memoryview(bytearray(min(CHUNK, self._remaining)))
+        filled = 0
+        window_start, window_bytes = time.monotonic(), 0
         while self._remaining > 0:
-            assert sock is not None
             left = self.time_left()
             if left <= 0:
                 raise ClientDisconnect()  # too slow
-            want = min(len(self._buffer), self._remaining)
+            want = min(len(buffer), self._remaining)
             timeout = min(PARK_AFTER, left)
             if sock.gettimeout() != timeout:  # each change is a system call
                 sock.settimeout(timeout)
             try:
-                n = sock.recv_into(self._buffer[self._filled : want])
+                n = sock.recv_into(buffer[filled:want])
             except TimeoutError:
-                return False
+                n = 0
             except ConnectionError:  # reset
                 raise ClientDisconnect() from None
-            if n == 0:
-                raise ClientDisconnect()
-            self._filled += n
+            else:
+                if n == 0:
+                    raise ClientDisconnect()
+            filled += n
             self._received += n
-            if self._filled == want:
-                self._sink(self._buffer[:want])
+            window_bytes += n
+            if filled == want:
+                self._sink(buffer[:want])
                 self._remaining -= want
-                self._filled = 0
+                filled = 0
+            now = time.monotonic()
+            if self._remaining > 0 and (n == 0 or now - window_start >= PARK_AFTER):
+                if window_bytes < FAST_BYTES:
+                    # Idle or trickling: what came goes to the sink, the thread goes back.
+                    if filled:
+                        self._sink(buffer[:filled])
+                        self._remaining -= filled
+                    return False
+                window_start, window_bytes = now, 0
         return True
+
+    async def gather(self) -> None:
+        """On the event loop: take the bytes that come, without a thread, until
+        ``FAST_BYTES`` have come or the body is all here. ClientDisconnect as ``pump``."""
+        sock = cast(socket.socket, self._sock)
+        want = min(FAST_BYTES, self._remaining)
+        while len(self._pending) < want:
+            await _readable(sock, self.time_left())
+            if sock.gettimeout() != 0.0:
+                sock.setblocking(False)
+            try:
+                data = sock.recv(want - len(self._pending))
+            except BlockingIOError:
+                continue
+            except ConnectionError:
+                raise ClientDisconnect() from None
+            if not data:
+                raise ClientDisconnect()
+            self._pending += data
+            self._received += len(data)
+            if len(self._pending) < want:
+                await asyncio.sleep(PARK_AFTER)  # let a trickle gather in the kernel
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
