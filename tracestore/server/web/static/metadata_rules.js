@@ -179,11 +179,16 @@ function isSurrogate(point) {
   return code >= 0xd800 && code <= 0xdfff;
 }
 
+// A count as Python's f"{n:,}" writes it (65,536).
+function thousands(count) {
+  return String(count).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
 function checkMetadataSize(metadata) {
   const size = metadataSize(metadata);
   if (size > MAX_METADATA_BYTES) {
     throw new RuleError(
-      `${ROOT} is ${size} bytes when serialized; the limit is ${MAX_METADATA_BYTES} bytes`,
+      `${ROOT} is larger than ${thousands(MAX_METADATA_BYTES)} bytes when serialized: ${thousands(size)} bytes`,
     );
   }
 }
