@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
 SESSIONS = 10
 FILES_PER_SESSION = 20  # within the per-session body limit: every attacker is admitted
 TRICKLE_EVERY = 0.25  # seconds between the bytes of a trickling body
+NOISE_SECONDS = 0.25
 
 
 @pytest.fixture
@@ -86,8 +87,11 @@ def test_two_hundred_slow_bodies_do_not_slow_a_good_client(served: Served, tmp_p
         for sock in attackers:
             sock.close()
     assert len(attackers) == 200
-    assert list_during <= 2 * list_before, (list_before, list_during)
-    assert upload_during <= 2 * upload_before, (upload_before, upload_during)
+    # A stalled service makes a good client wait for a body thread: seconds to minutes. The
+    # bound leaves room for a shared machine's noise (a bare 2x failed at load 8 with nothing
+    # stalled: 0.063 s against 0.156 s) and still fails any stall.
+    assert list_during <= 3 * list_before + NOISE_SECONDS, (list_before, list_during)
+    assert upload_during <= 3 * upload_before + NOISE_SECONDS, (upload_before, upload_during)
 
 
 TRICKLERS = 6  # sessions, each sending as many bodies as one process admits per session
