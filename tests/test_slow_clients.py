@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
 SESSIONS = 10
 FILES_PER_SESSION = 20  # within the per-session body limit: every attacker is admitted
 TRICKLE_EVERY = 0.25  # seconds between the bytes of a trickling body
-NOISE_SECONDS = 0.25
 
 
 @pytest.fixture
@@ -55,7 +54,7 @@ def test_two_hundred_slow_bodies_do_not_slow_a_good_client(served: Served, tmp_p
     (source / "a.bin").write_bytes(b"a" * 100_000)
     (source / "b.bin").write_bytes(b"b" * 200_000)
     _good_client_medians(served, source, 4)  # warm: connections, caches, first inspection
-    list_before, upload_before = _good_client_medians(served, source, 20)
+    list_before, upload_before = _good_client_medians(served, source, 40)
 
     attackers: list[socket.socket] = []
     for _ in range(SESSIONS):
@@ -75,7 +74,7 @@ def test_two_hundred_slow_bodies_do_not_slow_a_good_client(served: Served, tmp_p
     trickler.start()
     try:
         time.sleep(1.0)  # every attacker admitted and waiting
-        list_during, upload_during = _good_client_medians(served, source, 20)
+        list_during, upload_during = _good_client_medians(served, source, 40)
         # Every attacking connection is still held open by the service, none refused.
         for sock in stalled:
             sock.settimeout(0.001)
@@ -87,11 +86,14 @@ def test_two_hundred_slow_bodies_do_not_slow_a_good_client(served: Served, tmp_p
         for sock in attackers:
             sock.close()
     assert len(attackers) == 200
-    # A stalled service makes a good client wait for a body thread: seconds to minutes. The
-    # bound leaves room for a shared machine's noise (a bare 2x failed at load 8 with nothing
-    # stalled: 0.063 s against 0.156 s) and still fails any stall.
-    assert list_during <= 3 * list_before + NOISE_SECONDS, (list_before, list_during)
-    assert upload_during <= 3 * upload_before + NOISE_SECONDS, (upload_before, upload_during)
+    # Issue 15's bound: within 2x the unloaded value, measured before and again after the
+    # attack (medians of 40 lists and 10 uploads each), so that a shared machine growing
+    # busier meanwhile is not taken for the attack's cost; the larger bracket is the value.
+    time.sleep(0.5)  # the service has let the attackers' connections go
+    list_after, upload_after = _good_client_medians(served, source, 40)
+    list_unloaded, upload_unloaded = max(list_before, list_after), max(upload_before, upload_after)
+    assert list_during <= 2 * list_unloaded, (list_before, list_during, list_after)
+    assert upload_during <= 2 * upload_unloaded, (upload_before, upload_during, upload_after)
 
 
 TRICKLERS = 6  # sessions, each sending as many bodies as one process admits per session
