@@ -84,3 +84,21 @@ def test_a_service_that_does_not_answer_is_retried_and_the_page_says_it_waits(
     expect(page.get_by_role("link", name="patient")).to_be_visible()
     expect(page.locator("#waiting")).to_be_hidden()
     assert len(dropped) == 4
+
+
+def test_a_token_revoked_while_a_traceset_opens_returns_to_sign_in_not_a_401_panel(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    admin(data, "user", "create", "dave")
+    issued = admin(data, "token", "create", "--user", "dave")
+    upload(served, "watched", chakra_ranks(0), '{"shape":{"rankCount":1}}')
+    sign_in(page, served, token=issued["token"])
+    admin(data, "token", "revoke", issued["id"], json_output=False)
+    page.get_by_role("link", name="watched").click()
+    expect(page.get_by_role("alert")).to_contain_text("The service no longer accepts your token")
+    expect(page.get_by_label("API token")).to_be_visible()
+    # The view's own failure must not replace the sign-in form with a 401 panel.
+    page.wait_for_timeout(500)
+    expect(page.get_by_label("API token")).to_be_visible()
+    expect(page.locator(".problem")).to_have_count(0)

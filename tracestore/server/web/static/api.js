@@ -97,6 +97,8 @@ export async function api(
   if (!answer.ok) {
     const error = await errorOf(answer);
     if (answer.status === 401 && auth === undefined) {
+      // The page goes back to sign-in (app.js); the view that asked has nothing left to show.
+      error.signedOut = true;
       setToken(null);
       window.dispatchEvent(new CustomEvent("tracestore:signed-out", { detail: error }));
     }

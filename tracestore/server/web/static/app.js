@@ -154,10 +154,11 @@ document.addEventListener("click", (event) => {
   navigate(link.pathname + link.search + link.hash);
 });
 window.addEventListener("popstate", render);
-window.addEventListener("tracestore:signed-out", (event) =>
+window.addEventListener("tracestore:signed-out", (event) => {
+  shown?.abort(); // the view's other requests and refreshes would only answer 401 again
   signIn(
     document.getElementById("app"),
     `The service no longer accepts your token (${event.detail?.message ?? "401"}). Sign in again.`,
-  ),
-);
+  );
+});
 render();
