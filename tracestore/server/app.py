@@ -18,7 +18,6 @@ from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.staticfiles import StaticFiles
 
 from tracestore import __version__, schemas
 from tracestore.errors import (
@@ -45,7 +44,7 @@ from tracestore.server.routes import (
 from tracestore.server.services import Services, build_services, stores_bytes_locally
 from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
-from tracestore.server.web import STATIC_DIR, STATIC_URL
+from tracestore.server.web import STATIC_DIR, STATIC_URL, StaticModules
 
 log = logging.getLogger("tracestore")
 DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's files
@@ -269,7 +268,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         app.include_router(blobs.local_store_router)
     app.include_router(health.router)
     app.include_router(web.router)
-    app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount(STATIC_URL, StaticModules(directory=STATIC_DIR), name="static")
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(RequestContext, max_body=settings.max_json_body)
     return app
