@@ -86,3 +86,19 @@ def test_without_a_configured_login_the_page_offers_tokens_only(served: Served, 
     expect(page.get_by_role("button", name="Sign in with your organisation's login")).to_have_count(
         0
     )
+
+
+def test_an_error_answer_this_tab_did_not_ask_for_cannot_put_words_in_the_page(
+    with_login: Served, page: Page
+) -> None:
+    # A link anyone can send: without this tab's state it is not the login speaking.
+    page.goto(
+        with_login.url + "/signin/callback?error=access_denied"
+        "&error_description=Your+account+is+locked.+Call+555-0100&state=guessed"
+    )
+    expect(page.get_by_role("alert")).to_have_text(
+        "This answer from the login does not belong to a sign-in started in this tab. "
+        "Sign in again."
+    )
+    assert "555" not in page.locator("main").inner_text()
+    assert "error" not in page.url
