@@ -245,3 +245,38 @@ def test_unranked_and_duplicated_files_are_listed_under_the_grid(
     problems = page.locator(".census-problems")
     expect(problems).to_contain_text("Rank 1 is in 2 files")
     expect(problems.locator("ul.unranked li")).to_have_text(["stray.json"])
+
+
+def test_odd_numbers_repeated_keys_escapes_and_long_numbers_are_shown_as_stored(
+    served: Served, page: Page
+) -> None:
+    # The service stores a 4,200-digit integer and a 5,000-digit fraction as written (its
+    # limit is Python's 4,300 digits for integers, none for fractions); the page must too.
+    # (Repeated keys and an integer -0 do not survive the client's and service's own JSON;
+    # the page shows what is stored.)
+    long_int = "7" * 4200
+    long_fraction = "0." + "3" * 5000
+    deep = '{"d":' * 40 + "-0.0" + "}" * 40
+    metadata = (
+        '{"shape":{"rankCount":1},"neg_zero":-0.0,"exp":1E+2,"past_u64":18446744073709551617,'
+        f'"escaped":"\\u00e9\\ud83d\\ude00","long_int":{long_int},'
+        f'"long_fraction":{long_fraction},"deep":{deep}}}'
+    )
+    traceset = upload(served, "odd-numbers", chakra_ranks(0), metadata)
+    stored = get_traceset(served, traceset.id).text
+    assert long_int in stored and long_fraction in stored
+    sign_in(page, served, path=f"/tracesets/{traceset.id}")
+    tree = page.locator(".metadata .tree")
+    for path, text in [
+        ("neg_zero", "-0.0"),
+        ("exp", "1E+2"),
+        ("past_u64", "18446744073709551617"),
+        ("escaped", '"é😀"'),
+        ("long_int", long_int),
+        ("long_fraction", long_fraction),
+        ("deep" + ".d" * 40, "-0.0"),
+    ]:
+        expect(tree.locator(f'[data-path="{path}"] .value')).to_have_text(text)
+    page.get_by_text("The JSON as stored").click()
+    raw = page.locator("pre.raw-json").inner_text()
+    assert raw.startswith('{"shape"') and raw.endswith("}" * 41) and raw in stored

@@ -9,6 +9,8 @@
 
 export class JsonTextError extends Error {}
 
+const SCALAR = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null/y;
+
 export function parseExact(text) {
   let at = 0;
   const fail = (what) => {
@@ -66,9 +68,10 @@ export function parseExact(text) {
       }
       if (c === '"') place({ kind: "string", value: stringToken(), start, end: at });
       else {
-        const match = /^(?:-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)/.exec(
-          text.slice(at, at + 4096),
-        );
+        // Sticky, from `at`: a number is as long as it is written (the service keeps a
+        // 5,000-digit fraction), never cut at a window's edge.
+        SCALAR.lastIndex = at;
+        const match = SCALAR.exec(text);
         if (!match) fail("unexpected character");
         at += match[0].length;
         const kind = /^[-\d]/.test(match[0]) ? "number" : "literal";
