@@ -23,7 +23,7 @@ export function route(pathname) {
 
 export function navigate(url, { replace = false, state = null } = {}) {
   history[replace ? "replaceState" : "pushState"](state, "", url);
-  render();
+  render({ moved: true });
 }
 
 function signIn(root, reason) {
@@ -101,7 +101,16 @@ async function completeLogin(root) {
   }
 }
 
-export function render() {
+// After a view changes in place, focus goes to its heading, as a page load would put a
+// screen reader at the top: the link or button that was focused is gone with the old view.
+function focusHeading(root) {
+  const heading = root.querySelector("h1");
+  if (!heading || root.contains(document.activeElement)) return;
+  heading.tabIndex = -1;
+  heading.focus({ preventScroll: true });
+}
+
+export function render({ moved = false } = {}) {
   const root = document.getElementById("app");
   shown?.abort();
   if (route(location.pathname).view === "callback") {
@@ -127,9 +136,12 @@ export function render() {
       errorPanel(new ApiError(404, "NOT_FOUND", `The page has no view at ${location.pathname}.`)),
     );
   }
-  Promise.resolve(mounted).catch((error) => {
-    if (!isAbort(error)) show(root, errorPanel(error));
-  });
+  const view = shown;
+  Promise.resolve(mounted)
+    .catch((error) => {
+      if (!isAbort(error)) show(root, errorPanel(error));
+    })
+    .then(() => moved && !view.signal.aborted && focusHeading(root));
   window.scrollTo(0, 0);
 }
 
@@ -153,7 +165,7 @@ document.addEventListener("click", (event) => {
   event.preventDefault();
   navigate(link.pathname + link.search + link.hash);
 });
-window.addEventListener("popstate", render);
+window.addEventListener("popstate", () => render({ moved: true }));
 window.addEventListener("tracestore:signed-out", (event) => {
   shown?.abort(); // the view's other requests and refreshes would only answer 401 again
   signIn(
