@@ -89,9 +89,12 @@ export async function api(
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
   const sent = bodyText ?? (body === undefined ? undefined : JSON.stringify(body));
   if (sent !== undefined) headers["Content-Type"] = "application/json";
+  // A header fetch() cannot send is the page's fault, not the network's: it throws here
+  // rather than being retried as if the service were down.
+  const checked = new Headers(headers);
   const answer = await fetchRetrying(
     url,
-    { method, headers, body: sent },
+    { method, headers: checked, body: sent },
     { onRetry, signal },
   );
   if (!answer.ok) {

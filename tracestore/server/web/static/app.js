@@ -54,6 +54,15 @@ function signIn(root, reason) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const value = form.elements.token.value.trim();
+    const odd = /[^\x21-\x7e]/.exec(value);
+    if (odd) {
+      // fetch() refuses such a header before sending anything, which would read as the
+      // service not answering after every retry.
+      form.querySelector(".error").textContent =
+        `A token is one word of printable ASCII; this one has ${JSON.stringify(odd[0])} at ` +
+        `position ${odd.index + 1}. Paste the whole token again, on one line.`;
+      return;
+    }
     try {
       await api("/tracesets", { query: { limit: 1 }, auth: value });
       setToken(value);
