@@ -131,3 +131,27 @@ def test_a_bidi_override_in_a_name_or_key_cannot_reorder_what_follows_it(
     scope = page.locator(".detail-head h1 .badge").nth(1).bounding_box()
     assert status is not None and scope is not None
     assert status["x"] < scope["x"]
+
+
+def test_huge_unbroken_names_files_and_values_do_not_push_the_page_sideways(
+    served: Served, page: Page
+) -> None:
+    name = "n" * 255  # the longest name the service takes, with nowhere to break
+    long_value = "v" * 3000
+    long_key = "k" * 300
+    with Client(served.url, served.token) as client:
+        made = client.upload_traceset(
+            chakra_ranks(0),
+            name=name,
+            workload_metadata={"shape": {"rankCount": 1}, long_key: long_value},
+            description="d" * 4096,
+            tags=["t" * 64, "u" * 64],
+        )
+    wait_inspected(served, made.id)
+    sign_in(page, served)
+    expect(page.locator("table.tracesets td:first-child a")).to_have_text(name)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    page.locator("table.tracesets td:first-child a").click()
+    expect(page.locator(".tree .value.string")).to_have_text(f'"{long_value}"')
+    page.get_by_text("The JSON as stored").click()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
