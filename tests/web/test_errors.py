@@ -102,3 +102,33 @@ def test_a_token_revoked_while_a_traceset_opens_returns_to_sign_in_not_a_401_pan
     page.wait_for_timeout(500)
     expect(page.get_by_label("API token")).to_be_visible()
     expect(page.locator(".problem")).to_have_count(0)
+
+
+def test_a_traceset_deleted_while_open_says_so_when_acted_on(served: Served, page: Page) -> None:
+    made = upload(served, "going", chakra_ranks(0), '{"shape":{"rankCount":1}}')
+    sign_in(page, served, path=f"/tracesets/{made.id}")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("going")
+    gone = httpx.delete(
+        f"{served.url}/api/v1/tracesets/{made.id}",
+        headers={"Authorization": f"Bearer {served.token}"},
+    )
+    assert gone.status_code == 204
+    refused = httpx.post(
+        f"{served.url}/api/v1/tracesets/{made.id}/validate",
+        headers={"Authorization": f"Bearer {served.token}"},
+    )
+    assert refused.status_code >= 400
+    page.get_by_role("button", name="Validate").click()
+    expect(page.locator(".validation .error")).to_have_text(refused.json()["error"]["message"])
+    page.get_by_role("button", name="Promote to tenant…").click()
+    page.locator(".confirm-promote").click()
+    expect(page.locator(".promote-error")).not_to_be_empty()
+    after = httpx.get(
+        f"{served.url}/api/v1/tracesets/{made.id}",
+        headers={"Authorization": f"Bearer {served.token}"},
+    )
+    assert after.json()["status"] == "deleted"  # soft-deleted: still readable, as deleted
+    page.reload()
+    expect(page.locator(".detail-head .badge").first).to_have_text("deleted")
+    expect(page.get_by_role("button", name="Validate")).to_be_disabled()
+    expect(page.get_by_role("button", name="Promote to tenant…")).to_be_disabled()
