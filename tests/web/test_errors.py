@@ -132,3 +132,26 @@ def test_a_traceset_deleted_while_open_says_so_when_acted_on(served: Served, pag
     expect(page.locator(".detail-head .badge").first).to_have_text("deleted")
     expect(page.get_by_role("button", name="Validate")).to_be_disabled()
     expect(page.get_by_role("button", name="Promote to tenant…")).to_be_disabled()
+
+
+def test_signing_in_while_the_service_does_not_answer_says_it_waits(
+    served: Served, page: Page
+) -> None:
+    dropped: list[str] = []
+
+    def drop_three(route: Route) -> None:
+        if len(dropped) < 3:
+            dropped.append(route.request.url)
+            route.abort("connectionrefused")
+        else:
+            route.continue_()
+
+    page.goto(served.url + "/")
+    page.route(lambda url: "/api/v1/" in url, drop_three)
+    page.get_by_label("API token").fill(served.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#waiting")).to_contain_text("The service is not answering")
+    expect(page.get_by_role("button", name="Sign in")).to_be_disabled()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    expect(page.locator("#waiting")).to_be_hidden()
+    assert len(dropped) == 3

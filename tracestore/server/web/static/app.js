@@ -5,7 +5,7 @@
 // never in a URL or a cookie.
 import { api, ApiError, setToken, token } from "/static/api.js";
 import { h, show } from "/static/dom.js";
-import { errorPanel, isAbort } from "/static/errors.js";
+import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
 import { mountDetailView } from "/static/detail_view.js";
 import { mountListView } from "/static/list_view.js";
 import { finishLogin, loginConfig, startLogin } from "/static/login.js";
@@ -63,13 +63,20 @@ function signIn(root, reason) {
         `position ${odd.index + 1}. Paste the whole token again, on one line.`;
       return;
     }
+    const submit = form.querySelector('button[type="submit"]');
+    const waiting = waitingBanner();
+    submit.disabled = true; // one sign-in at a time while the service is retried
+    form.querySelector(".error").textContent = "";
     try {
-      await api("/tracesets", { query: { limit: 1 }, auth: value });
+      await api("/tracesets", { query: { limit: 1 }, auth: value, onRetry: waiting.onRetry });
       setToken(value);
       render();
     } catch (error) {
       form.querySelector(".error").textContent =
         error instanceof ApiError ? error.message : String(error.message ?? error);
+    } finally {
+      waiting.done();
+      submit.disabled = false;
     }
   });
 }
