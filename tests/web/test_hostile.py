@@ -155,3 +155,14 @@ def test_huge_unbroken_names_files_and_values_do_not_push_the_page_sideways(
     expect(page.locator(".tree .value.string")).to_have_text(f'"{long_value}"')
     page.get_by_text("The JSON as stored").click()
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+
+def test_a_link_with_broken_percent_encoding_shows_the_not_found_panel(
+    served: Served, page: Page
+) -> None:
+    errors = _listen(page)
+    sign_in(page, served, path="/tracesets/%E0%A4%A")
+    expect(page.locator('.problem[data-status="404"]').get_by_role("heading")).to_have_text(
+        "Not found"
+    )
+    assert errors == []

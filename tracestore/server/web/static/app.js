@@ -15,7 +15,13 @@ let shown = null; // the AbortController of the view on screen: leaving it stops
 export function route(pathname) {
   if (pathname === "/") return { view: "list" };
   const detail = /^\/tracesets\/([^/]+)$/.exec(pathname);
-  if (detail) return { view: "detail", id: decodeURIComponent(detail[1]) };
+  if (detail) {
+    try {
+      return { view: "detail", id: decodeURIComponent(detail[1]) };
+    } catch {
+      return { view: "unknown" }; // broken percent-encoding (%E0%A4%A): no id to ask for
+    }
+  }
   if (pathname === "/upload") return { view: "upload" };
   if (pathname === loginConfig()?.callbackPath) return { view: "callback" };
   return { view: "unknown" };
