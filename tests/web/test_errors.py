@@ -4,6 +4,7 @@ answer is retried while the page says it is waiting."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,20 @@ from playwright.sync_api import Page, Route, expect
 
 from tests.test_e2e_serve import Served
 from tests.web.seeding import admin, chakra_ranks, sign_in, upload
+
+
+def refuse_first(count: int, dropped: list[str]) -> Callable[[Route], None]:
+    """A route handler: the first ``count`` requests find the connection refused (their URLs
+    go to ``dropped``), the rest reach the service."""
+
+    def handle(route: Route) -> None:
+        if len(dropped) < count:
+            dropped.append(route.request.url)
+            route.abort("connectionrefused")
+        else:
+            route.continue_()
+
+    return handle
 
 
 def test_a_traceset_that_is_not_there_is_a_404_page_in_the_apis_words(
@@ -70,15 +85,7 @@ def test_a_service_that_does_not_answer_is_retried_and_the_page_says_it_waits(
     upload(served, "patient", chakra_ranks(0), '{"shape":{"rankCount":1}}', inspected=False)
     sign_in(page, served)
     dropped: list[str] = []
-
-    def drop_four(route: Route) -> None:
-        if len(dropped) < 4:
-            dropped.append(route.request.url)
-            route.abort("connectionrefused")
-        else:
-            route.continue_()
-
-    page.route(lambda url: "/api/v1/tracesets" in url, drop_four)
+    page.route(lambda url: "/api/v1/tracesets" in url, refuse_first(4, dropped))
     page.get_by_role("link", name="Tracesets").click()
     expect(page.locator("#waiting")).to_contain_text("The service is not answering")
     expect(page.get_by_role("link", name="patient")).to_be_visible()
@@ -138,16 +145,8 @@ def test_signing_in_while_the_service_does_not_answer_says_it_waits(
     served: Served, page: Page
 ) -> None:
     dropped: list[str] = []
-
-    def drop_three(route: Route) -> None:
-        if len(dropped) < 3:
-            dropped.append(route.request.url)
-            route.abort("connectionrefused")
-        else:
-            route.continue_()
-
     page.goto(served.url + "/")
-    page.route(lambda url: "/api/v1/" in url, drop_three)
+    page.route(lambda url: "/api/v1/" in url, refuse_first(3, dropped))
     page.get_by_label("API token").fill(served.token)
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#waiting")).to_contain_text("The service is not answering")
