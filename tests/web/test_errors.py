@@ -154,3 +154,19 @@ def test_signing_in_while_the_service_does_not_answer_says_it_waits(
     expect(page.get_by_role("button", name="Sign out")).to_be_visible()
     expect(page.locator("#waiting")).to_be_hidden()
     assert len(dropped) == 3
+
+
+def test_another_tenants_traceset_is_not_found_and_its_name_never_shown(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    made = upload(served, "tenant-a-secret", chakra_ranks(0), '{"shape":{"rankCount":1}}')
+    admin(data, "tenant", "create", "other")
+    admin(data, "user", "create", "eve", "--tenant", "other")
+    eve = admin(data, "token", "create", "--user", "eve")["token"]
+    sign_in(page, served, path=f"/tracesets/{made.id}", token=eve)
+    panel = page.locator('.problem[data-status="404"]')
+    expect(panel.get_by_role("heading")).to_have_text("Not found")
+    assert "tenant-a-secret" not in page.content()
+    page.get_by_role("link", name="All tracesets").click()
+    expect(page.locator(".empty")).to_contain_text("No tracesets yet")
