@@ -280,3 +280,19 @@ def test_odd_numbers_repeated_keys_escapes_and_long_numbers_are_shown_as_stored(
     page.get_by_text("The JSON as stored").click()
     raw = page.locator("pre.raw-json").inner_text()
     assert raw.startswith('{"shape"') and raw.endswith("}" * 41) and raw in stored
+
+
+def test_a_census_of_only_unranked_files_lists_them_and_every_rank_missing(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    folder = tmp_path / "strays"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).write_text('{"schemaVersion": 1, "traceEvents": []}')
+    upload(served, "strays", [folder], '{"shape":{"rankCount":2}}')
+    open_from_the_list(page, served, "strays")
+    expect(page.locator(".census-problems ul.unranked li")).to_have_text(["a.json", "b.json"])
+    cells = page.locator(".census-grid .cell")
+    expect(cells).to_have_count(2)
+    assert [cells.nth(i).get_attribute("data-state") for i in range(2)] == ["missing"] * 2
+    expect(page.locator(".census-problems")).to_contain_text("Missing ranks0..1")
