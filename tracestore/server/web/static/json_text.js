@@ -1,7 +1,8 @@
 // JSON parsed without losing what was written. The API returns workloadMetadata exactly as
 // it was stored (2.0 stays 2.0, 1e3 stays 1e3, 12345678901234567891 keeps every digit, key
-// order and repeated keys as given); JSON.parse would turn those numbers into doubles. This
-// parser keeps every value's source text, so the page shows the metadata as stored.
+// order as given; the service itself keeps the last of repeated keys and writes an integer
+// -0 as 0); JSON.parse would turn those numbers into doubles. This parser keeps every
+// value's source text (and repeated keys, were any sent), so the page shows what is stored.
 //
 // A node is { kind: "object", entries: [[key, node]] } | { kind: "array", items: [node] } |
 // { kind: "string", value } | { kind: "number" | "literal", text }, each with the
