@@ -245,3 +245,54 @@ def test_unranked_and_duplicated_files_are_listed_under_the_grid(
     problems = page.locator(".census-problems")
     expect(problems).to_contain_text("Rank 1 is in 2 files")
     expect(problems.locator("ul.unranked li")).to_have_text(["stray.json"])
+
+
+def test_odd_numbers_repeated_keys_escapes_and_long_numbers_are_shown_as_stored(
+    served: Served, page: Page
+) -> None:
+    # The service stores a 4,200-digit integer and a 5,000-digit fraction as written (its
+    # limit is Python's 4,300 digits for integers, none for fractions); the page must too.
+    # (Repeated keys and an integer -0 do not survive the client's and service's own JSON;
+    # the page shows what is stored.)
+    long_int = "7" * 4200
+    long_fraction = "0." + "3" * 5000
+    deep = '{"d":' * 40 + "-0.0" + "}" * 40
+    metadata = (
+        '{"shape":{"rankCount":1},"neg_zero":-0.0,"exp":1E+2,"past_u64":18446744073709551617,'
+        f'"escaped":"\\u00e9\\ud83d\\ude00","long_int":{long_int},'
+        f'"long_fraction":{long_fraction},"deep":{deep}}}'
+    )
+    traceset = upload(served, "odd-numbers", chakra_ranks(0), metadata)
+    stored = get_traceset(served, traceset.id).text
+    assert long_int in stored and long_fraction in stored
+    sign_in(page, served, path=f"/tracesets/{traceset.id}")
+    tree = page.locator(".metadata .tree")
+    for path, text in [
+        ("neg_zero", "-0.0"),
+        ("exp", "1E+2"),
+        ("past_u64", "18446744073709551617"),
+        ("escaped", '"é😀"'),
+        ("long_int", long_int),
+        ("long_fraction", long_fraction),
+        ("deep" + ".d" * 40, "-0.0"),
+    ]:
+        expect(tree.locator(f'[data-path="{path}"] .value')).to_have_text(text)
+    page.get_by_text("The JSON as stored").click()
+    raw = page.locator("pre.raw-json").inner_text()
+    assert raw.startswith('{"shape"') and raw.endswith("}" * 41) and raw in stored
+
+
+def test_a_census_of_only_unranked_files_lists_them_and_every_rank_missing(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    folder = tmp_path / "strays"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).write_text('{"schemaVersion": 1, "traceEvents": []}')
+    upload(served, "strays", [folder], '{"shape":{"rankCount":2}}')
+    open_from_the_list(page, served, "strays")
+    expect(page.locator(".census-problems ul.unranked li")).to_have_text(["a.json", "b.json"])
+    cells = page.locator(".census-grid .cell")
+    expect(cells).to_have_count(2)
+    assert [cells.nth(i).get_attribute("data-state") for i in range(2)] == ["missing"] * 2
+    expect(page.locator(".census-problems")).to_contain_text("Missing ranks0..1")

@@ -161,3 +161,17 @@ def test_sign_out_forgets_the_token(served: Served, page: Page) -> None:
     assert page.evaluate("sessionStorage.getItem('tracestore.token')") is None
     page.reload()
     expect(page.get_by_label("API token")).to_be_visible()
+
+
+def test_a_shared_link_with_a_repeated_filter_gets_the_apis_refusal_not_one_of_them(
+    served: Served, page: Page
+) -> None:
+    # The URL is the list route's query as it is: the API refuses a filter given twice, and
+    # the page must not quietly query with only the last of them.
+    upload(served, "only-ready", chakra_ranks(0), '{"shape":{"rankCount":1}}')
+    sign_in(page, served, path="/?status=ready&status=deleted")
+    problem = page.locator(".results .problem")
+    expect(problem.locator(".problem-message")).to_have_text(
+        "Query parameter 'status' is given more than once"
+    )
+    expect(page.locator("table.tracesets")).to_have_count(0)

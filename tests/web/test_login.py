@@ -86,3 +86,45 @@ def test_without_a_configured_login_the_page_offers_tokens_only(served: Served, 
     expect(page.get_by_role("button", name="Sign in with your organisation's login")).to_have_count(
         0
     )
+
+
+def test_an_error_answer_this_tab_did_not_ask_for_cannot_put_words_in_the_page(
+    with_login: Served, page: Page
+) -> None:
+    # A link anyone can send: without this tab's state it is not the login speaking.
+    page.goto(
+        with_login.url + "/signin/callback?error=access_denied"
+        "&error_description=Your+account+is+locked.+Call+555-0100&state=guessed"
+    )
+    expect(page.get_by_role("alert")).to_have_text(
+        "This answer from the login does not belong to a sign-in started in this tab. "
+        "Sign in again."
+    )
+    assert "555" not in page.locator("main").inner_text()
+    assert "error" not in page.url
+
+
+def test_a_callback_is_single_use(with_login: Served, provider: Provider, page: Page) -> None:
+    callbacks: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            callbacks.append(request.url) if "/signin/callback" in request.url else None
+        ),
+    )
+    page.goto(with_login.url + "/upload")
+    page.get_by_role("button", name="Sign in with your organisation's login").click()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    assert page.url == with_login.url + "/upload"
+    (callback,) = callbacks
+    assert "code=" in callback and "state=" in callback
+    # The same answer again (a replayed or shared callback URL) is refused: its state was
+    # this tab's once, and the verifier is gone.
+    page.get_by_role("button", name="Sign out").click()
+    page.goto(callback)
+    expect(page.get_by_role("alert")).to_have_text(
+        "This answer from the login does not belong to a sign-in started in this tab. "
+        "Sign in again."
+    )
+    assert len(provider.exchanges) == 1
+    assert page.evaluate("sessionStorage.getItem('tracestore.token')") is None

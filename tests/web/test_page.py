@@ -73,3 +73,40 @@ def test_every_module_of_the_page_loads_in_the_browser(served: Served, page: Pag
         modules,
     )
     assert failures == []
+
+
+def test_every_page_url_answers_head_as_it_answers_get(served: Served) -> None:
+    # Link checkers, uptime probes and proxies ask HEAD; a 405 reads as "the page is down".
+    for path in ["/", "/tracesets/ts_anything", "/upload", "/static/app.js"]:
+        got = httpx.get(served.url + path)
+        head = httpx.head(served.url + path)
+        assert head.status_code == 200, path
+        assert head.content == b""
+        assert head.headers["content-type"] == got.headers["content-type"], path
+        assert head.headers.get("content-security-policy") == got.headers.get(
+            "content-security-policy"
+        )
+
+
+def test_the_static_modules_are_not_sniffed_and_are_revalidated_after_an_upgrade(
+    served: Served,
+) -> None:
+    # The modules' URLs carry no version: a browser must ask again (a 304 when unchanged)
+    # rather than run last release's app.js beside this release's api.js.
+    for path in ["/static/app.js", "/static/style.css", "/static/favicon.svg"]:
+        answer = httpx.get(served.url + path)
+        assert answer.status_code == 200, path
+        assert answer.headers["x-content-type-options"] == "nosniff", path
+        assert answer.headers["cache-control"] == "no-cache", path
+        again = httpx.get(served.url + path, headers={"If-None-Match": answer.headers["etag"]})
+        assert again.status_code == 304, path
+        assert again.headers["cache-control"] == "no-cache", path
+    missing = httpx.get(served.url + "/static/nothing.js")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"] == "No route GET /static/nothing.js"
+
+
+def test_the_login_callback_is_a_page_only_when_a_login_is_configured(served: Served) -> None:
+    answer = httpx.get(served.url + "/signin/callback?code=x&state=y")
+    assert answer.status_code == 404
+    assert answer.json()["error"]["message"] == "No route GET /signin/callback"

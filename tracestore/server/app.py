@@ -20,7 +20,6 @@ from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.staticfiles import StaticFiles
 
 from tracestore import __version__, schemas
 from tracestore.errors import (
@@ -47,7 +46,7 @@ from tracestore.server.routes import (
 from tracestore.server.services import Services, build_services, stores_bytes_locally
 from tracestore.server.settings import Settings
 from tracestore.server.validation import pydantic_message
-from tracestore.server.web import STATIC_DIR, STATIC_URL
+from tracestore.server.web import STATIC_DIR, STATIC_URL, StaticModules
 from tracestore.server.worker import Worker
 
 log = logging.getLogger("tracestore")
@@ -291,7 +290,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         app.include_router(blobs.local_store_router)
     app.include_router(health.router)
     app.include_router(web.router)
-    app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount(STATIC_URL, StaticModules(directory=STATIC_DIR), name="static")
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(RequestContext, max_body=settings.max_json_body)
     return app

@@ -14,6 +14,10 @@ import json
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+
 from tracestore.server.settings import Settings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -69,3 +73,19 @@ def shell_html(settings: Settings) -> str:
         else f'<meta name="tracestore-login" content="{html.escape(json.dumps(config))}">'
     )
     return text.replace(_CONFIG_MARK, meta)
+
+
+# The modules' URLs carry no version, so a browser revalidates each one (a 304 while it is
+# unchanged) instead of running last release's app.js beside this release's api.js; and it
+# takes each file as the type it is sent with, never as one it guesses.
+STATIC_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+
+
+class StaticModules(StaticFiles):
+    """``/static``: the page's files, with :data:`STATIC_HEADERS` on every answer."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        """The file (or its 304) at ``path``, with the headers above."""
+        response = await super().get_response(path, scope)
+        response.headers.update(STATIC_HEADERS)
+        return response

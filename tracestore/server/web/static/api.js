@@ -91,14 +91,19 @@ export async function api(
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
   const sent = bodyText ?? (body === undefined ? undefined : JSON.stringify(body));
   if (sent !== undefined) headers["Content-Type"] = "application/json";
+  // A header fetch() cannot send is the page's fault, not the network's: it throws here
+  // rather than being retried as if the service were down.
+  const checked = new Headers(headers);
   const answer = await fetchRetrying(
     url,
-    { method, headers, body: sent },
+    { method, headers: checked, body: sent },
     { onRetry, signal },
   );
   if (!answer.ok) {
     const error = await errorOf(answer);
     if (answer.status === 401 && auth === undefined) {
+      // The page goes back to sign-in (app.js); the view that asked has nothing left to show.
+      error.signedOut = true;
       setToken(null);
       window.dispatchEvent(new CustomEvent("tracestore:signed-out", { detail: error }));
     }

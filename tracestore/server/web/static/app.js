@@ -5,7 +5,7 @@
 // never in a URL or a cookie.
 import { api, ApiError, setToken, token } from "/static/api.js";
 import { h, show } from "/static/dom.js";
-import { errorPanel, isAbort } from "/static/errors.js";
+import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
 import { mountDetailView } from "/static/detail_view.js";
 import { mountListView } from "/static/list_view.js";
 import { finishLogin, loginConfig, startLogin } from "/static/login.js";
@@ -15,7 +15,13 @@ let shown = null; // the AbortController of the view on screen: leaving it stops
 export function route(pathname) {
   if (pathname === "/") return { view: "list" };
   const detail = /^\/tracesets\/([^/]+)$/.exec(pathname);
-  if (detail) return { view: "detail", id: decodeURIComponent(detail[1]) };
+  if (detail) {
+    try {
+      return { view: "detail", id: decodeURIComponent(detail[1]) };
+    } catch {
+      return { view: "unknown" }; // broken percent-encoding (%E0%A4%A): no id to ask for
+    }
+  }
   if (pathname === "/upload") return { view: "upload" };
   if (pathname === loginConfig()?.callbackPath) return { view: "callback" };
   return { view: "unknown" };
@@ -23,7 +29,7 @@ export function route(pathname) {
 
 export function navigate(url, { replace = false, state = null } = {}) {
   history[replace ? "replaceState" : "pushState"](state, "", url);
-  render();
+  render({ moved: true });
 }
 
 function signIn(root, reason) {
@@ -54,13 +60,29 @@ function signIn(root, reason) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const value = form.elements.token.value.trim();
+    const odd = /[^\x21-\x7e]/.exec(value);
+    if (odd) {
+      // fetch() refuses such a header before sending anything, which would read as the
+      // service not answering after every retry.
+      form.querySelector(".error").textContent =
+        `A token is one word of printable ASCII; this one has ${JSON.stringify(odd[0])} at ` +
+        `position ${odd.index + 1}. Paste the whole token again, on one line.`;
+      return;
+    }
+    const submit = form.querySelector('button[type="submit"]');
+    const waiting = waitingBanner();
+    submit.disabled = true; // one sign-in at a time while the service is retried
+    form.querySelector(".error").textContent = "";
     try {
-      await api("/tracesets", { query: { limit: 1 }, auth: value });
+      await api("/tracesets", { query: { limit: 1 }, auth: value, onRetry: waiting.onRetry });
       setToken(value);
       render();
     } catch (error) {
       form.querySelector(".error").textContent =
         error instanceof ApiError ? error.message : String(error.message ?? error);
+    } finally {
+      waiting.done();
+      submit.disabled = false;
     }
   });
 }
@@ -101,7 +123,16 @@ async function completeLogin(root) {
   }
 }
 
-export function render() {
+// After a view changes in place, focus goes to its heading, as a page load would put a
+// screen reader at the top: the link or button that was focused is gone with the old view.
+function focusHeading(root) {
+  const heading = root.querySelector("h1");
+  if (!heading || root.contains(document.activeElement)) return;
+  heading.tabIndex = -1;
+  heading.focus({ preventScroll: true });
+}
+
+export function render({ moved = false } = {}) {
   const root = document.getElementById("app");
   shown?.abort();
   if (route(location.pathname).view === "callback") {
@@ -127,9 +158,12 @@ export function render() {
       errorPanel(new ApiError(404, "NOT_FOUND", `The page has no view at ${location.pathname}.`)),
     );
   }
-  Promise.resolve(mounted).catch((error) => {
-    if (!isAbort(error)) show(root, errorPanel(error));
-  });
+  const view = shown;
+  Promise.resolve(mounted)
+    .catch((error) => {
+      if (!isAbort(error)) show(root, errorPanel(error));
+    })
+    .then(() => moved && !view.signal.aborted && focusHeading(root));
   window.scrollTo(0, 0);
 }
 
@@ -153,11 +187,12 @@ document.addEventListener("click", (event) => {
   event.preventDefault();
   navigate(link.pathname + link.search + link.hash);
 });
-window.addEventListener("popstate", render);
-window.addEventListener("tracestore:signed-out", (event) =>
+window.addEventListener("popstate", () => render({ moved: true }));
+window.addEventListener("tracestore:signed-out", (event) => {
+  shown?.abort(); // the view's other requests and refreshes would only answer 401 again
   signIn(
     document.getElementById("app"),
     `The service no longer accepts your token (${event.detail?.message ?? "401"}). Sign in again.`,
-  ),
-);
+  );
+});
 render();

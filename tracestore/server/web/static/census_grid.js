@@ -43,9 +43,11 @@ export function censusGrid(census) {
           title: label,
           "aria-label": label,
           "aria-pressed": "false",
+          tabindex: "-1",
           onclick: (event) => {
             grid.querySelector('[aria-pressed="true"]')?.setAttribute("aria-pressed", "false");
             event.currentTarget.setAttribute("aria-pressed", "true");
+            moveTo(event.currentTarget, false);
             show(detail, rankDetail(rank, state, entry, duplicated.get(rank)));
           },
         },
@@ -59,8 +61,33 @@ export function censusGrid(census) {
       ),
     );
   };
-  const grid = h("ol", { class: "census-grid", "aria-label": "Ranks" });
+  const grid = h("ol", { class: "census-grid", "aria-label": "Ranks (arrow keys move between them)" });
   grid.append(...ranks.map((rank) => cell(rank, true)), ...outside.map((rank) => cell(rank, false)));
+  // One tab stop for the whole grid (a roving tabindex): thousands of cells would otherwise
+  // be thousands of Tab presses between the census and the rest of the page.
+  const buttons = [...grid.querySelectorAll("button.cell")];
+  const moveTo = (button, focus = true) => {
+    grid.querySelector('button.cell[tabindex="0"]')?.setAttribute("tabindex", "-1");
+    button.setAttribute("tabindex", "0");
+    if (focus) button.focus();
+  };
+  if (buttons.length) buttons[0].setAttribute("tabindex", "0");
+  grid.addEventListener("keydown", (event) => {
+    const at = buttons.indexOf(event.target);
+    if (at < 0) return;
+    const row = Math.max(1, buttons.filter((b) => b.offsetTop === buttons[0].offsetTop).length);
+    const to = {
+      ArrowRight: at + 1,
+      ArrowLeft: at - 1,
+      ArrowDown: at + row,
+      ArrowUp: at - row,
+      Home: 0,
+      End: buttons.length - 1,
+    }[event.key];
+    if (to === undefined) return;
+    event.preventDefault();
+    moveTo(buttons[Math.min(buttons.length - 1, Math.max(0, to))]);
+  });
   return h(
     "div",
     { class: "census" },

@@ -72,7 +72,7 @@ function header(traceset) {
     h(
       "h1",
       {},
-      traceset.name,
+      h("span", { class: "name" }, traceset.name),
       " ",
       h("span", { class: `badge status-${traceset.status}` }, traceset.status),
       " ",

@@ -25,9 +25,10 @@ const TITLES = {
   422: "Refused",
 };
 
-// The user stopped waiting (a view was left before its answer came): nothing to show.
+// The user stopped waiting (a view was left before its answer came), or the service stopped
+// accepting the token and the page is back at sign-in: either way the view shows nothing.
 export function isAbort(error) {
-  return error?.name === "AbortError";
+  return error?.name === "AbortError" || error?.signedOut === true;
 }
 
 export function title(error) {

@@ -1,13 +1,16 @@
 // JSON parsed without losing what was written. The API returns workloadMetadata exactly as
 // it was stored (2.0 stays 2.0, 1e3 stays 1e3, 12345678901234567891 keeps every digit, key
-// order and repeated keys as given); JSON.parse would turn those numbers into doubles. This
-// parser keeps every value's source text, so the page shows the metadata as stored.
+// order as given; the service itself keeps the last of repeated keys and writes an integer
+// -0 as 0); JSON.parse would turn those numbers into doubles. This parser keeps every
+// value's source text (and repeated keys, were any sent), so the page shows what is stored.
 //
 // A node is { kind: "object", entries: [[key, node]] } | { kind: "array", items: [node] } |
 // { kind: "string", value } | { kind: "number" | "literal", text }, each with the
 // [start, end) offsets of its text.
 
 export class JsonTextError extends Error {}
+
+const SCALAR = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null/y;
 
 export function parseExact(text) {
   let at = 0;
@@ -66,9 +69,10 @@ export function parseExact(text) {
       }
       if (c === '"') place({ kind: "string", value: stringToken(), start, end: at });
       else {
-        const match = /^(?:-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)/.exec(
-          text.slice(at, at + 4096),
-        );
+        // Sticky, from `at`: a number is as long as it is written (the service keeps a
+        // 5,000-digit fraction), never cut at a window's edge.
+        SCALAR.lastIndex = at;
+        const match = SCALAR.exec(text);
         if (!match) fail("unexpected character");
         at += match[0].length;
         const kind = /^[-\d]/.test(match[0]) ? "number" : "literal";

@@ -72,6 +72,17 @@ function workloadText(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
+// The page's query as api()'s query: a parameter given twice stays twice (the API refuses
+// that, and says so; Object.fromEntries would quietly keep only the last).
+function asQuery(params) {
+  const query = {};
+  for (const name of new Set(params.keys())) {
+    const values = params.getAll(name);
+    query[name] = values.length === 1 ? values[0] : values;
+  }
+  return query;
+}
+
 function listUrl(params) {
   const text = params.toString();
   return text ? `/?${text}` : "/";
@@ -87,7 +98,7 @@ export async function mountListView(root, { signal, navigate }) {
   const waiting = waitingBanner();
   let page;
   try {
-    page = await api("/tracesets", { query: Object.fromEntries(params), signal, onRetry: waiting.onRetry });
+    page = await api("/tracesets", { query: asQuery(params), signal, onRetry: waiting.onRetry });
   } catch (error) {
     if (isAbort(error)) return;
     show(results, errorPanel(error, { retry: () => navigate(location.href, { replace: true, state: history.state }) }));

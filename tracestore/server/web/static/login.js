@@ -61,12 +61,14 @@ export async function finishLogin(config) {
   sessionStorage.removeItem(PENDING_KEY);
   // The code leaves the address bar at once; the URL becomes the view sign-in began on.
   history.replaceState(null, "", pending?.returnTo || "/");
+  // The state first, for errors too: an answer without this tab's state is a link anyone
+  // could have sent, and its error_description words the page must not show as the login's.
+  if (!pending || answer.get("state") !== pending.state || !(answer.get("code") || answer.get("error"))) {
+    throw new Error("This answer from the login does not belong to a sign-in started in this tab. Sign in again.");
+  }
   if (answer.get("error")) {
     const why = answer.get("error_description");
     throw new Error(`The login refused the sign-in: ${answer.get("error")}${why ? ` (${why})` : ""}.`);
-  }
-  if (!pending || !answer.get("code") || answer.get("state") !== pending.state) {
-    throw new Error("This answer from the login does not belong to a sign-in started in this tab. Sign in again.");
   }
   const body = new URLSearchParams({
     grant_type: "authorization_code",

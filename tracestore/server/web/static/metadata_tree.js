@@ -1,5 +1,5 @@
-// workloadMetadata as a readable tree, exactly as stored: member order, repeated members and
-// every number's text as the API returned it (json_text.js), with the raw JSON beside it.
+// workloadMetadata as a readable tree, exactly as stored: member order and every number's
+// text as the API returned it (json_text.js), with the raw JSON beside it.
 import { h } from "/static/dom.js";
 
 export function metadataTree(node, text) {
