@@ -29,10 +29,10 @@ PARTS = "**/blobs/parts/**"
 
 
 def open_upload_view(page: Page, served: Served) -> None:
-    """Sign in on / (unless this tab is signed in) and mount the upload view into #app,
-    recording what ``onUploaded`` gets in ``window.uploaded`` (at merge: the router's
-    /upload)."""
-    page.goto(served.url + "/")
+    """Sign in on the page's /upload (unless this tab is signed in), then mount the upload
+    view into #app again with an ``onUploaded`` that records the traceset in
+    ``window.uploaded`` (the router's would open its detail view)."""
+    page.goto(served.url + "/upload")
     if page.evaluate("sessionStorage.getItem('tracestore.token')") is None:
         page.get_by_label("API token").fill(served.token)
         page.get_by_role("button", name="Sign in").click()
