@@ -292,3 +292,28 @@ def test_the_client_follows_pages_of_part_urls(
     assert sorted(pages) == [("a.bin", 2), ("a.bin", 3), ("a.bin", 4), ("b.bin", 2)]
     for name in ("a.bin", "b.bin"):
         assert (copy / name).read_bytes() == (source / name).read_bytes()
+
+
+NUL_METADATA = {"shape": {"rankCount": 1}, "note\u0000key": "a\u0000b", "escaped": "\\u0000"}
+
+
+def test_metadata_holding_a_nul_character_is_stored_and_answered_exactly(
+    http: TestClient,
+) -> None:
+    """PostgreSQL's jsonb cannot hold U+0000 (a 500 there, found by the promotion property
+    test): the exact text keeps it, the queryable copy does not need it."""
+    done = upload(http, SUPPORTING, NUL_METADATA)
+    assert done["workloadMetadata"] == NUL_METADATA
+    got = http.get(f"/api/v1/tracesets/{done['id']}")
+    assert got.status_code == 200, got.text
+    assert got.json()["workloadMetadata"] == NUL_METADATA
+    listed = http.get("/api/v1/tracesets", params={"escaped": "\\u0000"})
+    assert [t["id"] for t in listed.json()["items"]] == [done["id"]]
+
+    promoted = http.post(
+        f"/api/v1/tracesets/{done['id']}/promote",
+        json={"target": "tenant", "workloadMetadata": {**NUL_METADATA, "more": "\u0000"}},
+    )
+    assert promoted.status_code == 200, promoted.text
+    again = http.get(f"/api/v1/tracesets/{done['id']}").json()
+    assert again["workloadMetadata"] == {**NUL_METADATA, "more": "\u0000"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 
@@ -112,11 +113,18 @@ def plain(value: Any) -> Any:
     """``value`` as plain JSON values (``RawNumber`` becomes a float), for a queryable column.
 
     A number beyond the float range (``1e400``) becomes null there: databases refuse
-    ``Infinity`` in JSON. The text as given keeps it.
+    ``Infinity`` in JSON. A U+0000 in a string or a member name becomes U+FFFD there:
+    PostgreSQL's jsonb cannot hold it. The text as given keeps both.
     """
     if value is None:
         return None
-    return json.loads(dumps(value), parse_float=_finite_or_none, parse_constant=lambda _: None)
+    text = _ESCAPED_NUL.sub(r"\1\\ufffd", dumps(value))
+    return json.loads(text, parse_float=_finite_or_none, parse_constant=lambda _: None)
+
+
+# A ``\u0000`` escape in JSON text: after an even run of backslashes (``\\u0000`` is a
+# backslash and the letters u0000, not a NUL).
+_ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def _finite_or_none(text: str) -> float | None:
