@@ -17,7 +17,6 @@ artifacts are hashed here, so a fast answer that lost bytes cannot pass.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import statistics
@@ -29,6 +28,8 @@ from pathlib import Path
 import httpx
 from served import Server, free_port
 from upload import MIB, Case, run_cli, settle, write_files
+
+from tracestore.client.transfers import sha256_of
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MLFLOW_PYTHON = REPO / ".bench-mlflow" / "bin" / "python"
@@ -79,10 +80,7 @@ class MlflowServer:
 
 
 def digests(directory: Path) -> dict[str, str]:
-    return {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(directory.iterdir())
-    }
+    return {path.name: sha256_of(path) for path in sorted(directory.iterdir())}
 
 
 def run_mlflow(python: Path, server: MlflowServer, source: Path, expected: dict[str, str]) -> float:
