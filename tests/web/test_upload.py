@@ -28,25 +28,36 @@ from tracestore.errors import ValidationError
 PARTS = "**/blobs/parts/**"
 
 
+MOUNT_RECORDING = """async () => {
+  const m = await import('/static/upload_view.js');
+  window.uploaded = window.uploaded ?? [];
+  m.mountUploadView(document.getElementById('app'), {
+    onUploaded: (t) => window.uploaded.push(t),
+  });
+}"""
+
+
+def mount_recording_view(page: Page) -> None:
+    """Mount the upload view into #app again with an ``onUploaded`` that records the traceset
+    in ``window.uploaded`` (the router's would open its detail view).
+
+    The router mounts its own view after an asynchronous import; it is waited for first, or
+    its mount could land after this one and take the upload over (and then navigate away)."""
+    expect(page.get_by_role("heading", name="Upload a traceset")).to_be_visible()
+    page.evaluate("window.uploaded = []")
+    page.evaluate(MOUNT_RECORDING)
+    expect(page.get_by_role("heading", name="Upload a traceset")).to_be_visible()
+
+
 def open_upload_view(page: Page, served: Served) -> None:
-    """Sign in on the page's /upload (unless this tab is signed in), then mount the upload
-    view into #app again with an ``onUploaded`` that records the traceset in
-    ``window.uploaded`` (the router's would open its detail view)."""
+    """Sign in on the page's /upload (unless this tab is signed in), then mount the
+    recording upload view (``mount_recording_view``)."""
     page.goto(served.url + "/upload")
     if page.evaluate("sessionStorage.getItem('tracestore.token')") is None:
         page.get_by_label("API token").fill(served.token)
         page.get_by_role("button", name="Sign in").click()
         expect(page.get_by_label("API token")).to_have_count(0)
-    page.evaluate(
-        """async () => {
-          const m = await import('/static/upload_view.js');
-          window.uploaded = [];
-          m.mountUploadView(document.getElementById('app'), {
-            onUploaded: (t) => window.uploaded.push(t),
-          });
-        }"""
-    )
-    expect(page.get_by_role("heading", name="Upload a traceset")).to_be_visible()
+    mount_recording_view(page)
 
 
 def make_folder(root: Path, sizes: dict[str, int]) -> Path:
@@ -369,14 +380,7 @@ def test_an_upload_cut_by_a_reload_finishes_with_only_the_missing_parts(
             sent_after.append(r.url) if r.method == "PUT" and "/blobs/parts/" in r.url else None
         ),
     )
-    page.evaluate(
-        """async () => {
-          const m = await import('/static/upload_view.js');
-          window.uploaded = [];
-          m.mountUploadView(document.getElementById('app'), {
-            onUploaded: (t) => window.uploaded.push(t) });
-        }"""
-    )
+    mount_recording_view(page)
     expect(page.get_by_text("Unfinished upload: gpt-run")).to_be_visible()
     expect(page.get_by_text("2 parts sent")).to_be_visible()
 
@@ -449,13 +453,7 @@ def remount_elsewhere_and_back(page: Page, back: bool = True) -> None:
     """What the page's router does when the user opens another view (and the upload again)."""
     page.evaluate("document.getElementById('app').replaceChildren('another view')")
     if back:
-        page.evaluate(
-            """async () => {
-              const m = await import('/static/upload_view.js');
-              m.mountUploadView(document.getElementById('app'), {
-                onUploaded: (t) => window.uploaded.push(t) });
-            }"""
-        )
+        page.evaluate(MOUNT_RECORDING)
 
 
 def test_an_upload_running_while_another_view_is_open_is_shown_again_not_sent_twice(
