@@ -317,3 +317,89 @@ def test_metadata_holding_a_nul_character_is_stored_and_answered_exactly(
     assert promoted.status_code == 200, promoted.text
     again = http.get(f"/api/v1/tracesets/{done['id']}").json()
     assert again["workloadMetadata"] == {**NUL_METADATA, "more": "\u0000"}
+
+
+NUL_LOOKUPS = [
+    ("GET", "/api/v1/tracesets/ts_a%00b"),
+    ("DELETE", "/api/v1/tracesets/ts_a%00b"),
+    ("GET", "/api/v1/tracesets/ts_a%00b/download"),
+    ("GET", "/api/v1/tracesets/ts_a%00b/resolve"),
+    ("POST", "/api/v1/tracesets/ts_a%00b/validate"),
+    ("POST", "/api/v1/tracesets/ts_a%00b/promote"),
+    ("GET", "/api/v1/tracesets/upload-url/upload_a%00b"),
+    ("GET", "/api/v1/libraries/lib_a%00b"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), NUL_LOOKUPS)
+def test_an_id_holding_a_nul_character_is_not_found(
+    http: TestClient, method: str, path: str
+) -> None:
+    """PostgreSQL's text cannot hold U+0000: psycopg refused the lookup (a 500 there)."""
+    response = http.request(method, path, **({"json": {}} if method == "POST" else {}))
+    assert "not found" in assert_envelope(response, 404, "NOT_FOUND")["message"]
+
+
+def test_a_file_or_upload_named_with_a_nul_character_is_not_found(http: TestClient) -> None:
+    done = upload(http, SUPPORTING)
+    got = http.get(f"/api/v1/tracesets/{done['id']}/download", params={"file": "a\u0000b"})
+    assert "not found" in assert_envelope(got, 404, "NOT_FOUND")["message"]
+    started = _started(http)
+    resumed = http.get(
+        f"/api/v1/tracesets/upload-url/{started['uploadId']}",
+        params={"file": "a\u0000b", "fromPart": "2"},
+    )
+    assert "not part of upload" in assert_envelope(resumed, 404, "NOT_FOUND")["message"]
+    completed = http.post(
+        "/api/v1/tracesets/upload-url/complete", json={"uploadId": "a\u0000b", "files": []}
+    )
+    assert "not found" in assert_envelope(completed, 404, "NOT_FOUND")["message"]
+    facts = http.get("/api/v1/tracesets", params={"inspected.gpu_model": "a\u0000b"})
+    assert facts.status_code == 200, facts.text
+    assert facts.json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("member", "value"),
+    [("name", "a\u0000b"), ("description", "a\u0000b"), ("tags", ["ok", "a\u0000b"])],
+)
+def test_a_stored_text_holding_a_nul_character_is_refused_with_nothing_stored(
+    http: TestClient, services: Services, member: str, value: Any
+) -> None:
+    before = record_counts(services)
+    response = request_upload(http, SUPPORTING, **{member: value})
+    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert message == f"{member} contains a NUL character (U+0000), which is not allowed"
+    assert record_counts(services) == before
+    if member == "name":  # promotion does not rename
+        return
+    done = upload(http, SUPPORTING, name="kept", description="as given", tags=["t"])
+    promoted = http.post(
+        f"/api/v1/tracesets/{done['id']}/promote", json={"target": "tenant", member: value}
+    )
+    message = assert_envelope(promoted, 400, "VALIDATION_ERROR")["message"]
+    assert message == f"{member} contains a NUL character (U+0000), which is not allowed"
+    again = http.get(f"/api/v1/tracesets/{done['id']}").json()
+    assert (again["scope"], again["description"], again["tags"]) == ("workspace", "as given", ["t"])
+
+
+@pytest.mark.parametrize("route", ["/api/v1/tracesets", "/api/v1/libraries"])
+def test_a_search_holding_a_nul_character_is_a_validation_error(
+    http: TestClient, route: str
+) -> None:
+    response = http.get(route, params={"search": "a\u0000b"})
+    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert message == "search contains a NUL character (U+0000), which no name can hold"
+
+
+def test_a_workload_filter_holding_a_nul_character_finds_the_metadata_holding_it(
+    http: TestClient,
+) -> None:
+    """The queryable copy holds U+FFFD where the metadata held U+0000 (PostgreSQL's jsonb
+    refused the filter's \\u0000: a 500); the filter is compared the same way."""
+    done = upload(http, SUPPORTING, {"shape": {"rankCount": 1}, "label": "a\u0000b"})
+    upload(http, SUPPORTING, {"shape": {"rankCount": 1}, "label": "ab"})
+    for text in ("a\u0000b", '"a\\u0000b"'):
+        listed = http.get("/api/v1/tracesets", params={"label": text})
+        assert listed.status_code == 200, listed.text
+        assert [t["id"] for t in listed.json()["items"]] == [done["id"]]

@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
 )
@@ -206,6 +207,17 @@ def sha256_hex(value: str | None) -> str | None:
     return value.lower() if value else value
 
 
+def without_nul(value: Any, info: ValidationInfo) -> Any:
+    """A stored text member (or list of them) that holds no U+0000: PostgreSQL's text
+    cannot, and a stored text must read back as it was given on every engine."""
+    texts = value if isinstance(value, list) else [value]
+    if any(isinstance(text, str) and "\x00" in text for text in texts):
+        raise ValueError(
+            f"{info.field_name} contains a NUL character (U+0000), which is not allowed"
+        )
+    return value
+
+
 class UploadFileSpec(RequestModel):
     """One file of an upload."""
 
@@ -241,6 +253,8 @@ class TracesetUploadUrlRequest(RequestModel):
     # At least one file, checked by the validator to word it as the reference does.
     files: list[UploadFileSpec] = Field(json_schema_extra={"minItems": 1})
     workload_metadata: MetadataField = None
+
+    _texts_without_nul = field_validator("name", "description", "tags")(without_nul)
 
     @field_validator("files")
     @classmethod
@@ -490,6 +504,8 @@ class PromoteRequest(RequestModel):
     tags: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
         default=None, max_length=64, description="Replace the tags on success"
     )
+
+    _texts_without_nul = field_validator("description", "tags")(without_nul)
 
 
 class PromoteAnswer(WireModel):

@@ -310,6 +310,8 @@ class Database:
             kwargs["pool_pre_ping"] = True
         self.engine: Engine = create_engine(url, **kwargs)
         self.read_engine: Engine = self.engine
+        if self.engine.dialect.name == "postgresql":
+            event.listen(self.engine, "connect", _postgres_text_without_nul)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
             # Writers take the write lock at BEGIN: a read-then-write transaction that had
@@ -430,6 +432,26 @@ def serialize(connection: Session | Connection) -> None:
     bind = connection if isinstance(connection, Connection) else connection.get_bind()
     if bind.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": STARTUP_LOCK})
+
+
+def _postgres_text_without_nul(dbapi_connection: Any, _record: Any) -> None:
+    """PostgreSQL's text cannot hold U+0000; psycopg refuses to send one (a 500). No stored
+    text holds one (requests refuse it; ``jsontext.plain`` maps it in metadata), so a
+    parameter carrying one can only be a lookup (an id, a file name, a fact): sent as U+FFFD,
+    which no id or file name holds, it finds nothing, as it does on SQLite."""
+    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
+
+    class BinaryWithoutNul(StrBinaryDumper):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", "\ufffd"))
+
+    class TextWithoutNul(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", "\ufffd"))
+
+    # The text dumper last: it is the one psycopg picks for an untyped %s, as by default.
+    dbapi_connection.adapters.register_dumper(str, BinaryWithoutNul)
+    dbapi_connection.adapters.register_dumper(str, TextWithoutNul)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

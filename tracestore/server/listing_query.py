@@ -174,16 +174,17 @@ def parse_integer(name: str, text: str, low: int, high: int) -> int:
 
 
 def filter_value(text: str) -> Any:
-    """The JSON-typed value of a workload filter."""
+    """The JSON-typed value of a workload filter, as the queryable copy of the metadata holds
+    it (``jsontext.plain``: a U+0000 there is U+FFFD, so ``a%00b`` finds ``"a\\u0000b"``)."""
     try:
         value = json.loads(text)
     except ValueError:
-        return text
+        value = text
     if isinstance(value, float) and not math.isfinite(value):
-        return text
+        value = text
     if isinstance(value, dict | list):
-        return text
-    return value
+        value = text
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
 def _workload_filter(name: str, text: str) -> WorkloadFilter:
@@ -271,6 +272,10 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
                 raise ValidationError("next must be a cursor from pagination.nextCursor")
             values["cursor"] = text
         else:  # search; an empty one matches every name
+            if "\x00" in text:
+                raise ValidationError(
+                    "search contains a NUL character (U+0000), which no name can hold"
+                )
             values["search"] = text or None
     if len(workload) > MAX_WORKLOAD_FILTERS:
         raise ValidationError(f"At most {MAX_WORKLOAD_FILTERS} workload filters may be given")
