@@ -9,10 +9,13 @@ The store: one real upload of 8 files (through the service), then its records co
 database to ``--count`` tracesets of varied workload families, all pointing at the same blobs,
 as a team's store of many runs of the same shape would. The ceiling: a bare Starlette app on
 uvicorn with httptools returning a constant JSON object, what no route on this stack can
-beat. Both are driven by ``wrk`` (Debian's package ``wrk``: ``apt-get install wrk``; this
-script installs nothing) for each route at 64 and 200 connections, one route at a time.
+beat, on asyncio's event loop as ``tracestore serve`` runs (the ratio); the same app on
+uvloop (uvicorn's default when it is installed) is measured beside it, as a second ceiling
+(``ratio_uvloop``). All are driven by ``wrk`` (Debian's package ``wrk``: ``apt-get install
+wrk``; this script installs nothing) for each route at 64 and 200 connections, one route at
+a time.
 
-Prints per route and connection count: requests/s of ours and of the ceiling, their ratio
+Prints per route and connection count: requests/s of ours and of the ceilings, the ratio
 against the route's target, p50/p99 latency, and wrk's errors (non-2xx answers, socket
 connect/read/write errors, timeouts). Targets at 64 connections (issue 16): get >= 0.2 x the
 ceiling, list >= 0.1 x, upload-url >= 0.05 x, healthz >= 0.5 x; p99 <= 100 ms for get and
@@ -165,12 +168,13 @@ def seed(data_dir: Path, count: int) -> tuple[str, str]:
     return template, token
 
 
-def ceiling(port: int, workdir: Path) -> subprocess.Popen[bytes]:
+def ceiling(port: int, workdir: Path, loop: str) -> subprocess.Popen[bytes]:
     (workdir / "ceiling_app.py").write_text(CEILING_APP)
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "uvicorn", "ceiling_app:app", "--port", str(port)),
             *("--http", "httptools", "--log-level", "warning", "--no-access-log"),
+            *("--loop", loop),
         ],
         cwd=workdir,
     )
@@ -215,8 +219,9 @@ def main() -> None:
         env={"TRACESTORE_SWEEP_INTERVAL": "PT1H"},
         args=["--workers", str(args.workers)] if args.workers > 1 else [],
     )
-    port = free_port()
-    bare = ceiling(port, root)
+    port, uvloop_port = free_port(), free_port()
+    bare = ceiling(port, root, "asyncio")  # the loop tracestore serve runs
+    bare_uvloop = ceiling(uvloop_port, root, "uvloop")
     results: list[dict[str, Any]] = []
     # The machine is shared: say how busy it was, beside the ratios.
     print(f"load average at start: {os.getloadavg()}", file=sys.stderr, flush=True)
@@ -233,9 +238,17 @@ def main() -> None:
                 ceiling_run = wrk(
                     f"http://127.0.0.1:{port}{path}", connections, args.duration, token, script
                 )
+                uvloop_run = wrk(
+                    f"http://127.0.0.1:{uvloop_port}{path}",
+                    connections,
+                    args.duration,
+                    token,
+                    script,
+                )
                 ours = wrk(server.url + path, connections, args.duration, token, script)
                 ratio_target, p99_target = TARGETS[route]
                 ratio = ours.requests_per_s / ceiling_run.requests_per_s
+                ratio_uvloop = ours.requests_per_s / uvloop_run.requests_per_s
                 results.append(
                     {
                         "route": route,
@@ -243,7 +256,9 @@ def main() -> None:
                         "workers": args.workers,
                         "ours": asdict(ours),
                         "ceiling": asdict(ceiling_run),
+                        "ceiling_uvloop": asdict(uvloop_run),
                         "ratio": round(ratio, 4),
+                        "ratio_uvloop": round(ratio_uvloop, 4),
                         "ratio_target": ratio_target if connections == 64 else None,
                         "p99_target_ms": p99_target if connections == 64 else None,
                         "errors_ok": connections != 200
@@ -254,15 +269,17 @@ def main() -> None:
                     f"{route:24} c={connections:<3} ours {ours.requests_per_s:8.0f} req/s "
                     f"(p50 {ours.p50_ms:6.1f} ms, p99 {ours.p99_ms:7.1f} ms, "
                     f"errors {ours.non_2xx}/{ours.socket_errors}/{ours.timeouts}) | ceiling "
-                    f"{ceiling_run.requests_per_s:8.0f} req/s | ratio {ratio:.3f}"
+                    f"{ceiling_run.requests_per_s:8.0f} req/s (uvloop "
+                    f"{uvloop_run.requests_per_s:.0f}) | ratio {ratio:.3f} ({ratio_uvloop:.3f})"
                     + (f" (target {ratio_target})" if connections == 64 else ""),
                     file=sys.stderr,
                     flush=True,
                 )
     finally:
         print(f"load average at end: {os.getloadavg()}", file=sys.stderr, flush=True)
-        bare.terminate()
-        bare.wait(timeout=30)
+        for process in (bare, bare_uvloop):
+            process.terminate()
+            process.wait(timeout=30)
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(results, indent=2))

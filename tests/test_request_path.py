@@ -1,13 +1,16 @@
 """The request path (issue 16): a request's token check and its use case run in one worker
-thread on one read session (``deps.Caller``, ``Database.shared_reads``), the pool keeps a
-connection per request thread, and the access log is written without a flush per line.
-How fast it is, is bench/load.py's business; these pin what it must keep true."""
+thread on one read session (``deps.Caller``, ``Database.shared_reads``), and a short read
+on SQLite on the event loop's own thread (``Caller.read``); the pool keeps a connection per
+request thread, the served sockets send without waiting on delayed ACKs, and the access
+log is written without a flush per line. How fast it is, is bench/load.py's business;
+these pin what it must keep true."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import logging
+import socket
 import threading
 import time
 from typing import Any
@@ -16,10 +19,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 
 from tests.uploading import UPLOAD_URL
+from tracestore.cli.serve import _listen
 from tracestore.server import db, listing
 from tracestore.server.accesslog import FLUSH_EVERY, AccessLogHandler
 from tracestore.server.app import new_request_id
-from tracestore.server.auth import create_tenant
+from tracestore.server.auth import Principal, create_tenant
 from tracestore.server.deps import Caller
 from tracestore.server.listing_query import parse_list_query
 from tracestore.server.services import Services
@@ -59,6 +63,53 @@ def test_the_handed_over_session_ends_with_the_use_cases_first_read(services: Se
         assert checkins[0] == 1
         _tenants(services)  # later reads are sessions of their own, as before
         assert checkins[0] == 2
+
+
+def _thread_of_read(services: Services, token: str) -> threading.Thread:
+    def where(services: Services, principal: Principal) -> threading.Thread:
+        assert principal.is_tenant_admin  # the token was checked
+        return threading.current_thread()
+
+    return asyncio.run(Caller(services, token).read(where))
+
+
+def test_a_short_read_runs_on_the_event_loops_thread_on_sqlite_only(
+    services: Services, admin_token: str
+) -> None:
+    """A worker thread gives the GIL up at every statement and waits for the loop to give
+    it back: on SQLite (readers never wait) the read needs none. A server database's round
+    trips must not stall the loop: there it keeps to a worker thread."""
+    checkouts = _count(services.db.read_engine, "checkout")
+    ran_on = _thread_of_read(services, admin_token)
+    if services.db.dialect == "sqlite":
+        assert ran_on is threading.current_thread()
+    else:
+        assert ran_on is not threading.current_thread()
+    assert checkouts[0] == 1  # the token's check and the read: one session either way
+
+
+def test_the_served_sockets_send_without_waiting_for_delayed_acks() -> None:
+    """asyncio sets TCP_NODELAY on a connection only when its socket says it is TCP; the
+    listener ``serve`` binds must, or every answer waits ~40 ms on the client's ACK."""
+    listener = _listen("127.0.0.1", 0)
+    flags: list[int] = []
+
+    async def main() -> None:
+        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            flags.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(accepted, sock=listener)
+        _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+        while not flags:
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    assert flags and flags[0] != 0
 
 
 def test_reads_after_a_write_in_the_same_request_see_it(services: Services) -> None:

@@ -327,6 +327,13 @@ class Database:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def reads_inline(self) -> bool:
+        """Whether a short read may run on the event loop's thread (``deps.Caller.read``): a
+        SQLite file in WAL mode, whose readers never wait; not a server database (a round
+        trip there, or a slow query, would stall every request), nor an in-memory one."""
+        return self.dialect == "sqlite" and ":memory:" not in self.url
+
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:
         """A unit of work: committed when the block ends, rolled back on error. Inside

@@ -4,7 +4,8 @@ responses routes document (``error_responses``).
 
 A route that calls a use case takes ``CallerDep`` and ``await caller.run(use_case, ...)``:
 the token is checked and the use case runs in one worker thread, their reads on one
-database session. Every other dependency here is async: resolving it costs no thread."""
+database session (``caller.read`` for a short read, which on SQLite needs no thread).
+Every other dependency here is async: resolving it costs no thread."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ class Caller:
         """The caller the token names, or Unauthorized (blocking: the database)."""
         services = self.services
         verifier = services.jwt_verifier
-        if verifier is not None and self.token.count(".") == 2:
+        if verifier is not None and self._is_jwt():
             return verifier.authenticate(services.db, self.token, services.now())
         with services.db.session(write=False) as session:
             return authenticate_api_token(session, self.token, services.now())
@@ -68,6 +69,27 @@ class Caller:
                 return use_case(self.services, self.principal(), *args, **kwargs)
 
         return await run_in_threadpool(call)
+
+    async def read(
+        self,
+        use_case: Callable[Concatenate[Services, Principal, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Like ``run``, for a use case that only reads the database, a bounded amount, and
+        does no other I/O (a traceset by id, a page of the list). On SQLite with an API
+        token it runs on the event loop's own thread: a worker thread gives the GIL up at
+        every statement and waits to take it back from the loop (the GIL convoy: a GET
+        answered 2.5-4 x fewer requests per second so, bench/load.py). WAL readers never
+        wait for a writer, so nothing blocks there. A server database's round trips and
+        a JWT check (which may fetch the signing keys) keep to a worker thread."""
+        if not self.services.db.reads_inline or self._is_jwt():
+            return await self.run(use_case, *args, **kwargs)
+        with self.services.db.shared_reads():
+            return use_case(self.services, self.principal(), *args, **kwargs)
+
+    def _is_jwt(self) -> bool:
+        return self.services.jwt_verifier is not None and self.token.count(".") == 2
 
 
 async def caller_of(

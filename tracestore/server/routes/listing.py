@@ -113,7 +113,7 @@ _WORKLOAD_PARAMETERS = [
 async def list_tracesets(request: Request, caller: CallerDep) -> Response:
     """List and search the tracesets the caller may see, one page at a time (newest first by
     default); filter by status, scope, name, dates, rank count and workload metadata."""
-    page = await caller.run(_page, request.query_params.multi_items())
+    page = await caller.read(_page, request.query_params.multi_items())
     # The model as JSON by pydantic's own serializer (response_model would validate it again).
     return Response(page.model_dump_json(by_alias=True), media_type="application/json")
 
