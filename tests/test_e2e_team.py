@@ -29,6 +29,7 @@ from tests.test_e2e_serve import (
 )
 from tests.uploading import UPLOAD_URL
 from tracestore.client import Client
+from tracestore.server.settings import Settings
 
 pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
 
@@ -112,7 +113,13 @@ def test_a_colleague_gets_their_own_access(tmp_path: Path) -> None:
 
         revoked = tracestore(served, "token", "revoke", tokens["ada"]["id"], *on_data)
         assert revoked.returncode == 0, revoked.stderr
+        # Another process revoked it: the server believes its cached check for at most
+        # TRACESTORE_TOKEN_CACHE_SECONDS (2 s by default), then refuses.
+        deadline = time.monotonic() + Settings().token_cache_seconds + 5
         refused = tracestore(ada, "ls")
+        while refused.returncode == 0 and time.monotonic() < deadline:
+            time.sleep(0.25)
+            refused = tracestore(ada, "ls")
         assert refused.returncode == 1
         assert "Invalid or missing authentication token" in refused.stderr
 

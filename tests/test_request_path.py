@@ -20,13 +20,13 @@ from sqlalchemy import event, func, select
 
 from tests.uploading import UPLOAD_URL
 from tracestore.cli.serve import _listen
-from tracestore.server import db, listing
+from tracestore.server import admin, db, listing
 from tracestore.server.accesslog import FLUSH_EVERY, AccessLogHandler
 from tracestore.server.app import new_request_id
-from tracestore.server.auth import Principal, create_tenant
+from tracestore.server.auth import Principal, TokenCache, create_tenant
 from tracestore.server.deps import Caller
 from tracestore.server.listing_query import parse_list_query
-from tracestore.server.services import Services
+from tracestore.server.services import Services, build_services
 
 
 def _count(engine: Any, name: str) -> list[int]:
@@ -208,3 +208,78 @@ def test_the_access_log_is_flushed_in_batches_and_completely() -> None:
 def test_request_ids_are_unique() -> None:
     ids = {new_request_id() for _ in range(10_000)}
     assert len(ids) == 10_000
+
+
+# ---- the token cache (auth.TokenCache, TRACESTORE_TOKEN_CACHE_SECONDS) ----
+
+
+def _new_token(services: Services) -> tuple[str, str]:
+    issued = admin.create_token(services, name="cached")
+    return issued.token, issued.id
+
+
+def _lists(http: TestClient, token: str) -> int:
+    answer = http.get("/api/v1/tracesets", headers={"Authorization": f"Bearer {token}"})
+    return int(answer.status_code)
+
+
+def test_a_checked_token_is_believed_without_a_lookup_within_the_window(
+    services: Services,
+) -> None:
+    services.token_cache = TokenCache(60)
+    token, _ = _new_token(services)
+    checkouts = _count(services.db.read_engine, "checkout")
+
+    def nothing(services: Services, principal: Principal) -> str:
+        return principal.user_id
+
+    first = asyncio.run(Caller(services, token).read(nothing))
+    assert checkouts[0] == 1  # the token's lookup
+    assert asyncio.run(Caller(services, token).read(nothing)) == first
+    assert checkouts[0] == 1  # none: the cache answered
+
+
+def test_a_token_revoked_or_a_user_disabled_in_this_process_is_refused_at_once(
+    http: TestClient, services: Services
+) -> None:
+    services.token_cache = TokenCache(60)
+    token, token_id = _new_token(services)
+    assert _lists(http, token) == 200
+    admin.revoke_token(services, token_id)
+    assert _lists(http, token) == 401
+
+    admin.create_user(services, "carol")
+    carols = admin.create_token(services, user="carol", name="c")
+    assert _lists(http, carols.token) == 200
+    admin.disable_user(services, "carol")
+    assert _lists(http, carols.token) == 401
+
+
+def test_a_token_revoked_by_another_process_is_refused_once_the_window_passes(
+    http: TestClient, services: Services
+) -> None:
+    """The documented bound: the admin commands run in a process of their own; what they
+    revoke reaches a serving process within TRACESTORE_TOKEN_CACHE_SECONDS."""
+    services.token_cache = TokenCache(0.5)
+    token, token_id = _new_token(services)
+    assert _lists(http, token) == 200
+    elsewhere = build_services(services.settings, clock=services.clock)  # another process's
+    try:
+        admin.revoke_token(elsewhere, token_id)
+    finally:
+        elsewhere.close()
+    assert _lists(http, token) == 200  # still believed, for at most the window
+    time.sleep(0.6)
+    assert _lists(http, token) == 401
+
+
+def test_a_window_of_zero_looks_every_token_up(http: TestClient, services: Services) -> None:
+    services.token_cache = TokenCache(0)
+    token, token_id = _new_token(services)
+    assert _lists(http, token) == 200
+    elsewhere = build_services(services.settings, clock=services.clock)
+    try:
+        admin.revoke_token(elsewhere, token_id)
+    finally:
+        elsewhere.close()
+    assert _lists(http, token) == 401

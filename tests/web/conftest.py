@@ -44,8 +44,10 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    """A real ``tracestore serve`` over a fresh data directory."""
-    with serving(tmp_path / "data") as service:
+    """A real ``tracestore serve`` over a fresh data directory. Its token cache is off: the
+    page's answer to a token revoked by the admin commands is tested here, how soon such a
+    revocation reaches a serving process is tests/test_request_path.py's."""
+    with serving(tmp_path / "data", env={"TRACESTORE_TOKEN_CACHE_SECONDS": "0"}) as service:
         yield service
 
 

@@ -179,7 +179,9 @@ def disable_user(services: Services, user: str, *, tenant: str | None = None) ->
             )
         if row.disabled_at is None:
             row.disabled_at = services.now()
-        return _user_view(session, row)
+        disabled = _user_view(session, row)
+    services.token_cache.clear()  # refused from the next request on, in this process too
+    return disabled
 
 
 def _user_view(session: Session, user: db.User) -> schemas.User:
@@ -252,6 +254,7 @@ def revoke_token(services: Services, token_id: str) -> None:
     """Revoke the API token ``token_id`` (NotFound when there is none)."""
     with services.db.session() as session:
         auth.revoke_token(session, token_id, services.now())
+    services.token_cache.clear()
 
 
 def create_workspace(
@@ -269,7 +272,9 @@ def create_workspace(
             users.insert(0, admin)
         for user in users:
             auth.add_member(session, user.id, created.id)
-        return _workspace_view(created)
+        workspace = _workspace_view(created)
+    services.token_cache.clear()  # its members' next requests see it
+    return workspace
 
 
 def list_workspaces(services: Services) -> list[schemas.Workspace]:

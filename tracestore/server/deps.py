@@ -21,7 +21,12 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
 from tracestore.errors import Unauthorized
-from tracestore.server.auth import UNAUTHORIZED_MESSAGE, Principal, authenticate_api_token
+from tracestore.server.auth import (
+    UNAUTHORIZED_MESSAGE,
+    Principal,
+    authenticate_api_token,
+    hash_token,
+)
 from tracestore.server.presigned import RequestOrigin, request_base_url
 from tracestore.server.services import Services
 from tracestore.server.settings import Settings
@@ -51,8 +56,12 @@ class Caller:
         verifier = services.jwt_verifier
         if verifier is not None and self._is_jwt():
             return verifier.authenticate(services.db, self.token, services.now())
+        now, cache = services.now(), services.token_cache
+        cached = cache.get(hash_token(self.token), now)  # no session opened for it
+        if cached is not None:
+            return cached
         with services.db.session(write=False) as session:
-            return authenticate_api_token(session, self.token, services.now())
+            return authenticate_api_token(session, self.token, now, cache)
 
     async def run(
         self,

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlparse
 from sqlalchemy import text
 
 from tracestore.errors import ServiceUnavailable
+from tracestore.server.auth import TokenCache
 from tracestore.server.blobs import BlobStore, LocalBlobStore, private_directory
 from tracestore.server.db import Database, shown_url, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
@@ -44,6 +45,7 @@ class Services:
     signer: UrlSigner  # every presigned URL the service answers itself (the store's too)
     clock: Clock = field(default=utcnow)
     jwt_verifier: JwtVerifier | None = None  # set when a JWKS is configured
+    token_cache: TokenCache = field(default_factory=lambda: TokenCache(0))
     worker: JobRunner | None = None  # set while the app's lifespan runs one
 
     def now(self) -> datetime:
@@ -133,6 +135,7 @@ def build_services(settings: Settings, *, clock: Clock = utcnow) -> Services:
         signer=signer,
         clock=clock,
         jwt_verifier=verifier,
+        token_cache=TokenCache(settings.token_cache_seconds),
     )
 
 

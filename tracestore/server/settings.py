@@ -145,6 +145,8 @@ class Settings(BaseSettings):
     in_process_worker: bool = True
 
     signing_key: str | None = None
+    # How long a checked API token is believed without a lookup (auth.TokenCache); 0: never.
+    token_cache_seconds: float = Field(default=2.0, ge=0, le=300)
 
     jwks_url: str | None = None
     jwks_file: Path | None = None
