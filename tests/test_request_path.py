@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import socket
 import threading
 import time
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 
-from tests.uploading import UPLOAD_URL
+from tests.conftest import TESTDATA
+from tests.uploading import UPLOAD_URL, upload
 from tracestore.cli.serve import _listen
-from tracestore.server import admin, db, listing
+from tracestore.server import admin, db, listing, tracesets
 from tracestore.server.accesslog import FLUSH_EVERY, AccessLogHandler
 from tracestore.server.app import new_request_id
 from tracestore.server.auth import Principal, TokenCache, create_tenant
@@ -283,3 +286,46 @@ def test_a_window_of_zero_looks_every_token_up(http: TestClient, services: Servi
     finally:
         elsewhere.close()
     assert _lists(http, token) == 401
+
+
+# ---- the GET's answer, written straight from its rows (tracesets.answer_text) ----
+
+
+def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
+    with services.db.session(write=False) as session:
+        row = session.get(db.Traceset, traceset_id)
+        assert row is not None
+        return json.loads(tracesets.render_traceset(tracesets.traceset_view(session, row)))
+
+
+@pytest.mark.parametrize(
+    "case", ["kineto ranks", "execution traces", "one primary file", "supporting only"]
+)
+def test_the_gets_answer_is_what_the_models_write(
+    http: TestClient, services: Services, case: str
+) -> None:
+    """The GET skips the models; every member must still be what they would write: the
+    rank ranges and provenance, the inspection, the metadata's exact text (a NUL, a
+    big integer), timestamps, tags."""
+    kineto = TESTDATA / "kineto-dlrm-8ranks"
+    et = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"
+    files, metadata = {
+        "kineto ranks": (
+            {p.name: (p.read_bytes(), "primary") for p in sorted(kineto.iterdir())},
+            {"shape": {"rankCount": 8}},
+        ),
+        "execution traces": (
+            {p.name: (p.read_bytes(), "primary") for p in sorted(et.iterdir())},
+            {"shape": {"rankCount": 2}},
+        ),
+        "one primary file": (
+            {"all.bin": (b"opaque", "primary"), "notes.txt": (b"n", "supporting")},
+            {"shape": {"rankCount": 4}, "lr": 0.1, "big": 2**70, "note": "a\u0000b"},
+        ),
+        "supporting only": ({"a.bin": (b"x" * 10, "supporting")}, None),
+    }[case]
+    done = upload(http, files, metadata, description="déjà vu", tags=["t1", "ü"])
+    services.wait_for_background()
+    answer = http.get(f"/api/v1/tracesets/{done['id']}")
+    assert answer.status_code == 200, answer.text
+    assert json.loads(answer.text) == _as_the_models_write_it(services, done["id"])

@@ -46,7 +46,7 @@ def create_traceset(principal: PrincipalDep) -> None:
 )
 async def get_traceset(traceset_id: str, caller: CallerDep) -> Response:
     """A traceset with its files and its workloadMetadata exactly as given."""
-    return traceset_response(await caller.read(tracesets.get_traceset, traceset_id))
+    return TracesetResponse(await caller.read(tracesets.get_traceset, traceset_id))
 
 
 @router.delete(
