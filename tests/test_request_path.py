@@ -22,6 +22,7 @@ from sqlalchemy import event, func, select
 
 from tests.conftest import TESTDATA
 from tests.uploading import UPLOAD_URL, upload
+from tracestore import schemas
 from tracestore.cli.serve import _listen
 from tracestore.server import admin, db, listing, tracesets
 from tracestore.server.accesslog import FLUSH_EVERY, AccessLogHandler
@@ -329,3 +330,25 @@ def test_the_gets_answer_is_what_the_models_write(
     answer = http.get(f"/api/v1/tracesets/{done['id']}")
     assert answer.status_code == 200, answer.text
     assert json.loads(answer.text) == _as_the_models_write_it(services, done["id"])
+
+
+def test_the_list_pages_text_is_what_its_model_reads_and_writes(
+    http: TestClient, services: Services
+) -> None:
+    """The list route writes its page straight from the rows (listing.page_text): read into
+    the page model and written back, nothing may change (a member misnamed, missing, extra
+    or formatted otherwise would)."""
+    for family, metadata in [
+        ("llama", {"shape": {"rankCount": 1}, "workload_family": "llama", "workload_name": "ü"}),
+        ("odd", {"shape": {"rankCount": 1}, "workload_family": 7, "workload_name": {"a": [1]}}),
+        (None, None),
+    ]:
+        upload(http, {"a.bin": (b"x" * 10, "supporting")}, metadata, name=f"set {family}")
+    for params in ({"limit": "2"}, {"workload_family": "llama"}, {"search": "set"}):
+        answer = http.get("/api/v1/tracesets", params=params)
+        assert answer.status_code == 200, answer.text
+        page = schemas.TracesetPage.model_validate_json(answer.text)
+        assert json.loads(page.model_dump_json(by_alias=True)) == answer.json()
+        assert page.items, params
+    first = http.get("/api/v1/tracesets", params={"limit": "2"}).json()
+    assert first["pagination"]["hasMore"] is True and first["pagination"]["nextCursor"]

@@ -137,6 +137,13 @@ def list_tracesets(
     services: Services, principal: Principal, query: ListQuery
 ) -> schemas.TracesetPage:
     """One page of the tracesets the caller may see that match the query."""
+    return schemas.TracesetPage.model_validate_json(page_text(services, principal, query))
+
+
+def page_text(services: Services, principal: Principal, query: ListQuery) -> str:
+    """``list_tracesets``'s page as the route answers it, JSON text written straight from
+    the rows: building and dumping a model per item cost a quarter of the request.
+    tests/test_request_path.py holds it equal to the models' rendering."""
     if query.workspace_id is not None:
         principal.require_member(query.workspace_id)
     key = services.signer.key
@@ -165,21 +172,21 @@ def list_tracesets(
             else {}
         )
     items = [
-        schemas.TracesetListItem(
-            id=row.id,
-            name=row.name,
-            status=row.status,
-            scope=row.scope,
-            workspace_id=row.workspace_id,
-            file_count=row.file_count,
-            total_size=row.total_size,
-            rank_count_derived=row.rank_count,
-            created_at=row.created_at,
-            workload=schemas.WorkloadSummary(
-                workload_family=summaries[row.id].workload_family,
-                workload_name=summaries[row.id].workload_name,
-            ),
-        )
+        {
+            "id": row.id,
+            "name": row.name,
+            "status": row.status,
+            "scope": row.scope,
+            "workspaceId": row.workspace_id,
+            "fileCount": row.file_count,
+            "totalSize": row.total_size,
+            "rankCountDerived": row.rank_count,
+            "createdAt": schemas.format_timestamp(row.created_at),
+            "workload": {
+                "workload_family": summaries[row.id].workload_family,
+                "workload_name": summaries[row.id].workload_name,
+            },
+        }
         for row in rows
     ]
     next_cursor = (
@@ -187,7 +194,8 @@ def list_tracesets(
         if has_more and rows
         else None
     )
-    return schemas.TracesetPage(
-        items=items,
-        pagination=schemas.Pagination(count=len(items), has_more=has_more, next_cursor=next_cursor),
-    )
+    page = {
+        "items": items,
+        "pagination": {"count": len(items), "hasMore": has_more, "nextCursor": next_cursor},
+    }
+    return json.dumps(page, ensure_ascii=False, separators=(",", ":"))
