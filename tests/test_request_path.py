@@ -330,6 +330,7 @@ def test_the_gets_answer_is_what_the_models_write(
     answer = http.get(f"/api/v1/tracesets/{done['id']}")
     assert answer.status_code == 200, answer.text
     assert json.loads(answer.text) == _as_the_models_write_it(services, done["id"])
+    assert list(json.loads(answer.text)) == list(_as_the_models_write_it(services, done["id"]))
 
 
 def test_the_list_pages_text_is_what_its_model_reads_and_writes(

@@ -231,7 +231,8 @@ def answer_text(traceset: Any, files: Sequence[Any]) -> str:
     }
     written = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
     metadata = "null" if traceset.metadata_text is None else traceset.metadata_text
-    return f'{written[:-1]},"workloadMetadata":{metadata},"inspection":{text or "null"}}}'
+    # The members in the models' order, the metadata last (as schemas.wire_json puts it).
+    return f'{written[:-1]},"inspection":{text or "null"},"workloadMetadata":{metadata}}}'
 
 
 def delete_traceset(services: Services, principal: Principal, traceset_id: str) -> None:
