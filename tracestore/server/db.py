@@ -9,8 +9,9 @@ migrate``, and ``serve`` on start), one process at a time: on PostgreSQL under a
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
@@ -320,6 +321,13 @@ class Database:
             self.read_engine = create_engine(url, **kwargs)
             event.listen(self.read_engine, "connect", _sqlite_pragmas)
             event.listen(self.read_engine, "begin", _sqlite_begin_deferred)
+        # SQLite has one writer at a time, and a writer that finds the lock taken polls for
+        # it, sleeping longer each time (its busy handler): under load, writes waited up to
+        # seconds while the lock stood free. This process's writers queue here instead and
+        # are woken as the one before ends; other processes still meet the busy handler.
+        self._writers: AbstractContextManager[Any] = (
+            threading.RLock() if self.engine.dialect.name == "sqlite" else nullcontext()
+        )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
 
@@ -346,7 +354,7 @@ class Database:
                 return
             shared.end()  # reads after this write see it
         factory = self._sessions if write else self._read_sessions
-        with factory() as session, session.begin():
+        with self._writers if write else nullcontext(), factory() as session, session.begin():
             yield session
 
     @contextmanager
