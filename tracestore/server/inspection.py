@@ -16,7 +16,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from tracestore import schemas
@@ -173,16 +173,6 @@ def inspection_view(
         "readiness": readiness(found, census),
         "files": [inspection.to_json() for _, inspection in found],
     }
-
-
-def stored_rank_provenance(traceset: db.Traceset | Row[Any], name: str) -> str | None:
-    """Where the recorded census found the ranks of a primary file, or None."""
-    inspection = traceset.inspection
-    if not isinstance(inspection, dict) or inspection.get("status") != "complete":
-        return None
-    told = inspection["census"].get("rankProvenance") or {}
-    text = told.get(name)
-    return text if isinstance(text, str) else None
 
 
 def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:

@@ -7,14 +7,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, Text, bindparam, cast, func, select, update
+from sqlalchemy import Text, bindparam, cast, func, select, update
 from sqlalchemy.orm import Session
 
 from tracestore import jsontext, schemas
 from tracestore.errors import NotFound
 from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.inspection import stored_rank_provenance
 from tracestore.server.services import Services
 
 
@@ -54,21 +53,45 @@ def store_metadata(traceset: db.Traceset, value: Any) -> None:
     traceset.workload_metadata = jsontext.plain(value)
 
 
-# A traceset or file as the ORM loads it, or as a Core row of the columns a view reads.
-TracesetRecord = db.Traceset | Row[Any]
-FileRecord = db.TracesetFile | Row[Any]
+def _rank_provenances(inspection: Any) -> dict[str, Any]:
+    """Where a complete inspection found each primary file's ranks, by file name; {} before."""
+    if not isinstance(inspection, dict) or inspection.get("status") != "complete":
+        return {}
+    told = inspection["census"].get("rankProvenance")
+    return told if isinstance(told, dict) else {}
 
 
-def _rank_range(
-    file: FileRecord, primaries: int, rank_count: int | None
-) -> schemas.RankRange | None:
-    if file.role != "primary":
-        return None
-    if primaries == 1 and rank_count is not None:
-        return schemas.RankRange(start=0, end=rank_count - 1)
-    if file.rank_start is not None and file.rank_end is not None:
-        return schemas.RankRange(start=file.rank_start, end=file.rank_end)
-    return None
+def _file_answers(
+    files: Sequence[Any], rank_count: int | None, provenance: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Each file as the API answers it (its camelCase members): a primary file's rank range
+    (all the declared ranks when it is the only primary file, else what inspection found)
+    and where inspection found them."""
+    primaries = sum(1 for f in files if f.role == "primary")
+    whole = {"start": 0, "end": rank_count - 1} if rank_count is not None else None
+    answers = []
+    for f in files:
+        ranks: dict[str, int] | None = None
+        told = None
+        if f.role == "primary":
+            if primaries == 1 and whole is not None:
+                ranks = whole
+            elif f.rank_start is not None and f.rank_end is not None:
+                ranks = {"start": f.rank_start, "end": f.rank_end}
+            told = provenance.get(f.name)
+        answers.append(
+            {
+                "name": f.name,
+                "size": f.size,
+                "role": f.role,
+                "contentType": f.content_type,
+                "hash": f"sha256:{f.sha256}" if f.sha256 else None,
+                "metadataStatus": f.metadata_status,
+                "rankRange": ranks,
+                "rankProvenance": told if isinstance(told, str) else None,
+            }
+        )
+    return answers
 
 
 def files_of(session: Session, traceset_id: str) -> list[db.TracesetFile]:
@@ -87,8 +110,7 @@ def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
     return _view(traceset, files_of(session, traceset.id))
 
 
-def _view(traceset: TracesetRecord, files: Sequence[FileRecord]) -> schemas.Traceset:
-    primaries = sum(1 for f in files if f.role == "primary")
+def _view(traceset: db.Traceset, files: Sequence[db.TracesetFile]) -> schemas.Traceset:
     return schemas.Traceset(
         id=traceset.id,
         name=traceset.name,
@@ -109,19 +131,10 @@ def _view(traceset: TracesetRecord, files: Sequence[FileRecord]) -> schemas.Trac
             None if traceset.metadata_text is None else jsontext.RawJSON(traceset.metadata_text)
         ),
         files=[
-            schemas.FileResponse(
-                name=f.name,
-                size=f.size,
-                role=f.role,  # type: ignore[arg-type]
-                content_type=f.content_type,
-                hash=f"sha256:{f.sha256}" if f.sha256 else None,
-                metadata_status=f.metadata_status,  # type: ignore[arg-type]
-                rank_range=_rank_range(f, primaries, traceset.rank_count),
-                rank_provenance=(
-                    stored_rank_provenance(traceset, f.name) if f.role == "primary" else None
-                ),
+            schemas.FileResponse.model_validate(answer)
+            for answer in _file_answers(
+                files, traceset.rank_count, _rank_provenances(traceset.inspection)
             )
-            for f in files
         ],
         inspection=traceset.inspection,
     )
@@ -179,37 +192,10 @@ def answer_text(traceset: Any, files: Sequence[Any]) -> str:
     stored JSON text (parsed only for the primary files' rank provenance), as is the
     workloadMetadata. tests/test_request_path.py holds it equal to the models' rendering."""
     text = traceset.inspection_text
-    primaries = sum(1 for f in files if f.role == "primary")
-    provenance: dict[str, Any] = {}
-    if text is not None and primaries and '"rankProvenance"' in text:
-        inspection = json.loads(text)
-        if isinstance(inspection, dict) and inspection.get("status") == "complete":
-            told = inspection["census"].get("rankProvenance")
-            provenance = told if isinstance(told, dict) else {}
+    # Parsed only when it may name a provenance (a file's ranks come from it).
+    provenance = _rank_provenances(json.loads(text)) if text and '"rankProvenance"' in text else {}
     rank_count = traceset.rank_count
-    whole = {"start": 0, "end": rank_count - 1} if rank_count is not None else None
-    views = []
-    for f in files:
-        ranks: dict[str, int] | None = None
-        told = None
-        if f.role == "primary":
-            if primaries == 1 and whole is not None:
-                ranks = whole
-            elif f.rank_start is not None and f.rank_end is not None:
-                ranks = {"start": f.rank_start, "end": f.rank_end}
-            told = provenance.get(f.name)
-        views.append(
-            {
-                "name": f.name,
-                "size": f.size,
-                "role": f.role,
-                "contentType": f.content_type,
-                "hash": f"sha256:{f.sha256}" if f.sha256 else None,
-                "metadataStatus": f.metadata_status,
-                "rankRange": ranks,
-                "rankProvenance": told if isinstance(told, str) else None,
-            }
-        )
+    views = _file_answers(files, rank_count, provenance)
     expires = traceset.expires_at
     answer = {
         "id": traceset.id,
