@@ -97,14 +97,10 @@ _WORKSPACES = select(db.Membership.workspace_id).where(
 def authenticate_api_token(
     session: Session, token: str, now: datetime, cache: TokenCache | None = None
 ) -> Principal:
-    """The caller an API token names at ``now``; Unauthorized when it is unknown, revoked or
-    expired, or its user is disabled. With ``cache``, a token checked in the last
-    ``cache.seconds`` is not looked up again (its expiry still is checked)."""
+    """The caller an API token names at ``now``, looked up; Unauthorized when it is unknown,
+    revoked or expired, or its user is disabled. The caller found is put in ``cache`` (the
+    request path asks the cache first, before it opens a session)."""
     token_hash = hash_token(token)
-    if cache is not None:
-        cached = cache.get(token_hash, now)
-        if cached is not None:
-            return cached
     connection = session.connection()
     row = connection.execute(_TOKEN_USER, {"token_hash": token_hash}).one_or_none()
     if row is None or row.revoked_at is not None or row.disabled_at is not None:

@@ -70,14 +70,8 @@ class Caller:
         **kwargs: P.kwargs,
     ) -> T:
         """``use_case(services, principal, *args, **kwargs)`` in one worker thread, after
-        checking the token there; the check's read and the use case's first share one
-        database session (``Database.shared_reads``)."""
-
-        def call() -> T:
-            with self.services.db.shared_reads():
-                return use_case(self.services, self.principal(), *args, **kwargs)
-
-        return await run_in_threadpool(call)
+        checking the token there (``call``)."""
+        return await run_in_threadpool(lambda: self.call(use_case, *args, **kwargs))
 
     async def read(
         self,
@@ -94,6 +88,17 @@ class Caller:
         a JWT check (which may fetch the signing keys) keep to a worker thread."""
         if not self.services.db.reads_inline or self._is_jwt():
             return await self.run(use_case, *args, **kwargs)
+        return self.call(use_case, *args, **kwargs)
+
+    def call(
+        self,
+        use_case: Callable[Concatenate[Services, Principal, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``use_case(services, principal, *args, **kwargs)`` here (blocking), after checking
+        the token; the check's read and the use case's first share one database session
+        (``Database.shared_reads``)."""
         with self.services.db.shared_reads():
             return use_case(self.services, self.principal(), *args, **kwargs)
 
