@@ -287,11 +287,11 @@ PRINCIPAL = Principal(
 
 def _page_100_cursor(services: Services) -> str:
     query = parse_list_query([])
-    cursor = None
+    cursor: str | None = None
     for _ in range(99):
-        page = listing.list_tracesets(services, PRINCIPAL, query)
-        cursor = page.pagination.next_cursor
-        assert cursor is not None, "fewer than 100 pages"
+        page = json.loads(listing.page_text(services, PRINCIPAL, query))
+        cursor = page["pagination"]["nextCursor"]
+        assert isinstance(cursor, str), "fewer than 100 pages"
         query = parse_list_query([("next", cursor)])
     assert cursor is not None
     return cursor

@@ -133,17 +133,11 @@ def _cursor_values(sort: tuple[SortKey, ...], row: Any) -> list[Any]:
 # --- the use case ---
 
 
-def list_tracesets(
-    services: Services, principal: Principal, query: ListQuery
-) -> schemas.TracesetPage:
-    """One page of the tracesets the caller may see that match the query."""
-    return schemas.TracesetPage.model_validate_json(page_text(services, principal, query))
-
-
 def page_text(services: Services, principal: Principal, query: ListQuery) -> str:
-    """``list_tracesets``'s page as the route answers it, JSON text written straight from
-    the rows: building and dumping a model per item cost a quarter of the request.
-    tests/test_request_path.py holds it equal to the models' rendering."""
+    """One page of the tracesets the caller may see that match the query, as the route
+    answers it (``schemas.TracesetPage``): JSON text written straight from the rows, as
+    building and dumping a model per item cost a quarter of the request.
+    tests/test_request_path.py holds it to what the page model reads and writes."""
     if query.workspace_id is not None:
         principal.require_member(query.workspace_id)
     key = services.signer.key

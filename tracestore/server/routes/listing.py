@@ -1,4 +1,4 @@
-"""The listing and search of tracesets (the use case is ``listing.list_tracesets``)."""
+"""The listing and search of tracesets (the use case is ``listing.page_text``)."""
 
 from __future__ import annotations
 
