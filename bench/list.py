@@ -37,7 +37,7 @@ from sqlalchemy import event, text  # noqa: E402
 from tests.pgserver import PostgresServer  # noqa: E402
 from tracestore.server import listing  # noqa: E402
 from tracestore.server.auth import Principal  # noqa: E402
-from tracestore.server.db import Database  # noqa: E402
+from tracestore.server.database import Database  # noqa: E402
 from tracestore.server.ids import new_id  # noqa: E402
 from tracestore.server.listing_query import parse_list_query  # noqa: E402
 from tracestore.server.presigned import UrlSigner  # noqa: E402

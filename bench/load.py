@@ -48,6 +48,7 @@ from sqlalchemy import insert, select  # noqa: E402
 
 from tracestore.client import Client  # noqa: E402
 from tracestore.server import db  # noqa: E402
+from tracestore.server.database import Database  # noqa: E402
 from tracestore.server.ids import new_id  # noqa: E402
 
 FAMILIES = ["llama", "gpt", "mixtral", "deepseek", "qwen", "gemma", "falcon", "mpt"]
@@ -135,7 +136,7 @@ def seed(data_dir: Path, count: int) -> tuple[str, str]:
         token = server.token
     finally:
         server.stop()
-    database = db.Database(f"sqlite:///{data_dir / 'tracestore.db'}")
+    database = Database(f"sqlite:///{data_dir / 'tracestore.db'}")
     try:
         with database.session() as session:
             traceset = session.execute(

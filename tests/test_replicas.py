@@ -32,7 +32,7 @@ from tracestore.cli import main
 from tracestore.client import Client
 from tracestore.errors import Forbidden
 from tracestore.server import migrations
-from tracestore.server.db import Database, schema_exists
+from tracestore.server.database import Database, schema_exists
 from tracestore.server.presigned import UrlSigner, rotate_signing_key, signing_keys
 from tracestore.server.services import url_signer
 from tracestore.server.settings import Settings

@@ -120,7 +120,7 @@ def worker(data_dir: Path | None) -> None:
     import logging
     import threading
 
-    from tracestore.server.db import shown_url
+    from tracestore.server.database import shown_url
     from tracestore.server.services import build_services
     from tracestore.server.worker import Worker
 
@@ -161,7 +161,7 @@ def migrate(data_dir: Path | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
     from tracestore.server.blobs import private_directory
-    from tracestore.server.db import Database, shown_url
+    from tracestore.server.database import Database, shown_url
     from tracestore.server.services import failure_reason
 
     settings = server_settings(data_dir)

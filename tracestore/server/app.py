@@ -29,8 +29,9 @@ from tracestore.errors import (
     TracestoreError,
     ValidationError,
 )
-from tracestore.server import db, presigned
+from tracestore.server import presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+from tracestore.server.database import POOL_SIZE
 from tracestore.server.heap import keep_heap_warm
 from tracestore.server.routes import (
     blobs,
@@ -239,7 +240,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         keep_heap_warm()
         # The request threads and the database's pooled connections are the same number.
-        to_thread.current_default_thread_limiter().total_tokens = db.POOL_SIZE
+        to_thread.current_default_thread_limiter().total_tokens = POOL_SIZE
         if app.state.services is None:
             app.state.services = build_services(settings)
         services = app.state.services

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from tracestore.errors import Forbidden, NotFound, Unauthorized, ValidationError
 from tracestore.server import db
+from tracestore.server.database import Database, serialize
 from tracestore.server.ids import new_id
 
 TOKEN_PREFIX = "tst_"
@@ -255,13 +256,13 @@ def revoke_token(session: Session, token_id: str, now: datetime) -> None:
 ADMIN_TOKEN_FILE = "admin-token"
 
 
-def bootstrap(database: db.Database, data_dir: Path, now: datetime) -> str | None:
+def bootstrap(database: Database, data_dir: Path, now: datetime) -> str | None:
     """On an empty database, create the default tenant, workspace and admin user, and write
     the admin's API token to ``<data-dir>/admin-token`` (mode 0600). Returns the token when
     it was created now, else None."""
     try:
         with database.session() as session:
-            db.serialize(session)  # N replicas starting at once: one bootstraps, the rest wait
+            serialize(session)  # N replicas starting at once: one bootstraps, the rest wait
             if session.scalar(select(db.Tenant.id).limit(1)) is not None:
                 return None
             tenant = create_tenant(session, "default", now)

@@ -26,6 +26,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from tracestore.server import db
+from tracestore.server.database import Database
 from tracestore.server.ids import new_id
 from tracestore.server.services import Services
 
@@ -128,7 +129,7 @@ def claimable(now: datetime) -> ColumnElement[bool]:
 
 
 def claim(
-    database: db.Database,
+    database: Database,
     owner: str,
     now: datetime,
     lease: timedelta,
@@ -166,7 +167,7 @@ def claim(
         )
 
 
-def renew(database: db.Database, job: ClaimedJob, now: datetime, lease: timedelta) -> bool:
+def renew(database: Database, job: ClaimedJob, now: datetime, lease: timedelta) -> bool:
     """Extend the lease; False when ``job.owner`` no longer holds it."""
     with database.session() as session:
         result = session.execute(
@@ -208,7 +209,7 @@ def fail(
     _end(session, job, now, values)
 
 
-def release(database: db.Database, job: ClaimedJob, now: datetime) -> bool:
+def release(database: Database, job: ClaimedJob, now: datetime) -> bool:
     """Hand a job back unfinished (its worker is stopping): queued again at once, the
     attempt not counted. False when it was no longer held."""
     with database.session() as session:
@@ -247,7 +248,7 @@ def live_job(session: Session, dedupe_key: str) -> db.Job | None:
     ).first()
 
 
-def prune_done(database: db.Database, before: datetime) -> int:
+def prune_done(database: Database, before: datetime) -> int:
     """Delete jobs that ended ``done`` before ``before`` (failed ones stay, with their
     error, for the operator); how many."""
     with database.session() as session:

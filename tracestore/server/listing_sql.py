@@ -240,7 +240,7 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
     ]
     if shape.search and postgres:
         conditions.append(T.name.ilike(bindparam("search"), escape="\\"))
-    elif shape.search:  # unicode_lower: registered on every SQLite connection by db.py
+    elif shape.search:  # unicode_lower: registered on every SQLite connection (database.py)
         conditions.append(func.instr(func.unicode_lower(T.name), bindparam("search")) > 0)
     if shape.created_after:
         conditions.append(T.created_at >= bindparam("created_after"))

@@ -31,7 +31,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from tracestore.errors import Forbidden, ValidationError
-from tracestore.server.db import Database, SigningKey, serialize
+from tracestore.server.database import Database, serialize
+from tracestore.server.db import SigningKey
 
 log = logging.getLogger("tracestore.presigned")
 

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from tracestore.errors import ServiceUnavailable
 from tracestore.server.auth import TokenCache
 from tracestore.server.blobs import BlobStore, LocalBlobStore, private_directory
-from tracestore.server.db import Database, shown_url, utcnow
+from tracestore.server.database import Database, shown_url, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
 from tracestore.server.presigned import KEY_REFRESH, UrlSigner, signing_keys
 from tracestore.server.settings import Settings

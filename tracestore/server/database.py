@@ -1,0 +1,265 @@
+"""The database: the engine and sessions of one URL (``Database``), and migrating it.
+
+The same tables (``db.py``) serve SQLite (embedded default, WAL mode) and PostgreSQL. Schema
+changes go through Alembic migrations in ``migrations/``; ``Database.migrate()`` applies them
+(``tracestore migrate``, and ``serve`` on start), one process at a time: on PostgreSQL under
+an advisory lock (``serialize``), on SQLite under its write lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, inspect, make_url, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# The PostgreSQL advisory lock that serialises migrations and bootstrap across processes
+# (an arbitrary constant: "trcstore" as 8 bytes, fits a bigint).
+STARTUP_LOCK = 0x7472637374_6F7265
+# Connections kept per engine: one for each thread of the app's request pool (``serve`` sizes
+# anyio's limiter to match), so no request waits for one and none is opened and closed per
+# request (a new SQLite connection costs its PRAGMAs); a few more for background work.
+POOL_SIZE = 40
+POOL_OVERFLOW = 10
+
+
+def shown_url(url: str) -> str:
+    """A database URL fit for a message or log: without its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1]
+
+
+def schema_exists(url: str) -> bool:
+    """Whether ``url`` holds a tracestore schema, without creating anything (a SQLite file
+    is not made). Raises the driver's error when a server database cannot be reached."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1].partition("?")[0] if "///" in url else ""
+        if not path or path == ":memory:" or not Path(path).exists():
+            return False
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return inspect(connection).has_table("alembic_version")
+    finally:
+        engine.dispose()
+
+
+class Database:
+    """The engine and a session factory for one database URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {}
+        if ":memory:" not in url:  # an in-memory SQLite database has one connection per thread
+            kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+        if url.startswith("sqlite"):
+            path = url.split("///", 1)[1].partition("?")[0] if "///" in url else ""
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                # SQLite would create it under the umask (0644): it holds token hashes and
+                # every tenant's metadata. Its -wal and -shm files take the same mode.
+                with suppress(FileExistsError):
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            # A server connection can die between uses (restart, idle timeout); a local
+            # SQLite file cannot, so only server databases pay a ping per checkout.
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = create_engine(url, **kwargs)
+        self.read_engine: Engine = self.engine
+        if self.engine.dialect.name == "postgresql":
+            event.listen(self.engine, "connect", _postgres_text_without_nul)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+            # Writers take the write lock at BEGIN: a read-then-write transaction that had
+            # to upgrade its lock later could fail with SQLITE_BUSY instead of waiting.
+            event.listen(self.engine, "begin", _sqlite_begin_immediate)
+            self.read_engine = create_engine(url, **kwargs)
+            event.listen(self.read_engine, "connect", _sqlite_pragmas)
+            event.listen(self.read_engine, "begin", _sqlite_begin_deferred)
+        # SQLite has one writer at a time, and a writer that finds the lock taken polls for
+        # it, sleeping longer each time (its busy handler): under load, writes waited up to
+        # seconds while the lock stood free. This process's writers queue here instead and
+        # are woken as the one before ends; other processes still meet the busy handler.
+        self._writers: AbstractContextManager[Any] = (
+            threading.RLock() if self.engine.dialect.name == "sqlite" else nullcontext()
+        )
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @property
+    def reads_inline(self) -> bool:
+        """Whether a short read may run on the event loop's thread (``deps.Caller.read``): a
+        SQLite file in WAL mode, whose readers never wait; not a server database (a round
+        trip there, or a slow query, would stall every request), nor an in-memory one."""
+        return self.dialect == "sqlite" and ":memory:" not in self.url
+
+    @contextmanager
+    def session(self, *, write: bool = True) -> Iterator[Session]:
+        """A unit of work: committed when the block ends, rolled back on error. Inside
+        ``shared_reads`` the read sessions are one (see there)."""
+        shared = _SHARED_READS.get()
+        if shared is not None and shared.database is self:
+            if not write:
+                with shared.session() as session:
+                    yield session
+                return
+            shared.end()  # reads after this write see it
+        factory = self._sessions if write else self._read_sessions
+        with self._writers if write else nullcontext(), factory() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def shared_reads(self) -> Iterator[None]:
+        """Within this block (one request in one thread: its authentication, then its use
+        case) the first read session is not ended when its own block ends but handed to the
+        next read block (the use case's first query), which ends it: one session and one
+        pooled connection where there were two, and no read transaction held open longer
+        than before. A write session ends a handed-over session first, so the reads after
+        a write see it; nested read blocks share their outer one."""
+        shared = _SharedReads(self)
+        token = _SHARED_READS.set(shared)
+        try:
+            yield
+        finally:
+            _SHARED_READS.reset(token)
+            shared.end()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration (Alembic ``upgrade head``)."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        config.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
+        with self.engine.begin() as connection:
+            serialize(connection)
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+        self.read_engine.dispose()
+
+
+class _SharedReads:
+    """The read session a ``Database.shared_reads`` block hands from one read to the next."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._session: Session | None = None
+        self._depth = 0  # read blocks using it now
+        self._hand_over = True  # the first read block to end leaves it open for the next
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        if self._session is None:
+            self._session = self.database._read_sessions()
+            self._session.begin()
+        self._depth += 1
+        try:
+            yield self._session
+        except BaseException:
+            self._depth -= 1
+            # As a session of its own would have been: rolled back, the next read afresh.
+            self.end(failed=True)
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            if self._hand_over:
+                self._hand_over = False
+            else:
+                self.end()
+
+    def end(self, *, failed: bool = False) -> None:
+        """End the read transaction unless a read block still uses it."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        if self._depth:
+            self._session = session
+            return
+        try:
+            if failed:
+                session.rollback()
+            else:
+                session.commit()
+        finally:
+            session.close()
+
+
+_SHARED_READS: ContextVar[_SharedReads | None] = ContextVar("tracestore_shared_reads", default=None)
+
+
+def serialize(connection: Session | Connection) -> None:
+    """Make the rest of this transaction run one process at a time (migrations, bootstrap,
+    the first signing key). On PostgreSQL a transaction-scoped advisory lock, released at
+    commit; SQLite writers already run one at a time (BEGIN IMMEDIATE)."""
+    bind = connection if isinstance(connection, Connection) else connection.get_bind()
+    if bind.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": STARTUP_LOCK})
+
+
+def _postgres_text_without_nul(dbapi_connection: Any, _record: Any) -> None:
+    """PostgreSQL's text cannot hold U+0000; psycopg refuses to send one (a 500). No stored
+    text holds one (requests refuse it; ``jsontext.plain`` maps it in metadata), so a
+    parameter carrying one can only be a lookup (an id, a file name, a fact): sent as U+FFFD,
+    which no id or file name holds, it finds nothing, as it does on SQLite."""
+    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
+
+    class BinaryWithoutNul(StrBinaryDumper):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", "\ufffd"))
+
+    class TextWithoutNul(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", "\ufffd"))
+
+    # The text dumper last: it is the one psycopg picks for an untyped %s, as by default.
+    dbapi_connection.adapters.register_dumper(str, BinaryWithoutNul)
+    dbapi_connection.adapters.register_dumper(str, TextWithoutNul)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Let SQLAlchemy, not pysqlite, emit BEGIN so the "begin" hook below can shape it.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+    # SQLite's own lower() and LIKE fold ASCII only; the list's name search needs Unicode.
+    dbapi_connection.create_function("unicode_lower", 1, _unicode_lower, deterministic=True)
+
+
+def _unicode_lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _sqlite_begin_immediate(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _sqlite_begin_deferred(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
