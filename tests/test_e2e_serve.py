@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import shlex
@@ -268,3 +269,26 @@ def test_a_part_cut_off_mid_body_is_not_held_and_its_resend_completes(
         assert done.status_code == 201, done.text
         files = {"r.bin": data}
         assert_downloaded(served, done.json()["id"], tmp_path / "out", files)
+
+
+def test_an_idle_keep_alive_connection_outlives_a_load_balancers_idle_timeout(
+    tmp_path: Path,
+) -> None:
+    """uvicorn closed a connection idle for 5 s; a client (or balancer) that reused it just
+    then got no answer (a CI run saw one). serve keeps it longer than the common 60 s of a
+    balancer: a request after 6 idle seconds is answered on the same connection."""
+    with serving(tmp_path / "data") as served:
+        host, port = served.url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            sockets = []
+            for idle in (0, 6):
+                time.sleep(idle)
+                connection.request("GET", "/healthz")
+                answer = connection.getresponse()  # RemoteDisconnected had it been closed
+                assert answer.status == 200
+                answer.read()
+                sockets.append(connection.sock)
+            assert sockets[0] is sockets[1]  # the same connection, not a new one
+        finally:
+            connection.close()

@@ -83,6 +83,10 @@ def serve(
         # connections, for a bare Starlette route as for ours; asyncio: p99 77 ms, the same
         # throughput). The byte paths run on threads and sendfile, alike on both.
         "loop": "asyncio",
+        # An idle keep-alive connection is kept longer than a load balancer's (60 s is the
+        # common default): with uvicorn's 5 s, a client or balancer reusing a connection
+        # the service was just closing got no answer at all.
+        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         "proxy_headers": False,
     }
     record = record_service(settings.data_dir, url)
@@ -185,6 +189,9 @@ def migrate(data_dir: Path | None) -> None:
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+KEEP_ALIVE_SECONDS = 75
 
 
 def _listen(host: str, port: int) -> socket.socket:
