@@ -16,10 +16,12 @@ wrk``; this script installs nothing) for each route at 64 and 200 connections, o
 a time.
 
 Prints per route and connection count: requests/s of ours and of the ceilings, the ratio
-against the route's target, p50/p99 latency, and wrk's errors (non-2xx answers, socket
-connect/read/write errors, timeouts). Targets at 64 connections (issue 16): get >= 0.2 x the
-ceiling, list >= 0.1 x, upload-url >= 0.05 x, healthz >= 0.5 x; p99 <= 100 ms for get and
-list; at 200 connections no errors and no timeouts.
+against the route's target, p50/p99 latency, wrk's errors (non-2xx answers, socket
+connect/read/write errors, timeouts) and the server's CPU time per request (its processes'
+user + system time over our run, divided by the requests answered: steadier than requests/s
+on a shared machine). ``--routes get,list`` runs only those. Targets at 64 connections
+(issue 16): get >= 0.2 x the ceiling, list >= 0.1 x, upload-url >= 0.05 x, healthz >= 0.5 x;
+p99 <= 100 ms for get and list; at 200 connections no errors and no timeouts.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ TARGETS: dict[str, tuple[float, float | None]] = {
     "upload-url, 8 files": (0.05, None),
     "healthz": (0.5, None),
 }
+# --routes names them so.
+ROUTE_KEYS = {
+    "get": "get by id",
+    "list": "list first page",
+    "filter": "list, workload filter",
+    "healthz": "healthz",
+    "upload": "upload-url, 8 files",
+}
 UPLOAD_BODY = {
     "name": "load test",
     "files": [{"name": f"rank_{i}.json", "size": 1024, "role": "primary"} for i in range(8)],
@@ -86,6 +96,7 @@ class Measured:
     non_2xx: int
     socket_errors: int
     timeouts: int
+    requests: int
 
 
 def _ms(text: str) -> float:
@@ -103,7 +114,8 @@ def wrk(url: str, connections: int, duration: int, token: str, script: Path | No
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if rate is None or not latency:
+    done = re.search(r"^\s*(\d+) requests in", out, re.M)
+    if rate is None or done is None or not latency:
         raise SystemExit(f"could not read wrk's output:\n{out}")
     connect, read, write, timeouts = (int(g) for g in errors.groups()) if errors else (0,) * 4
     return Measured(
@@ -113,7 +125,24 @@ def wrk(url: str, connections: int, duration: int, token: str, script: Path | No
         non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
         socket_errors=connect + read + write,
         timeouts=timeouts,
+        requests=int(done.group(1)),
     )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU of a process and its live descendants (``serve --workers N``
+    forks N), from /proc: less sensitive than requests/s to what else the machine runs."""
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return total
 
 
 def seed(data_dir: Path, count: int) -> tuple[str, str]:
@@ -196,7 +225,16 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--workers", type=int, default=1, help="tracestore serve --workers")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument(
+        "--routes",
+        default=",".join(ROUTE_KEYS),
+        help=f"comma list of the routes to run, of {', '.join(ROUTE_KEYS)} (default: all)",
+    )
     args = parser.parse_args()
+    chosen = [name.strip() for name in args.routes.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(ROUTE_KEYS))
+    if unknown:
+        parser.error(f"unknown routes {', '.join(unknown)}; choose from {', '.join(ROUTE_KEYS)}")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
 
@@ -215,6 +253,7 @@ def main() -> None:
         # Last: it adds tracesets (status uploading) to the store.
         "upload-url, 8 files": ("/api/v1/tracesets/upload-url", post),
     }
+    routes = {route: routes[route] for key, route in ROUTE_KEYS.items() if key in chosen}
     server = Server(
         root / "data",
         env={"TRACESTORE_SWEEP_INTERVAL": "PT1H"},
@@ -246,7 +285,9 @@ def main() -> None:
                     token,
                     script,
                 )
+                cpu_before = cpu_seconds(server.process.pid)
                 ours = wrk(server.url + path, connections, args.duration, token, script)
+                cpu_ms = 1000 * (cpu_seconds(server.process.pid) - cpu_before) / ours.requests
                 ratio_target, p99_target = TARGETS[route]
                 ratio = ours.requests_per_s / ceiling_run.requests_per_s
                 ratio_uvloop = ours.requests_per_s / uvloop_run.requests_per_s
@@ -260,6 +301,7 @@ def main() -> None:
                         "ceiling_uvloop": asdict(uvloop_run),
                         "ratio": round(ratio, 4),
                         "ratio_uvloop": round(ratio_uvloop, 4),
+                        "server_cpu_ms_per_request": round(cpu_ms, 4),
                         "ratio_target": ratio_target if connections == 64 else None,
                         "p99_target_ms": p99_target if connections == 64 else None,
                         "errors_ok": connections != 200
@@ -269,7 +311,8 @@ def main() -> None:
                 print(
                     f"{route:24} c={connections:<3} ours {ours.requests_per_s:8.0f} req/s "
                     f"(p50 {ours.p50_ms:6.1f} ms, p99 {ours.p99_ms:7.1f} ms, "
-                    f"errors {ours.non_2xx}/{ours.socket_errors}/{ours.timeouts}) | ceiling "
+                    f"errors {ours.non_2xx}/{ours.socket_errors}/{ours.timeouts}, "
+                    f"server CPU {cpu_ms:.3f} ms/req) | ceiling "
                     f"{ceiling_run.requests_per_s:8.0f} req/s (uvloop "
                     f"{uvloop_run.requests_per_s:.0f}) | ratio {ratio:.3f} ({ratio_uvloop:.3f})"
                     + (f" (target {ratio_target})" if connections == 64 else ""),
