@@ -42,8 +42,10 @@ class AccessLogHandler(logging.StreamHandler[TextIO]):
         self._flusher: threading.Thread | None = None
 
     def flush(self) -> None:
-        # emit() calls this after every record: leave it to the flusher.
-        self._unflushed.set()
+        # emit() calls this after every record: leave it to the flusher (woken once, not
+        # once per record: Event.set takes its lock and notifies every time).
+        if not self._unflushed.is_set():
+            self._unflushed.set()
         if self._flusher is None:
             self._flusher = threading.Thread(
                 target=self._flush_periodically, name="tracestore-access-log", daemon=True
