@@ -155,11 +155,13 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
         rows = connection.execute(listing_sql.statement(shape), values).all()
         has_more = len(rows) > query.limit
         rows = rows[: query.limit]
+        # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us
+        # each, a tenth of the request at 20 items); the columns are listing_sql.statement's.
         summaries = (
             {
-                summary.id: summary
-                for summary in connection.execute(
-                    listing_sql.summary_statement(shape.dialect), {"ids": [row.id for row in rows]}
+                id_: (family, workload_name)
+                for id_, family, workload_name in connection.execute(
+                    listing_sql.summary_statement(shape.dialect), {"ids": [row[0] for row in rows]}
                 )
             }
             if rows
@@ -167,21 +169,21 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
         )
     items = [
         {
-            "id": row.id,
-            "name": row.name,
-            "status": row.status,
-            "scope": row.scope,
-            "workspaceId": row.workspace_id,
-            "fileCount": row.file_count,
-            "totalSize": row.total_size,
-            "rankCountDerived": row.rank_count,
-            "createdAt": schemas.format_timestamp(row.created_at),
+            "id": id_,
+            "name": name,
+            "status": status,
+            "scope": scope,
+            "workspaceId": workspace_id,
+            "fileCount": files,
+            "totalSize": size,
+            "rankCountDerived": ranks,
+            "createdAt": schemas.format_timestamp(created),
             "workload": {
-                "workload_family": summaries[row.id].workload_family,
-                "workload_name": summaries[row.id].workload_name,
+                "workload_family": summaries[id_][0],
+                "workload_name": summaries[id_][1],
             },
         }
-        for row in rows
+        for id_, name, status, scope, workspace_id, files, size, ranks, created, *_ in rows
     ]
     next_cursor = (
         encode_cursor(key, binding, _cursor_values(query.sort, rows[-1]))
