@@ -19,13 +19,20 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
+from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
 from tests.conftest import TESTDATA
 from tests.uploading import UPLOAD_URL, upload
 from tracestore import schemas
 from tracestore.cli.serve import _listen
 from tracestore.server import admin, db, listing, tracesets
-from tracestore.server.accesslog import FLUSH_EVERY, AccessLogHandler
+from tracestore.server.accesslog import (
+    FLUSH_EVERY,
+    AccessFormatter,
+    AccessLogHandler,
+    RedactSignatures,
+    log_config,
+)
 from tracestore.server.app import new_request_id
 from tracestore.server.auth import Principal, TokenCache, create_tenant
 from tracestore.server.deps import Caller
@@ -207,6 +214,25 @@ def test_the_access_log_is_flushed_in_batches_and_completely() -> None:
         handler.close()
     lines = stream.getvalue().splitlines()
     assert lines == [f"GET /x/{n}" for n in range(200)] + ["GET /last"]
+
+
+@pytest.mark.parametrize("colors", [False, True])
+def test_the_access_lines_are_uvicorns_without_signatures(colors: bool) -> None:
+    """Our access formatter skips uvicorn's record copies, not a character of its line."""
+    fmt = log_config()["formatters"]["access"]["fmt"]
+    ours = AccessFormatter(fmt, use_colors=colors)
+    theirs = UvicornAccessFormatter(fmt, use_colors=colors)
+    signed = "/blobs/content/ab?expires=1&signature=s3cr3t&x=1"
+    for args in [
+        ("127.0.0.1:5555", "GET", "/api/v1/tracesets/ts_1", "1.1", 200),
+        ("[::1]:80", "PUT", signed, "1.1", 404),
+        ("", "POST", "/api/v1/tracesets?limit=2", "1.0", 599),
+    ]:
+        message = '%s - "%s %s HTTP/%s" %d'  # as uvicorn's protocol logs it
+        record = logging.LogRecord("uvicorn.access", logging.INFO, "p", 1, message, args, None)
+        RedactSignatures().filter(record)
+        assert ours.format(record) == theirs.format(record)
+        assert "s3cr3t" not in ours.format(record)
 
 
 def test_request_ids_are_unique() -> None:

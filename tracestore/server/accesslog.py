@@ -10,7 +10,9 @@ import threading
 import time
 from typing import Any, TextIO
 
+from uvicorn._ansi import style as ansi_style
 from uvicorn.config import LOGGING_CONFIG
+from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
 from tracestore.server.presigned import redacted
 
@@ -24,6 +26,37 @@ class RedactSignatures(logging.Filter):
         if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
             record.args = (*args[:2], redacted(args[2]), *args[3:])
         return True
+
+
+class AccessFormatter(UvicornAccessFormatter):
+    """uvicorn's access-line formatter, writing the same line without copying the record:
+    its ``formatMessage`` and its parent's each ``copy.copy`` it, two fifths of the ~20 us
+    a line cost. Anything but uvicorn's own five-argument record with a plain %-format
+    (and no ``color_message``) goes to uvicorn's code as before."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        args, style = record.args, self._style
+        if (
+            type(style) is not logging.PercentStyle
+            or style._defaults  # type: ignore[attr-defined]
+            or not isinstance(args, tuple)
+            or len(args) != 5
+            or "color_message" in record.__dict__
+        ):
+            return super().formatMessage(record)
+        client_addr, method, full_path, http_version, status_code = args
+        levelname = record.levelname
+        separator = " " * (8 - len(levelname))
+        request_line = f"{method} {full_path} HTTP/{http_version}"
+        if self.use_colors:
+            levelname = self.color_level_name(levelname, record.levelno)
+            request_line = ansi_style(request_line, bold=True)
+        values = dict(record.__dict__)
+        values["levelprefix"] = levelname + ":" + separator
+        values["client_addr"] = client_addr
+        values["request_line"] = request_line
+        values["status_code"] = self.get_status_code(int(status_code))  # type: ignore[call-overload]
+        return style._fmt % values
 
 
 # How long an access-log line may wait in the stream's buffer.
@@ -66,9 +99,10 @@ class AccessLogHandler(logging.StreamHandler[TextIO]):
 
 def log_config() -> dict[str, Any]:
     """uvicorn's logging configuration (``uvicorn.run(log_config=...)``) with the access
-    log's handler redacting signatures and buffering; a dict, so worker processes apply it
-    too."""
+    log's handler redacting signatures and buffering, and its cheaper formatter; a dict, so
+    worker processes apply it too."""
     config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["access"]["()"] = f"{__name__}.{AccessFormatter.__name__}"
     config.setdefault("filters", {})["redact_signatures"] = {"()": RedactSignatures}
     access = config["handlers"]["access"]
     access["class"] = f"{__name__}.{AccessLogHandler.__name__}"
