@@ -144,10 +144,9 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
     binding = _binding(principal, query)
     after = None if query.cursor is None else decode_cursor(key, query.cursor, binding, query.sort)
     shape, values = listing_sql.plan(principal, query, services.db.dialect, after)
-    with services.db.session(write=False) as session:
-        # Core rows on the session's connection: the ORM's result machinery cost more than
-        # the queries.
-        connection = session.connection()
+    # Core rows on a connection, no ORM session: its result machinery cost more than the
+    # queries.
+    with services.db.read_connection() as connection:
         if shape.dialect == "postgresql" and (shape.search or shape.workload or shape.inspected):
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).

@@ -195,8 +195,7 @@ _VIEW_FILES = (
 def get_traceset(services: Services, principal: Principal, traceset_id: str) -> str:
     """The traceset as the API answers it, as JSON text (``answer_text``); NotFound unless
     the caller may see it."""
-    with services.db.session(write=False) as session:
-        connection = session.connection()
+    with services.db.read_connection() as connection:
         key = {"traceset_id": traceset_id}
         traceset: Any = connection.execute(_VIEW_COLUMNS, key).one_or_none()
         if traceset is None or not principal.can_see(traceset):
