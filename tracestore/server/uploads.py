@@ -95,20 +95,21 @@ def start_upload(
             store_metadata(traceset, request.workload_metadata)
             session.add(traceset)
             session.flush()
-            for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True)):
-                session.add(
-                    db.TracesetFile(
-                        traceset_id=traceset_id,
-                        position=position,
-                        name=spec.name,
-                        size=spec.size,
-                        role=spec.role,
-                        content_type=spec.content_type,
-                        expected_sha256=spec.sha256,
-                        staging_handle=stage.handle,
-                        metadata_status="pending",
-                    )
+            files = [
+                db.TracesetFile(
+                    traceset_id=traceset_id,
+                    position=position,
+                    name=spec.name,
+                    size=spec.size,
+                    role=spec.role,
+                    content_type=spec.content_type,
+                    expected_sha256=spec.sha256,
+                    staging_handle=stage.handle,
+                    metadata_status="pending",
                 )
+                for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True))
+            ]
+            session.add_all(files)
             upload = db.UploadSession(
                 id=upload_id,
                 traceset_id=traceset_id,
@@ -118,7 +119,7 @@ def start_upload(
                 expires_at=now + settings.session_ttl,
             )
             session.add(upload)
-            files = files_of(session, traceset_id)
+            # The files as just made, in upload order: reading them back cost a query.
             return _session_view(services, upload, files, base_url, with_received=False)
     except BaseException:
         for stage in staged:
