@@ -290,6 +290,7 @@ def test_open_blob_reads_from_where_it_seeks(harness: Harness) -> None:
 def test_staged_uploads_names_the_sessions_holding_staged_bytes(harness: Harness) -> None:
     store = harness.store
     first, second = harness.stage(10), harness.stage(PART + 1)
+    harness.put_all(first[0], _bytes(10))
     harness.put_all(second[0], _bytes(PART + 1))
     upload_ids = {first[0].upload_id, second[0].upload_id}
     assert set(store.staged_uploads()) == upload_ids
@@ -303,6 +304,7 @@ def test_discard_upload_removes_an_upload_known_only_by_its_id(harness: Harness)
     orphan = harness.stage(10, PART + 1)
     kept = harness.stage(10)
     harness.put_all(orphan[1], _bytes(PART + 1))
+    harness.put_all(kept[0], _bytes(10))
     store.discard_upload(orphan[0].upload_id)
     assert set(store.staged_uploads()) == {kept[0].upload_id}
     assert all(store.list_parts(staged) == {} for staged in orphan)

@@ -192,11 +192,12 @@ def test_the_database_and_the_stored_bytes_are_private_to_the_service(tmp_path: 
         with TestClient(create_app(services=services)) as http:
             http.headers["Authorization"] = f"Bearer {token}"
             answer = _started(http)
+            etags = put_parts(http, answer, SUPPORTING)
             staged = {
                 p: (p.is_dir(), _mode(p))
                 for p in (settings.data_dir / "blobs" / "staging").rglob("*")
             }
-            complete(http, answer["uploadId"], put_parts(http, answer, SUPPORTING))
+            complete(http, answer["uploadId"], etags)
             services.wait_for_background()
     finally:
         services.close()

@@ -33,7 +33,7 @@ from tracestore.server.ids import created_at, new_id
 from tracestore.server.lifecycle import ORPHAN_GRACE, SweepReport, sweep
 from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services, build_services
-from tracestore.server.settings import MIB, Settings
+from tracestore.server.settings import Settings
 
 
 def _sha(data: bytes) -> str:
@@ -220,11 +220,17 @@ def test_finished_sessions_leftover_staging_is_cleaned(
 def test_staging_the_database_never_recorded_is_collected_after_a_grace(
     http: TestClient, services: Services, clock: FakeClock
 ) -> None:
-    # What start_upload leaves when its process is killed between staging and commit.
+    # What a process killed between staging and commit leaves (an object store stages at
+    # upload-url; the embedded store at a file's first part, of a recorded session, so it
+    # is a part racing the end of its session there).
     orphan_id = new_id("upload", now=clock().timestamp())
     for position in range(3):
-        services.store.stage_file(orphan_id, position, 100, 5 * MIB, None)
-    live = request_upload(http, {"a.bin": (b"a" * 100, "supporting")}).json()
+        (services.settings.data_dir / "blobs" / "staging" / orphan_id / str(position)).mkdir(
+            parents=True
+        )
+    files = {"a.bin": (b"a" * 100, "supporting")}
+    live = request_upload(http, files).json()
+    put_parts(http, live, files)  # a live session's staging, which stays
     assert sweep(services).cleaned_staging == 0  # it may still be being started
     clock.advance(seconds=ORPHAN_GRACE.total_seconds() + 1)
     assert sweep(services).cleaned_staging == 1

@@ -29,8 +29,9 @@ from tracestore.server.protocol import HTTP_PROTOCOL, BodyProtocol, _run_pump, r
 
 class HashingApp:
     """``PUT /sink`` answers the body's SHA-256 and length, and whether it came through the
-    extension; ``PUT /fail`` has its sink raise after the first slice; ``GET`` answers
-    ``ok``. ``events`` records how each request ended."""
+    extension; ``PUT /fail`` has its sink raise after the first slice; ``PUT /finish``
+    takes its answer from the extension's ``finish`` (``PUT /finish-fail``: ``finish``
+    raises); ``GET`` answers ``ok``. ``events`` records how each request ended."""
 
     def __init__(self) -> None:
         self.events: list[str] = []
@@ -59,8 +60,18 @@ class HashingApp:
             length += len(view)
             slices += 1
 
+        def finish() -> dict[str, Any]:
+            if scope["path"] == "/finish-fail":
+                raise ValueError("bad checksum")
+            # On the thread that handed over the last slice, and after it.
+            return {"thread": threading.current_thread().name, "length": length}
+
         into = receive_into(scope)
         try:
+            if into is not None and scope["path"].startswith("/finish"):
+                finished = await into(sink, finish)
+                self.events.append("finished")
+                return 200, finished
             if into is not None:
                 await into(sink)
             else:
@@ -77,6 +88,9 @@ class HashingApp:
         except OSError as exc:
             self.events.append("failed")
             return 500, {"error": str(exc)}
+        except ValueError as exc:
+            self.events.append("finish failed")
+            return 422, {"error": str(exc)}
         self.events.append("received")
         via = "into" if into is not None else "receive"
         return 200, {"sha256": digest.hexdigest(), "length": length, "via": via}
@@ -151,6 +165,26 @@ def test_bodies_on_one_connection_come_whole_through_the_extension(
         conn.request("GET", "/")
         assert json.loads(conn.getresponse().read()) == {"ok": True}
     conn.close()
+
+
+def test_finish_runs_on_the_body_thread_and_its_error_keeps_the_connection(
+    served: tuple[int, HashingApp],
+) -> None:
+    port, app = served
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for body in (os.urandom(3 * 1024 * 1024 + 5), b"x"):
+        answer = put(conn, "/finish", body)
+        assert answer["length"] == len(body)
+        assert answer["thread"].startswith("tracestore-body")
+    # finish's error is raised once the whole body is read and the connection is ready for
+    # its next request: the same connection answers it.
+    body = os.urandom(2 * 1024 * 1024)
+    conn.request("PUT", "/finish-fail", body=body, headers={"Content-Length": str(len(body))})
+    response = conn.getresponse()
+    assert (response.status, json.loads(response.read())) == (422, {"error": "bad checksum"})
+    assert put(conn, "/sink", body) == expected(body)
+    conn.close()
+    assert app.events == ["finished", "finished", "finish failed", "received"]
 
 
 def test_a_body_sent_in_small_pieces_arrives_whole(served: tuple[int, HashingApp]) -> None:
@@ -271,7 +305,9 @@ def test_a_cancelled_receive_returns_only_once_the_sink_is_done() -> None:
         ours, theirs = socket.socketpair()
         with ours, theirs:
             theirs.sendall(b"x" * 100_000)
-            task = asyncio.create_task(_run_pump(ours, b"early", 10_000_000, slow_sink))
+            task = asyncio.create_task(
+                _run_pump(ours, b"early", 10_000_000, slow_sink, lambda: None)
+            )
             await asyncio.sleep(0.1)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):

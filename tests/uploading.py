@@ -14,6 +14,7 @@ from tracestore.client import Client
 from tracestore.server import completion, db
 from tracestore.server.auth import authenticate_api_token
 from tracestore.server.services import Services
+from tracestore.server.staging import DATA_FILE
 
 UPLOAD_URL = "/api/v1/tracesets/upload-url"
 COMPLETE_URL = "/api/v1/tracesets/upload-url/complete"
@@ -126,7 +127,8 @@ def raw_post(http: httpx.Client, url: str, text: str) -> httpx.Response:
 def record_counts(services: Services) -> dict[str, int]:
     """How many records of each kind exist, and how many staged or stored byte files, once
     the background work handed over so far is done (it removes completed uploads' staging;
-    walking the tree while it runs would see entries vanish)."""
+    walking the tree while it runs would see entries vanish). A staged file's ``data`` is
+    not counted: its first part PUT makes it, whether or not that part is then kept."""
     services.wait_for_background()
     counts: dict[str, int] = {}
     with services.db.session(write=False) as session:
@@ -135,7 +137,12 @@ def record_counts(services: Services) -> dict[str, int]:
                 session.scalar(select(func.count()).select_from(table)) or 0
             )
     root = services.settings.data_dir / "blobs"
-    counts["files on disk"] = sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+    staged_data = (root / "staging").glob(f"*/*/{DATA_FILE}")
+    counts["files on disk"] = (
+        sum(1 for p in root.rglob("*") if p.is_file()) - sum(1 for _ in staged_data)
+        if root.exists()
+        else 0
+    )
     return counts
 
 

@@ -167,7 +167,7 @@ def _rule_error(message: str) -> PydanticCustomError:
 class PromotionShape(BaseModel):
     """``workloadMetadata.shape`` as promotion reads it; other members are kept as given."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(defer_build=True, extra="allow")
 
     rank_count: _Whole | None = None
     global_batch_size: _Whole | None = None
@@ -190,7 +190,7 @@ class PromotionShape(BaseModel):
 class PromotionParallelism(BaseModel):
     """``workloadMetadata.parallelism`` as promotion reads it; other members kept as given."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(defer_build=True, extra="allow")
 
     dp: _Whole | None = None
     tp: _Whole | None = None
@@ -233,7 +233,7 @@ class PromotionMetadata(BaseModel):
     and kept in ``model_extra``; JSON null counts as absent.
     """
 
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    model_config = ConfigDict(defer_build=True, extra="allow", protected_namespaces=())
 
     workload_family: _Text | None = None
     workload_name: _Text | None = None

@@ -200,9 +200,8 @@ def private_directory(path: Path) -> None:
 class LocalBlobStore:
     """Blobs in a directory; the service itself serves the presigned part and download URLs.
 
-    Layout: ``blobs/ab/cd/<sha256>`` for content, ``staging/<upload>/<position>/`` for parts,
-    each part a file ``<number>.<etag>`` written under a temporary name and renamed into
-    place, so a failed PUT never replaces a good part.
+    Layout: ``blobs/ab/cd/<sha256>`` for content, ``staging/<upload>/<position>/`` for a
+    file being received, made by its first part PUT (server/staging.py says what it holds).
     """
 
     def __init__(self, root: Path, signer: UrlSigner) -> None:
@@ -224,14 +223,27 @@ class LocalBlobStore:
     def stage_file(
         self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
     ) -> StagedFile:
-        directory = self._staging_dir(upload_id, position)
-        private_directory(directory)
-        # The file's bytes land here, each part at its offset (sparse until written); the
-        # blob is this file linked, so its mode is the blob's.
-        fd = os.open(directory / DATA_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab") as data:
-            data.truncate(size)
+        # Nothing on disk yet: the file's first part PUT makes its staging area
+        # (``_staging_area``), so asking for an upload's URLs costs no file system work (it
+        # was most of an upload-url of 8 files: a directory and a file each).
+        self._staging_dir(upload_id, position)  # checks the id
         return StagedFile(upload_id, position, size, part_size)
+
+    def _staging_area(self, directory: Path, size: int) -> None:
+        """Make a staged file's directory and its ``data`` unless they are there: the
+        file's bytes land in ``data``, each part at its offset (sparse until written); the
+        blob is this file linked, so its mode is the blob's. Parts of one file may arrive
+        at once: each may make it, none spoils another's bytes (the size only grows)."""
+        data = directory / DATA_FILE
+        if data.is_file():
+            return
+        private_directory(directory)
+        fd = os.open(data, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
 
     def part_url(
         self, staged: StagedFile, part_number: int, expires_at: datetime, *, base_url: str
@@ -268,8 +280,7 @@ class LocalBlobStore:
         length, goes to a file of its own, so a failed send never spoils a part received
         before."""
         directory = self._staging_dir(staged.upload_id, staged.position)
-        if not (directory / DATA_FILE).is_file():
-            raise ValidationError("The upload session has no staging area; it may have ended")
+        self._staging_area(directory, staged.size)
         part_dir = directory / f"{part_number:05d}"
         part_dir.mkdir(mode=0o700, exist_ok=True)
         expected = staged.part_length(part_number)
@@ -301,6 +312,8 @@ class LocalBlobStore:
     ) -> CommittedBlob:
         directory = self._staging_dir(staged.upload_id, staged.position)
         data_path = directory / DATA_FILE
+        if not data_path.is_file():  # no part of it was ever received
+            raise ValidationError(f"Part 1 with ETag {normalise_etag(etags[1])!r} is not stored")
         with open(data_path, "r+b") as data:
             for number in range(1, staged.part_count + 1):
                 etag = normalise_etag(etags[number])

@@ -83,9 +83,9 @@ class Caller:
         answered 2.5-4 x fewer requests per second so, bench/load.py). WAL readers never
         wait for a writer, so nothing blocks there. A server database's round trips and
         a JWT check (which may fetch the signing keys) keep to a worker thread."""
-        if not self.services.db.reads_inline or self._is_jwt():
+        if self._is_jwt():
             return await self.run(use_case, *args, **kwargs)
-        return self.call(use_case, *args, **kwargs)
+        return await short_read(self.services, lambda: self.call(use_case, *args, **kwargs))
 
     def call(
         self,
@@ -101,6 +101,18 @@ class Caller:
 
     def _is_jwt(self) -> bool:
         return self.services.jwt_verifier is not None and self.token.count(".") == 2
+
+
+async def short_read(
+    services: Services, read: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """``read(*args, **kwargs)``, a short read of the database (and of nothing slower than
+    a local file), on the event loop's own thread when the database allows it
+    (``Database.reads_inline``: SQLite), else in a worker thread (``Caller.read`` says
+    why)."""
+    if services.db.reads_inline:
+        return read(*args, **kwargs)
+    return await run_in_threadpool(read, *args, **kwargs)
 
 
 class _BearerCaller(HTTPBearer):

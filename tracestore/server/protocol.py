@@ -27,11 +27,12 @@ import asyncio
 import contextlib
 import os
 import socket
+import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 import httptools
 from starlette.requests import ClientDisconnect
@@ -56,15 +57,13 @@ PARK_AFTER = 0.1
 FAST_BYTES = 64 * 1024
 
 Sink = Callable[[memoryview], None]
-ReceiveInto = Callable[[Sink], Awaitable[None]]
+T = TypeVar("T")
 
 
 def receive_into(scope: dict[str, Any] | Any) -> ReceiveInto | None:
-    """The extension for this request, if its server offers it: ``await into(sink)`` calls
-    ``sink`` (in a worker thread) with each slice of the body, in order, until the body
-    ends; a slice is only valid during its call."""
+    """The extension for this request, if its server offers it (``ReceiveInto``)."""
     extension = scope.get("extensions", {}).get(RECEIVE_INTO)
-    return extension if callable(extension) else None
+    return extension if isinstance(extension, ReceiveInto) else None
 
 
 # Bodies are received on threads of their own, so that they never starve the threads that
@@ -93,14 +92,16 @@ class BodyProtocol(HttpToolsProtocol):
         if length is None:
             return
         extensions = cast(dict[str, Any], self.scope.setdefault("extensions", {}))
-        extensions[RECEIVE_INTO] = _ReceiveInto(self, cycle, length)
+        extensions[RECEIVE_INTO] = ReceiveInto(self, cycle, length)
 
     def on_body(self, body: bytes) -> None:
         if self._counted is self.cycle:
             self._seen += len(body)
         super().on_body(body)
 
-    async def receive_into(self, cycle: RequestResponseCycle, length: int, sink: Sink) -> None:
+    async def receive_into(
+        self, cycle: RequestResponseCycle, length: int, sink: Sink, finish: Callable[[], T]
+    ) -> T:
         """The extension's work for ``cycle``'s body of ``length`` bytes (module doc)."""
         if cycle.disconnected:
             raise ClientDisconnect()
@@ -111,8 +112,7 @@ class BodyProtocol(HttpToolsProtocol):
         cycle.body = bytearray()
         if not cycle.more_body:
             # All of it is here (and the parser may have moved on to a pipelined request).
-            await _run_pump(None, early, 0, sink)
-            return
+            return (await _run_pump(None, early, 0, sink, finish)).outcome()
         # A body still arriving belongs to the connection's current request.
         if cycle is not self.cycle or cycle.response_started or self.transport.is_closing():
             raise RuntimeError("The request body can no longer be received directly")
@@ -125,7 +125,7 @@ class BodyProtocol(HttpToolsProtocol):
             # A socket of our own on the same connection: the transport may close its file
             # descriptor (shutdown) while the thread still reads.
             with socket.socket(fileno=os.dup(raw.fileno())) as sock:
-                await _run_pump(sock, early, length - len(early), sink)
+                body = await _run_pump(sock, early, length - len(early), sink, finish)
         except BaseException:
             # Some of the body may still be on the wire: this connection serves no more.
             cycle.keep_alive = False
@@ -136,31 +136,50 @@ class BodyProtocol(HttpToolsProtocol):
         cycle.more_body = False
         cycle.message_event.set()
         self.flow.resume_reading()
+        return body.outcome()
 
 
-class _ReceiveInto:
-    """The extension as the app sees it. Weak references: a request's scope must not keep
-    its connection alive."""
+class ReceiveInto:
+    """The extension as the app sees it: ``await into(sink)`` calls ``sink`` (in a worker
+    thread) with each slice of the body, in order, until the body ends; a slice is only
+    valid during its call. ``await into(sink, finish)`` then calls ``finish()`` on the same
+    thread and answers what it returns (or raises what it raised), which saves the route a
+    thread hop of its own. Weak references: a request's scope must not keep its connection
+    alive."""
 
     def __init__(self, protocol: BodyProtocol, cycle: RequestResponseCycle, length: int) -> None:
         self._protocol = weakref.ref(protocol)
         self._cycle = weakref.ref(cycle)
         self._length = length
 
-    async def __call__(self, sink: Sink) -> None:
+    @overload
+    async def __call__(self, sink: Sink) -> None: ...
+
+    @overload
+    async def __call__(self, sink: Sink, finish: Callable[[], T]) -> T: ...
+
+    async def __call__(self, sink: Sink, finish: Callable[[], Any] = lambda: None) -> Any:
         protocol, cycle = self._protocol(), self._cycle()
         if protocol is None or cycle is None:
             raise ClientDisconnect()
-        await protocol.receive_into(cycle, self._length, sink)
+        return await protocol.receive_into(cycle, self._length, sink, finish)
 
 
-async def _run_pump(sock: socket.socket | None, early: bytes, remaining: int, sink: Sink) -> None:
+async def _run_pump(
+    sock: socket.socket | None,
+    early: bytes,
+    remaining: int,
+    sink: Sink,
+    finish: Callable[[], T],
+) -> _Body[T]:
     """Receive a body: ``early`` and then ``remaining`` bytes from ``sock`` into ``sink``, on
-    body threads while bytes flow fast and on the event loop (no thread) while they do not.
-    Raises ClientDisconnect when the sender goes, stalls or falls behind ``MIN_RATE``."""
-    body = _Body(sock, early, remaining, sink)
+    body threads while bytes flow fast and on the event loop (no thread) while they do not,
+    then ``finish()`` on the last body thread (its outcome kept in the answer). Raises
+    ClientDisconnect when the sender goes, stalls or falls behind ``MIN_RATE``."""
+    body = _Body(sock, early, remaining, sink, finish)
     while not await _on_body_thread(body.pump, sock):
         await body.gather()
+    return body
 
 
 async def _on_body_thread(pump: Callable[[], bool], sock: socket.socket | None) -> bool:
@@ -209,12 +228,21 @@ def _new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
     return parser
 
 
-class _Body:
+class _Body(Generic[T]):
     """A body being received: what is left of it, the bytes received but not yet handed to
     the sink, and how long it may still take. ``pump`` runs on one body thread at a time,
-    ``gather`` on the event loop, never both at once."""
+    ``gather`` on the event loop, never both at once. Once the body is whole, ``pump``
+    calls ``finish``; ``outcome`` answers what it returned or raises what it raised (after
+    the connection is ready for its next request: the whole body was read)."""
 
-    def __init__(self, sock: socket.socket | None, early: bytes, remaining: int, sink: Sink):
+    def __init__(
+        self,
+        sock: socket.socket | None,
+        early: bytes,
+        remaining: int,
+        sink: Sink,
+        finish: Callable[[], T],
+    ) -> None:
         self._sock = sock
         self._early = early  # came with the headers
         self._pending = bytearray()  # gathered, not yet handed to the sink
@@ -222,6 +250,21 @@ class _Body:
         self._sink = sink
         self._received = 0
         self._started = time.monotonic()
+        self._finish = finish
+        self._result: T | None = None
+        self._error: Exception | None = None
+
+    def outcome(self) -> T:
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._result)
+
+    def _finished(self) -> bool:
+        try:
+            self._result = self._finish()
+        except Exception as exc:
+            self._error = exc
+        return True
 
     def time_left(self) -> float:
         """Seconds until the body falls behind ``MIN_RATE`` or passes ``BODY_DEADLINE``."""
@@ -241,8 +284,8 @@ class _Body:
             self._sink(memoryview(pending))
         sock = self._sock
         if sock is None or self._remaining <= 0:
-            return True
-        buffer = memoryview(bytearray(min(CHUNK, self._remaining)))
+            return self._finished()
+        buffer = _thread_buffer()
         filled = 0
         window_start, window_bytes = time.monotonic(), 0
         while self._remaining > 0:
@@ -278,7 +321,7 @@ class _Body:
                         self._remaining -= filled
                     return False
                 window_start, window_bytes = now, 0
-        return True
+        return self._finished()
 
     async def gather(self) -> None:
         """On the event loop: take the bytes that come, without a thread, until
@@ -301,6 +344,18 @@ class _Body:
             self._received += len(data)
             if len(self._pending) < want:
                 await asyncio.sleep(PARK_AFTER)  # let a trickle gather in the kernel
+
+
+_BUFFERS = threading.local()
+
+
+def _thread_buffer() -> memoryview:
+    """This body thread's receive buffer of ``CHUNK`` bytes, made once: a fresh 1 MiB per
+    body cost a part of 1 MiB its allocation and page faults again."""
+    buffer: memoryview | None = getattr(_BUFFERS, "buffer", None)
+    if buffer is None:
+        buffer = _BUFFERS.buffer = memoryview(bytearray(CHUNK))
+    return buffer
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

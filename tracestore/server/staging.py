@@ -1,7 +1,8 @@
 """The embedded store's staging area: where a file's parts land before completion.
 
-Each staged file is a directory ``staging/<upload>/<position>/`` holding ``data`` (the
-file's bytes, each part at its offset, sparse until written) and one small directory per
+Each staged file is a directory ``staging/<upload>/<position>/``, made by the file's first
+part PUT, holding ``data`` (the file's bytes, each part at its offset, sparse until
+written) and one small directory per
 part, ``NNNNN/``: a ``claim`` taken by the first send of the part, which writes in place
 into ``data``, and the part's record, an empty ``<etag>`` once that send is whole. A later
 send of the same part goes to ``<etag>.part`` of its own (renamed into place when whole),
@@ -179,7 +180,7 @@ class PartWriter:
         etag = secrets.token_hex(16)
         if self._tmp is None:
             final = self.part_dir / etag
-            final.touch()
+            final.touch(mode=0o600)  # empty, but staged: private like the rest
         else:
             final = self.part_dir / f"{etag}{SEPARATE_SUFFIX}"
             os.replace(self._tmp, final)

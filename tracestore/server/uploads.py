@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import insert, inspect
 
 from tracestore import metadata, schemas
 from tracestore.errors import Conflict, NotFound, PayloadTooLarge, ValidationError, quoted
@@ -93,22 +96,20 @@ def start_upload(
                 hash=None,
             )
             store_metadata(traceset, request.workload_metadata)
-            session.add(traceset)
-            session.flush()
-            for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True)):
-                session.add(
-                    db.TracesetFile(
-                        traceset_id=traceset_id,
-                        position=position,
-                        name=spec.name,
-                        size=spec.size,
-                        role=spec.role,
-                        content_type=spec.content_type,
-                        expected_sha256=spec.sha256,
-                        staging_handle=stage.handle,
-                        metadata_status="pending",
-                    )
+            files = [
+                db.TracesetFile(
+                    traceset_id=traceset_id,
+                    position=position,
+                    name=spec.name,
+                    size=spec.size,
+                    role=spec.role,
+                    content_type=spec.content_type,
+                    expected_sha256=spec.sha256,
+                    staging_handle=stage.handle,
+                    metadata_status="pending",
                 )
+                for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True))
+            ]
             upload = db.UploadSession(
                 id=upload_id,
                 traceset_id=traceset_id,
@@ -117,13 +118,25 @@ def start_upload(
                 created_at=now,
                 expires_at=now + settings.session_ttl,
             )
-            session.add(upload)
-            files = files_of(session, traceset_id)
+            # One INSERT per table, without the unit of work's bookkeeping (its flushes
+            # were a fifth of the request); the answer is built from these objects.
+            session.execute(insert(db.Traceset), [_row(traceset)])
+            session.execute(insert(db.TracesetFile), [_row(f) for f in files])
+            session.execute(insert(db.UploadSession), [_row(upload)])
             return _session_view(services, upload, files, base_url, with_received=False)
     except BaseException:
         for stage in staged:
             services.store.discard_staging(stage)
         raise
+
+
+def _row(record: db.Base) -> dict[str, Any]:
+    """The attributes ``record`` was made with, as an ORM-enabled insert takes them."""
+    return {
+        column.key: getattr(record, column.key)
+        for column in inspect(record).mapper.column_attrs
+        if column.key in record.__dict__
+    }
 
 
 def resume_upload(

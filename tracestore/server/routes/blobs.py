@@ -10,11 +10,10 @@ from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from tracestore.server import downloads, presigned, receiving
 from tracestore.server.blobs import LocalBlobStore, content_disposition
-from tracestore.server.deps import ServicesDep, error_responses
+from tracestore.server.deps import ServicesDep, error_responses, short_read
 from tracestore.server.protocol import receive_into
 
 _TAGS: list[str | Enum] = ["embedded blob store"]
@@ -26,8 +25,9 @@ _BAD_URL = "The URL's query is missing or malformed (expires, signature, partSiz
 _BAD_SIGNATURE = "The URL's signature does not match, or it has expired"
 
 
-def _local_store(services: ServicesDep) -> LocalBlobStore:
+async def _local_store(services: ServicesDep) -> LocalBlobStore:
     # app.create_app mounts local_store_router only when the store is the embedded one.
+    # Async: FastAPI runs a plain def dependency in a worker thread, a hop per part PUT.
     return cast(LocalBlobStore, services.store)
 
 
@@ -123,7 +123,8 @@ async def put_part(
 ) -> Response:
     """Receive one part of an upload, written to disk as it arrives."""
     grant = presigned.PartGrant(upload_id, position, part_number, size, part_size, expires)
-    writer = await run_in_threadpool(
+    writer = await short_read(
+        services,
         receiving.open_part,
         services,
         store,
