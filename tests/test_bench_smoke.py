@@ -1,7 +1,7 @@
-"""The benchmarks still start: each script answers --help, and the listing benchmark runs a
-tiny case end to end on SQLite (a merge once left it building services the listing could
-not use, found only when someone ran it). No figure is checked here: benchmarks measure,
-tests do not."""
+"""The benchmarks still start: each script answers --help, and the listing and in-process
+request benchmarks run a tiny case end to end on SQLite (a merge once left the listing's
+building services it could not use, found only when someone ran it). No figure is checked
+here: benchmarks measure, tests do not."""
 
 from __future__ import annotations
 
@@ -26,15 +26,31 @@ def test_each_benchmark_answers_help(script: Path) -> None:
     assert "usage:" in run.stdout
 
 
-def test_the_listing_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
+def run_tiny(script: str, tmp_path: Path, *args: str) -> str:
+    """``bench/<script>`` with ``args`` in ``tmp_path``; its standard output. Fails the test
+    if the script exits non-zero."""
     run = subprocess.run(
-        [
-            *(sys.executable, str(BENCH / "list.py"), "--count", "20000"),
-            *("--repeats", "2", "--engines", "sqlite"),
-        ],
+        [sys.executable, str(BENCH / script), *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
+def test_the_listing_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
+    run_tiny("list.py", tmp_path, "--count", "20000", "--repeats", "2", "--engines", "sqlite")
+
+
+def test_the_request_cpu_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
+    # Its upload-url POST answers 200 or the script exits non-zero.
+    out = run_tiny(
+        "request_cpu.py",
+        tmp_path,
+        *("--count", "20", "--chunks", "1", "--routes", "get,upload"),
+        *("--workdir", str(tmp_path)),
+    )
+    assert "upload-url, 8 files" in out
+    assert "list first page" not in out
