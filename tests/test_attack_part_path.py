@@ -342,3 +342,30 @@ def test_metadata_reads_back_exactly(served: Served) -> None:
         v2 = http.get(f"/api/v1/tracesets/{nulls['tracesetId']}").json()
         print(v2)
         assert v2["description"] is None and v2["tags"] == [] and v2["workloadMetadata"] is None
+
+
+def test_refused_declarations_answer_json_and_keep_the_service(served: Served) -> None:
+    answer = start(served, {"a.bin": 100})
+    url = answer["files"][0]["parts"][0]["url"]
+    assert_error(httpx.put(url, content=b""), 400)
+    assert_error(httpx.put(url, content=b"x" * 101), 413)
+    assert_error(httpx.put(url, content=b"x" * 99), 400)
+
+    def chunks(n: int) -> Iterator[bytes]:
+        yield b"x" * n
+
+    assert_error(httpx.put(url, content=chunks(99)), 400)
+    assert_error(httpx.put(url, content=chunks(101)), 413)
+    # Expect: 100-continue on a refused length: answered without the body being sent
+    sock, buf = connect(url), bytearray()
+    sock.sendall(head(url, 5000, "Expect: 100-continue"))
+    assert_error(read_response(sock, buf), 413)
+    sock.close()
+    r = httpx.put(url, content=b"y" * 100, headers={"x-amz-checksum-sha256": b64(b"y" * 100)})
+    assert r.status_code == 200, r.text
+    done = complete(served, answer["uploadId"], {"a.bin": [(1, r.headers["etag"])]})
+    assert done.status_code == 201, done.text
+    assert_error(httpx.put(url, content=b"y" * 100), 409)
+    with api(served) as http:
+        again = http.get(f"{UPLOAD_URL}/{answer['uploadId']}")
+        assert again.status_code == 200, again.text
