@@ -286,10 +286,17 @@ class LocalBlobStore:
         expected = staged.part_length(part_number)
         if length_known:
             claim = part_dir / CLAIM_FILE
+            # The data file is opened before the claim is taken: a seal that rebuilt the
+            # file (seal_file) claimed every part first, so a writer that takes a claim
+            # after it cannot hold the rebuilt file, which becomes the blob.
+            data_fd = os.open(directory / DATA_FILE, os.O_WRONLY)
             try:
                 os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             except FileExistsError:
-                pass  # sent before, or being sent now: this send goes to a file of its own
+                os.close(data_fd)  # sent before, or being sent now: a file of its own
+            except BaseException:
+                os.close(data_fd)
+                raise
             else:
                 offset = (part_number - 1) * staged.part_size
                 digest = self._digests.of(directory, staged.size, staged.part_size)
@@ -298,6 +305,7 @@ class LocalBlobStore:
                     part_number,
                     expected,
                     offset=offset,
+                    data_fd=data_fd,
                     claim=claim,
                     transfer=digest.transfer(part_number),
                 )
@@ -314,21 +322,47 @@ class LocalBlobStore:
         data_path = directory / DATA_FILE
         if not data_path.is_file():  # no part of it was ever received
             raise ValidationError(f"Part 1 with ETag {normalise_etag(etags[1])!r} is not stored")
-        with open(data_path, "r+b") as data:
+        separates: dict[int, Path] = {}
+        for number in range(1, staged.part_count + 1):
+            etag = normalise_etag(etags[number])
+            part_dir = directory / f"{number:05d}"
+            separate = part_dir / f"{etag}{SEPARATE_SUFFIX}"
+            if separate.is_file():
+                sent, expected = separate.stat().st_size, staged.part_length(number)
+                if sent > expected:
+                    raise FileLargerThanDeclared(staged.size - expected + sent)
+                separates[number] = separate
+            elif not (part_dir / etag).is_file():
+                raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
+        if separates:
+            # A part sent again: its bytes go over the first send's, in a copy of the file
+            # that replaces it. The first send of such a part may still be writing in place
+            # (a body that stalled): it writes into the old file, never into this one, which
+            # becomes the blob. Every part is claimed first, so no later send writes in place.
             for number in range(1, staged.part_count + 1):
-                etag = normalise_etag(etags[number])
                 part_dir = directory / f"{number:05d}"
-                separate = part_dir / f"{etag}{SEPARATE_SUFFIX}"
-                if separate.is_file():
-                    # A part sent again: copy its bytes over the first send's.
-                    sent, expected = separate.stat().st_size, staged.part_length(number)
-                    if sent > expected:
-                        raise FileLargerThanDeclared(staged.size - expected + sent)
-                    with open(separate, "rb") as source:
-                        data.seek((number - 1) * staged.part_size)
-                        shutil.copyfileobj(source, data, CHUNK)
-                elif not (part_dir / etag).is_file():
-                    raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
+                part_dir.mkdir(mode=0o700, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.close(
+                        os.open(part_dir / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+                    )
+            self._digests.forget(directory)
+            rebuilt = directory / f"{DATA_FILE}.{secrets.token_hex(6)}"
+            try:
+                with (
+                    open(data_path, "rb") as source,
+                    open(
+                        os.open(rebuilt, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb"
+                    ) as data,
+                ):
+                    shutil.copyfileobj(source, data, CHUNK)
+                    for number, separate in separates.items():
+                        with open(separate, "rb") as part:
+                            data.seek((number - 1) * staged.part_size)
+                            shutil.copyfileobj(part, data, CHUNK)
+                os.replace(rebuilt, data_path)
+            finally:
+                rebuilt.unlink(missing_ok=True)
         total = data_path.stat().st_size
         if total > staged.size:
             raise FileLargerThanDeclared(total)

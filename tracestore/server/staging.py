@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import hmac
 import os
@@ -115,6 +116,7 @@ class PartWriter:
         expected_size: int,
         *,
         offset: int | None = None,
+        data_fd: int | None = None,
         claim: Path | None = None,
         transfer: PartTransfer | None = None,
     ) -> None:
@@ -131,7 +133,12 @@ class PartWriter:
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         else:
             self._tmp = None
-            self._fd = os.open(part_dir.parent / DATA_FILE, os.O_WRONLY)
+            # Opened before the claim was taken (LocalBlobStore.open_part_writer).
+            self._fd = (
+                data_fd
+                if data_fd is not None
+                else os.open(part_dir.parent / DATA_FILE, os.O_WRONLY)
+            )
 
     def write(self, chunks: Sequence[bytes | memoryview], *, checksum: bool) -> None:
         """Write ``chunks`` (in order) after the bytes received so far."""
@@ -178,16 +185,24 @@ class PartWriter:
                 )
         os.close(self._fd)
         etag = secrets.token_hex(16)
-        if self._tmp is None:
-            final = self.part_dir / etag
-            final.touch(mode=0o600)  # empty, but staged: private like the rest
-        else:
-            final = self.part_dir / f"{etag}{SEPARATE_SUFFIX}"
-            os.replace(self._tmp, final)
-        for entry in os.scandir(self.part_dir):
-            stale = entry.name.partition(".")[0]
-            if entry.path != str(final) and ETAG.fullmatch(stale):
-                os.unlink(entry.path)
+        # Two sends of one part may finish at once (in this process or another): each
+        # records itself and removes the records before it under the part directory's
+        # lock, or each could remove the other's and leave the part with none.
+        lock = os.open(self.part_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self._tmp is None:
+                final = self.part_dir / etag
+                final.touch(mode=0o600)  # empty, but staged: private like the rest
+            else:
+                final = self.part_dir / f"{etag}{SEPARATE_SUFFIX}"
+                os.replace(self._tmp, final)
+            for entry in os.scandir(self.part_dir):
+                stale = entry.name.partition(".")[0]
+                if entry.path != str(final) and ETAG.fullmatch(stale):
+                    os.unlink(entry.path)
+        finally:
+            os.close(lock)  # releases the lock
         self._claim = None  # the claim stays: later sends of this part are re-sends
         if self._transfer is not None:
             self._transfer.finish(etag)
