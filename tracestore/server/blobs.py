@@ -298,17 +298,22 @@ class LocalBlobStore:
                 os.close(data_fd)
                 raise
             else:
-                offset = (part_number - 1) * staged.part_size
-                digest = self._digests.of(directory, staged.size, staged.part_size)
-                return PartWriter(
-                    part_dir,
-                    part_number,
-                    expected,
-                    offset=offset,
-                    data_fd=data_fd,
-                    claim=claim,
-                    transfer=digest.transfer(part_number),
-                )
+                try:
+                    digest = self._digests.of(directory, staged.size, staged.part_size)
+                    return PartWriter(
+                        part_dir,
+                        part_number,
+                        expected,
+                        offset=(part_number - 1) * staged.part_size,
+                        data_fd=data_fd,
+                        claim=claim,
+                        transfer=digest.transfer(part_number),
+                    )
+                except BaseException:
+                    # No writer holds them: the next send of this part may write in place.
+                    os.close(data_fd)
+                    claim.unlink(missing_ok=True)
+                    raise
         return PartWriter(part_dir, part_number, expected)
 
     def seal_file(

@@ -1,5 +1,6 @@
-"""Hostile and unlucky clients against the part PUT's one-hop path, lazy staging and
-upload-url's Core inserts, through a real `tracestore serve`."""
+"""Hostile and unlucky clients against the part PUT's one-hop path (concurrent sends of
+one part, a stalled first send, re-sends on one connection, refused bodies), through a real
+`tracestore serve`."""
 
 from __future__ import annotations
 
