@@ -38,6 +38,12 @@ class Served:
     env: dict[str, str]
     pid: int = 0  # the server process (a test may SIGKILL it)
 
+    def api(self) -> httpx.Client:
+        """An HTTP client on the service, authenticated as its admin."""
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
+        )
+
 
 @contextmanager
 def serving(

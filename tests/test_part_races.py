@@ -38,14 +38,8 @@ def served(data_dir: Path) -> Iterator[Served]:
         yield server
 
 
-def api(served: Served) -> httpx.Client:
-    return httpx.Client(
-        base_url=served.url, headers={"Authorization": f"Bearer {served.token}"}, timeout=30
-    )
-
-
 def start(served: Served, sizes: dict[str, int], **extra: Any) -> dict[str, Any]:
-    with api(served) as http:
+    with served.api() as http:
         r = http.post(
             UPLOAD_URL,
             json={
@@ -96,7 +90,7 @@ def b64(data: bytes) -> str:
 def complete(
     served: Served, upload_id: str, parts: dict[str, list[tuple[int, str]]]
 ) -> httpx.Response:
-    with api(served) as http:
+    with served.api() as http:
         return http.post(
             COMPLETE_URL,
             json={
@@ -189,7 +183,7 @@ def test_more_bytes_than_declared(served: Served, data_dir: Path) -> None:
         read_response(sock, buf)
     sock.close()
     time.sleep(0.5)
-    with api(served) as http:
+    with served.api() as http:
         got = http.get(f"{UPLOAD_URL}/{answer['uploadId']}").json()
     (received,) = got["files"][0]["receivedParts"]
     done = complete(served, answer["uploadId"], {"a.bin": [(1, received["etag"])]})
@@ -215,7 +209,7 @@ def test_fewer_bytes_then_close_then_good_resend(served: Served, data_dir: Path)
 
 def test_resume_and_complete_before_any_part(served: Served) -> None:
     answer = start(served, {"a.bin": 10, "empty.bin": 0})
-    with api(served) as http:
+    with served.api() as http:
         r = http.get(f"{UPLOAD_URL}/{answer['uploadId']}")
         assert r.status_code == 200, r.text
         assert all(f["receivedParts"] == [] for f in r.json()["files"])
@@ -267,7 +261,7 @@ def test_concurrent_puts_of_one_part(served: Served, data_dir: Path) -> None:
         for s in socks:
             s.close()
         assert {r[0] for r in results} <= {200, 429}, results
-        with api(served) as http:
+        with served.api() as http:
             got = http.get(f"{UPLOAD_URL}/{answer['uploadId']}").json()
         received = got["files"][0]["receivedParts"]
         assert len(received) == 1, (results, got)
@@ -330,7 +324,7 @@ def test_metadata_reads_back_exactly(served: Served) -> None:
         ttlDays=3,
         workloadMetadata=meta,
     )
-    with api(served) as http:
+    with served.api() as http:
         r = http.get(f"/api/v1/tracesets/{answer['tracesetId']}")
         assert r.status_code == 200, r.text
         view = r.json()
@@ -367,6 +361,6 @@ def test_refused_declarations_answer_json_and_keep_the_service(served: Served) -
     done = complete(served, answer["uploadId"], {"a.bin": [(1, r.headers["etag"])]})
     assert done.status_code == 201, done.text
     assert_error(httpx.put(url, content=b"y" * 100), 409)
-    with api(served) as http:
+    with served.api() as http:
         again = http.get(f"{UPLOAD_URL}/{answer['uploadId']}")
         assert again.status_code == 200, again.text

@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import _api
 from tracestore.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
@@ -56,7 +55,7 @@ def _seeded(served: Served, tmp_path: Path) -> dict[str, str]:
         json={"name": "open", "files": [{"name": "a.bin", "size": 10, "role": "supporting"}]},
     )
     started.raise_for_status()
-    with _api(served) as api:
+    with served.api() as api:
         libraries = api.get("/api/v1/libraries").json()["items"]
     assert libraries, "the seeded traceset makes a library"
     return {

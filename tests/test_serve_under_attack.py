@@ -35,15 +35,9 @@ def served(data_dir: Path) -> Iterator[Served]:
         yield server
 
 
-def _api(served: Served) -> httpx.Client:
-    return httpx.Client(
-        base_url=served.url, headers={"Authorization": f"Bearer {served.token}"}, timeout=30
-    )
-
-
 def start_upload(served: Served, sizes: dict[str, int]) -> dict[str, Any]:
     """An upload of supporting files of ``sizes``; its upload-url answer."""
-    with _api(served) as api:
+    with served.api() as api:
         response = api.post(
             UPLOAD_URL,
             json={

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import _api, open_body, other_session_parts, start_upload
+from tests.test_serve_under_attack import open_body, other_session_parts, start_upload
 from tracestore.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
@@ -35,7 +35,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 def _good_client_medians(served: Served, source: Path, rounds: int) -> tuple[float, float]:
     """Median seconds of a first-page list and of a whole two-file upload."""
     lists, uploads = [], []
-    with _api(served) as api, Client(served.url, served.token) as client:
+    with served.api() as api, Client(served.url, served.token) as client:
         for _ in range(rounds):
             start = time.perf_counter()
             assert api.get("/api/v1/tracesets", params={"limit": 20}).status_code == 200
