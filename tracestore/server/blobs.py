@@ -32,6 +32,7 @@ from tracestore.server.staging import (
     PartWriter,
     StagedDigests,
     stored_part,
+    take_claim,
 )
 
 CHUNK = 4 * 1024 * 1024
@@ -291,12 +292,12 @@ class LocalBlobStore:
             # after it cannot hold the rebuilt file, which becomes the blob.
             data_fd = os.open(directory / DATA_FILE, os.O_WRONLY)
             try:
-                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            except FileExistsError:
-                os.close(data_fd)  # sent before, or being sent now: a file of its own
+                claimed = take_claim(part_dir)
             except BaseException:
                 os.close(data_fd)
                 raise
+            if not claimed:
+                os.close(data_fd)  # sent before, or being sent now: a file of its own
             else:
                 try:
                     digest = self._digests.of(directory, staged.size, staged.part_size)
@@ -347,10 +348,7 @@ class LocalBlobStore:
             for number in range(1, staged.part_count + 1):
                 part_dir = directory / f"{number:05d}"
                 part_dir.mkdir(mode=0o700, exist_ok=True)
-                with contextlib.suppress(FileExistsError):
-                    os.close(
-                        os.open(part_dir / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-                    )
+                take_claim(part_dir)
             self._digests.forget(directory)
             rebuilt = directory / f"{DATA_FILE}.{secrets.token_hex(6)}"
             try:

@@ -2,11 +2,11 @@
 
 Each staged file is a directory ``staging/<upload>/<position>/``, made by the file's first
 part PUT, holding ``data`` (the file's bytes, each part at its offset, sparse until
-written) and one small directory per
-part, ``NNNNN/``: a ``claim`` taken by the first send of the part, which writes in place
-into ``data``, and the part's record, an empty ``<etag>`` once that send is whole. A later
-send of the same part goes to ``<etag>.part`` of its own (renamed into place when whole),
-so a failed send never spoils a part received before.
+written) and one small directory per part, ``NNNNN/``: a ``claim`` taken by the first send
+of the part, which writes in place into ``data``, and the part's record, an empty
+``<etag>`` once that send is whole. A later send of the same part goes to ``<etag>.part``
+of its own (renamed into place when whole), so a failed send never spoils a part received
+before.
 
 While parts are written in place, a ``FileDigest`` per staged file hashes them as they
 arrive (tracestore/filedigest.py), so completion usually has the file's SHA-256 without
@@ -34,6 +34,18 @@ from tracestore.filedigest import FileDigest, PartTransfer, ReadBack
 
 DATA_FILE = "data"
 CLAIM_FILE = "claim"
+
+
+def take_claim(part_dir: Path) -> bool:
+    """Take the part's claim (the right to write its first send in place); False when it
+    was taken before."""
+    try:
+        os.close(os.open(part_dir / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
+
+
 SEPARATE_SUFFIX = ".part"
 ETAG = re.compile(r"[0-9a-f]{32}")
 READ_BACK_CHUNK = 4 * 1024 * 1024
@@ -104,10 +116,11 @@ def stored_part(part_dir: Path, number: int, length: int) -> tuple[int, str] | N
 
 
 class PartWriter:
-    """Receives one part into its directory. In place (``offset`` given): bytes go straight
-    into the staged file, are hashed into the file's running digest when given one, and an
-    empty ``<etag>`` entry records the part once complete. Otherwise bytes go to a temporary
-    file renamed to ``<etag>.part`` once complete."""
+    """Receives one part into its directory. In place (``offset`` and the staged file's
+    ``data_fd`` given; the writer closes it): bytes go straight into the staged file, are
+    hashed into the file's running digest when given one, and an empty ``<etag>`` entry
+    records the part once complete. Otherwise bytes go to a temporary file renamed to
+    ``<etag>.part`` once complete."""
 
     def __init__(
         self,
@@ -131,14 +144,11 @@ class PartWriter:
         if offset is None:
             self._tmp: Path | None = part_dir / f"tmp{secrets.token_hex(6)}"
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        elif data_fd is None:
+            raise ValueError("Writing in place takes the staged file's handle (data_fd)")
         else:
             self._tmp = None
-            # Opened before the claim was taken (LocalBlobStore.open_part_writer).
-            self._fd = (
-                data_fd
-                if data_fd is not None
-                else os.open(part_dir.parent / DATA_FILE, os.O_WRONLY)
-            )
+            self._fd = data_fd  # opened before the claim was taken (open_part_writer)
 
     def write(self, chunks: Sequence[bytes | memoryview], *, checksum: bool) -> None:
         """Write ``chunks`` (in order) after the bytes received so far."""
