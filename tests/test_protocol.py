@@ -96,23 +96,31 @@ class HashingApp:
         return 200, {"sha256": digest.hexdigest(), "length": length, "via": via}
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[int, HashingApp]]:
-    app = HashingApp()
+@contextlib.contextmanager
+def uvicorn_serving(app: Any, **config: Any) -> Iterator[int]:
+    """``app`` on a real uvicorn running ``BodyProtocol``, in a thread, on a free port (the
+    port yielded); ``config`` adds to or overrides uvicorn's options."""
     port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=BodyProtocol, lifespan="off", log_level="warning"
-    )
-    server = uvicorn.Server(config)
+    options = {"http": BodyProtocol, "lifespan": "off", "log_level": "warning", **config}
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.01)
-    yield port, app
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[int, HashingApp]]:
+    app = HashingApp()
+    with uvicorn_serving(app) as port:
+        yield port, app
 
 
 def put(conn: http.client.HTTPConnection, path: str, body: bytes) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""The HTTP protocol ``tracestore serve`` runs: uvicorn's httptools protocol plus one ASGI
-extension, ``tracestore.receive_into``, that hands a request body to a worker thread
-straight from the socket.
+"""The HTTP protocol ``tracestore serve`` runs: uvicorn's httptools protocol plus two ASGI
+extensions: ``tracestore.receive_into``, that hands a request body to a worker thread
+straight from the socket, and the standard ``http.response.pathsend``, that sends a
+response body from a file by ``sendfile`` (tracestore/server/pathsend.py).
 
 Through plain ASGI a part body reaches the app in 64 KiB–256 KiB messages, each copied
 three times on the way (httptools' slice, uvicorn's ``bytearray +=`` and ``bytes()``) and
@@ -37,6 +38,8 @@ from typing import Any, Generic, TypeVar, cast, overload
 import httptools
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from tracestore.server.pathsend import offer_pathsend
 
 RECEIVE_INTO = "tracestore.receive_into"
 # What ``tracestore serve`` passes to uvicorn as ``http=`` (a string, so workers load it).
@@ -86,6 +89,7 @@ class BodyProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is None or cycle.scope is not self.scope or self.scheme != "http":
             return
+        offer_pathsend(cycle, self.loop)
         # Body bytes parsed for this request, to tell whether the app took some already.
         self._counted, self._seen = cycle, 0
         length = _content_length(self.headers)

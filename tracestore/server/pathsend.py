@@ -1,0 +1,92 @@
+"""The ASGI ``http.response.pathsend`` extension on ``tracestore serve``'s protocol: a
+response body sent from a file by the kernel (``sendfile``), never through Python.
+
+Starlette's ``FileResponse`` sends ``{"type": "http.response.pathsend", "path": ...}``
+instead of the file's bytes in ``http.response.body`` messages when the scope offers the
+extension, for a whole file (a ranged answer is read and sent in chunks as before). Read
+and sent in chunks, a blob cost the server a copy out of the page cache into Python and
+another into the socket, plus a thread hop per chunk: most of a download's server CPU,
+taken from the client on a small machine. Through ``loop.sendfile`` the file goes from
+the page cache to the socket directly.
+
+The extension is offered on plain-TCP connections only (``BodyProtocol`` decides; through
+TLS the kernel cannot send a file) and on asyncio's own event loop. The response must
+carry a ``Content-Length`` no larger than the file; the connection is closed when the file
+does not fill it (it changed on disk) or the client goes away mid-file: a response that
+cannot be finished must not pass for a whole one. Like ``protocol.py`` this leans on
+uvicorn's ``RequestResponseCycle`` internals (``response_started``, ``disconnected``,
+``expected_content_length``, ``on_response``), which is why uvicorn's version is bounded;
+tests/test_pathsend.py drives it through a real uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from asyncio.selector_events import BaseSelectorEventLoop
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+PATHSEND = "http.response.pathsend"
+
+Send = Callable[[Any], Awaitable[None]]
+log = logging.getLogger("tracestore")
+
+
+def offer_pathsend(cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop) -> None:
+    """Offer the extension to ``cycle``'s request and answer its pathsend message, if
+    ``loop`` sends files natively (asyncio's selector loop, which ``tracestore serve``
+    runs; uvloop has no ``loop.sendfile``). Call before the cycle's app task first runs (it
+    looks ``cycle.send`` up then)."""
+    if not isinstance(loop, BaseSelectorEventLoop):
+        return
+    extensions = cast(dict[str, Any], cycle.scope.setdefault("extensions", {}))
+    extensions[PATHSEND] = {}
+    ordinary: Send = cycle.send
+
+    async def send(message: Any) -> None:
+        if message.get("type") == PATHSEND:
+            await _send_path(cycle, str(message["path"]))
+        else:
+            await ordinary(message)
+
+    # An instance attribute shadows the method: run_asgi hands the app ``self.send``.
+    cycle.send = send  # type: ignore[method-assign]
+
+
+async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
+    if cycle.disconnected:  # (uvicorn drops every message then, the response's start too)
+        return
+    if not cycle.response_started or cycle.response_complete:
+        raise RuntimeError(f"Unexpected ASGI message '{PATHSEND}' outside a response's body")
+    if cycle.chunked_encoding or cycle.scope["method"] == "HEAD":
+        raise RuntimeError(f"ASGI '{PATHSEND}' needs a Content-Length and a GET")
+    transport = cycle.transport
+    expected = cycle.expected_content_length
+    sent = 0
+    try:
+        # Opening a local file: no wait worth a thread hop.
+        with open(path, "rb") as file:
+            if os.fstat(file.fileno()).st_size < expected:
+                log.warning("%s is shorter than the %d bytes its answer declared", path, expected)
+            elif expected and not transport.is_closing():  # (a count of 0: "to the end")
+                loop = asyncio.get_running_loop()
+                sent = await loop.sendfile(transport, file, 0, expected)
+    except OSError as exc:  # the client went away mid-file, or the file did
+        log.info("a file's answer ended early: %s", exc)
+    if sent != expected:
+        # The body cannot be finished: the client must not take what came as the whole.
+        # (Marked gone, so that uvicorn does not log the unfinished response as an error.)
+        cycle.keep_alive = False
+        cycle.disconnected = True
+        transport.close()
+        return
+    cycle.expected_content_length = 0
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        transport.close()
+    cycle.on_response()
