@@ -28,8 +28,8 @@ from tracestore.server.archive import (
     stream_zip,
 )
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
-from tracestore.server.blobs import LocalBlobStore
 from tracestore.server.downloads import archive_url, open_archive
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
 

@@ -31,11 +31,11 @@ from tracestore.server.blobs import (
     BlobStore,
     ContentStore,
     FileLargerThanDeclared,
-    LocalBlobStore,
     StagedFile,
     StagingArea,
     normalise_etag,
 )
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB, Settings

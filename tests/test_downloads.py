@@ -18,8 +18,8 @@ from sqlalchemy import update
 from tests.conftest import FakeClock
 from tests.uploading import put_parts, request_upload, upload
 from tracestore.server import db
-from tracestore.server.blobs import LocalBlobStore
 from tracestore.server.lifecycle import sweep
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
 

@@ -28,9 +28,9 @@ from tracestore.cli import main
 from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
-from tracestore.server.blobs import LocalBlobStore
 from tracestore.server.ids import created_at, new_id
 from tracestore.server.lifecycle import ORPHAN_GRACE, SweepReport, sweep
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings

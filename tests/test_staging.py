@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.uploading import complete, request_upload
-from tracestore.server import blobs
-from tracestore.server.blobs import LocalBlobStore
+from tracestore.server import localblobs
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
 
@@ -22,13 +22,13 @@ from tracestore.server.settings import MIB
 def full_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the files completion hashes by reading them."""
     calls: list[int] = []
-    original = blobs._hash_stream
+    original = localblobs._hash_stream
 
     def counting(*args: Any, **kwargs: Any) -> None:
         calls.append(1)
         original(*args, **kwargs)
 
-    monkeypatch.setattr(blobs, "_hash_stream", counting)
+    monkeypatch.setattr(localblobs, "_hash_stream", counting)
     return calls
 
 

@@ -26,7 +26,7 @@ from tests.uploading import (
     request_upload,
     upload,
 )
-from tracestore.server.blobs import LocalBlobStore
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
 

@@ -24,9 +24,10 @@ from tracestore.ranks import Runs, parse_ranks, ranks_text, select_files
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import ContentStore, LocalBlobStore
+from tracestore.server.blobs import ContentStore
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.lifecycle import record_use
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.tracesets import files_of, find_visible
 

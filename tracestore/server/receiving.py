@@ -14,7 +14,8 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore.errors import Conflict, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
 from tracestore.server import db
-from tracestore.server.blobs import LocalBlobStore, StagedFile
+from tracestore.server.blobs import StagedFile
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.presigned import PartGrant
 from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -33,6 +32,8 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from tracestore.errors import ServiceUnavailable, ValidationError
 from tracestore.server.blobs import (
     CHUNK,
+    SHA256_HEX,
+    UPLOAD_ID,
     CommittedBlob,
     FileLargerThanDeclared,
     StagedFile,
@@ -41,8 +42,6 @@ from tracestore.server.blobs import (
     normalise_etag,
 )
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_UPLOAD_ID = re.compile(r"upload_[A-Za-z0-9]+")
 MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # the SigV4 limit
 HEARTBEAT_BYTES = 256 * 1024 * 1024
 HEARTBEAT_SECONDS = 10.0
@@ -99,12 +98,12 @@ class S3BlobStore:
         return "/".join(p for p in (self.prefix, *parts) if p)
 
     def _staging_key(self, staged: StagedFile, suffix: str = "") -> str:
-        if not _UPLOAD_ID.fullmatch(staged.upload_id):
+        if not UPLOAD_ID.fullmatch(staged.upload_id):
             raise ValidationError(f"Invalid upload id {staged.upload_id!r}")
         return self._key("staging", staged.upload_id, f"{staged.position}{suffix}")
 
     def blob_key(self, sha256: str) -> str:
-        if not _SHA256.fullmatch(sha256):
+        if not SHA256_HEX.fullmatch(sha256):
             raise ValidationError(f"Invalid blob id {sha256!r}")
         return self._key("blobs", sha256[:2], sha256)
 
@@ -324,7 +323,7 @@ class S3BlobStore:
                 yield upload_id
 
     def discard_upload(self, upload_id: str) -> None:
-        if not _UPLOAD_ID.fullmatch(upload_id):
+        if not UPLOAD_ID.fullmatch(upload_id):
             raise ValidationError(f"Invalid upload id {upload_id!r}")
         prefix = self._key("staging", upload_id) + "/"
         uploads = self.client.get_paginator("list_multipart_uploads").paginate(

@@ -15,9 +15,10 @@ from sqlalchemy import text
 
 from tracestore.errors import ServiceUnavailable
 from tracestore.server.auth import TokenCache
-from tracestore.server.blobs import BlobStore, LocalBlobStore, private_directory
+from tracestore.server.blobs import BlobStore, private_directory
 from tracestore.server.database import Database, shown_url, utcnow
 from tracestore.server.jwt_auth import JwtVerifier
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.presigned import KEY_REFRESH, UrlSigner, signing_keys
 from tracestore.server.settings import Settings
 

@@ -12,8 +12,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
 from tracestore.server import downloads, presigned, receiving
-from tracestore.server.blobs import LocalBlobStore, content_disposition
+from tracestore.server.blobs import content_disposition
 from tracestore.server.deps import ServicesDep, error_responses, short_read
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.protocol import receive_into
 
 _TAGS: list[str | Enum] = ["embedded blob store"]

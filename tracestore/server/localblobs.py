@@ -1,0 +1,319 @@
+"""The embedded blob store: blobs and staged uploads in a directory, the part and download
+URLs served by the service itself (the protocols it implements are in ``blobs.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from tracestore.errors import ServiceUnavailable, ValidationError, quoted
+from tracestore.server.blobs import (
+    CHUNK,
+    SHA256_HEX,
+    UPLOAD_ID,
+    CommittedBlob,
+    FileLargerThanDeclared,
+    StagedFile,
+    StoredPart,
+    normalise_etag,
+    private_directory,
+)
+from tracestore.server.presigned import PartGrant, UrlSigner
+from tracestore.server.staging import (
+    CLAIM_FILE,
+    DATA_FILE,
+    SEPARATE_SUFFIX,
+    PartWriter,
+    StagedDigests,
+    stored_part,
+    take_claim,
+)
+
+
+class LocalBlobStore:
+    """Blobs in a directory; the service itself serves the presigned part and download URLs.
+
+    Layout: ``blobs/ab/cd/<sha256>`` for content, ``staging/<upload>/<position>/`` for a
+    file being received, made by its first part PUT (server/staging.py says what it holds).
+    """
+
+    def __init__(self, root: Path, signer: UrlSigner) -> None:
+        self.root = root.resolve()
+        self.signer = signer
+        self._blobs = self.root / "blobs"
+        self._staging = self.root / "staging"
+        private_directory(self._blobs)
+        private_directory(self._staging)
+        self._digests = StagedDigests()
+
+    # --- staging ---
+
+    def _staging_dir(self, upload_id: str, position: int) -> Path:
+        if not UPLOAD_ID.fullmatch(upload_id):
+            raise ValidationError(f"Invalid upload id {upload_id!r}")
+        return self._staging / upload_id / str(position)
+
+    def stage_file(
+        self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
+    ) -> StagedFile:
+        # Nothing on disk yet: the file's first part PUT makes its staging area
+        # (``_staging_area``), so asking for an upload's URLs costs no file system work (it
+        # was most of an upload-url of 8 files: a directory and a file each).
+        self._staging_dir(upload_id, position)  # checks the id
+        return StagedFile(upload_id, position, size, part_size)
+
+    def _staging_area(self, directory: Path, size: int) -> None:
+        """Make a staged file's directory and its ``data`` unless they are there: the
+        file's bytes land in ``data``, each part at its offset (sparse until written); the
+        blob is this file linked, so its mode is the blob's. Parts of one file may arrive
+        at once: each may make it, none spoils another's bytes (the size only grows)."""
+        data = directory / DATA_FILE
+        if data.is_file():
+            return
+        private_directory(directory)
+        fd = os.open(data, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+
+    def part_url(
+        self, staged: StagedFile, part_number: int, expires_at: datetime, *, base_url: str
+    ) -> str:
+        grant = PartGrant(
+            staged.upload_id,
+            staged.position,
+            part_number,
+            staged.part_length(part_number),
+            staged.part_size,
+            int(expires_at.timestamp()),
+        )
+        return base_url + self.signer.part_path(grant)
+
+    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
+        found: dict[int, StoredPart] = {}
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        if not directory.is_dir():
+            return {}
+        for entry in os.scandir(directory):
+            if entry.is_dir() and entry.name.isdigit():
+                number = int(entry.name)
+                if 1 <= number <= staged.part_count:
+                    part = stored_part(Path(entry.path), number, staged.part_length(number))
+                    if part is not None:
+                        found[number] = StoredPart(number, *part)
+        return found
+
+    def open_part_writer(
+        self, staged: StagedFile, part_number: int, *, length_known: bool
+    ) -> PartWriter:
+        """A writer for one part. The first send of a part whose length is known up front
+        is written straight into the file at its offset; a re-send, or a body of unknown
+        length, goes to a file of its own, so a failed send never spoils a part received
+        before."""
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        self._staging_area(directory, staged.size)
+        part_dir = directory / f"{part_number:05d}"
+        part_dir.mkdir(mode=0o700, exist_ok=True)
+        expected = staged.part_length(part_number)
+        if length_known:
+            claim = part_dir / CLAIM_FILE
+            # The data file is opened before the claim is taken: a seal that rebuilt the
+            # file (seal_file) claimed every part first, so a writer that takes a claim
+            # after it cannot hold the rebuilt file, which becomes the blob.
+            data_fd = os.open(directory / DATA_FILE, os.O_WRONLY)
+            try:
+                claimed = take_claim(part_dir)
+            except BaseException:
+                os.close(data_fd)
+                raise
+            if not claimed:
+                os.close(data_fd)  # sent before, or being sent now: a file of its own
+            else:
+                try:
+                    digest = self._digests.of(directory, staged.size, staged.part_size)
+                    return PartWriter(
+                        part_dir,
+                        part_number,
+                        expected,
+                        offset=(part_number - 1) * staged.part_size,
+                        data_fd=data_fd,
+                        claim=claim,
+                        transfer=digest.transfer(part_number),
+                    )
+                except BaseException:
+                    # No writer holds them: the next send of this part may write in place.
+                    os.close(data_fd)
+                    claim.unlink(missing_ok=True)
+                    raise
+        return PartWriter(part_dir, part_number, expected)
+
+    def seal_file(
+        self,
+        staged: StagedFile,
+        etags: Mapping[int, str],
+        *,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> CommittedBlob:
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        data_path = directory / DATA_FILE
+        if not data_path.is_file():  # no part of it was ever received
+            raise ValidationError(f"Part 1 with ETag {normalise_etag(etags[1])!r} is not stored")
+        separates: dict[int, Path] = {}
+        for number in range(1, staged.part_count + 1):
+            etag = normalise_etag(etags[number])
+            part_dir = directory / f"{number:05d}"
+            separate = part_dir / f"{etag}{SEPARATE_SUFFIX}"
+            if separate.is_file():
+                sent, expected = separate.stat().st_size, staged.part_length(number)
+                if sent > expected:
+                    raise FileLargerThanDeclared(staged.size - expected + sent)
+                separates[number] = separate
+            elif not (part_dir / etag).is_file():
+                raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
+        if separates:
+            # A part sent again: its bytes go over the first send's, in a copy of the file
+            # that replaces it. The first send of such a part may still be writing in place
+            # (a body that stalled): it writes into the old file, never into this one, which
+            # becomes the blob. Every part is claimed first, so no later send writes in place.
+            for number in range(1, staged.part_count + 1):
+                part_dir = directory / f"{number:05d}"
+                part_dir.mkdir(mode=0o700, exist_ok=True)
+                take_claim(part_dir)
+            self._digests.forget(directory)
+            rebuilt = directory / f"{DATA_FILE}.{secrets.token_hex(6)}"
+            try:
+                with (
+                    open(data_path, "rb") as source,
+                    open(
+                        os.open(rebuilt, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb"
+                    ) as data,
+                ):
+                    shutil.copyfileobj(source, data, CHUNK)
+                    for number, separate in separates.items():
+                        with open(separate, "rb") as part:
+                            data.seek((number - 1) * staged.part_size)
+                            shutil.copyfileobj(part, data, CHUNK)
+                os.replace(rebuilt, data_path)
+            finally:
+                rebuilt.unlink(missing_ok=True)
+        total = data_path.stat().st_size
+        if total > staged.size:
+            raise FileLargerThanDeclared(total)
+        running = self._digests.get(directory)
+        chosen = {n: normalise_etag(etags[n]) for n in range(1, staged.part_count + 1)}
+        # The digest taken while the parts arrived holds when it chained exactly these
+        # parts (each written in place); otherwise the staged bytes are hashed now.
+        sha256 = running.hexdigest(chosen) if running is not None else None
+        if sha256 is None:
+            digest = hashlib.sha256()
+            with open(data_path, "rb") as source:
+                _hash_stream(source, digest, heartbeat)
+            sha256 = digest.hexdigest()
+        return CommittedBlob(sha256, total)
+
+    def place_file(
+        self,
+        staged: StagedFile,
+        blob: CommittedBlob,
+        *,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> None:
+        # Linked, not moved, so a completion that dies before the database records it can
+        # be retried from the staged bytes.
+        data_path = self._staging_dir(staged.upload_id, staged.position) / DATA_FILE
+        target = self.blob_path(blob.sha256)
+        if not target.exists():
+            private_directory(target.parent)
+            with contextlib.suppress(FileExistsError):
+                os.link(data_path, target)
+
+    def discard_staging(self, staged: StagedFile) -> None:
+        directory = self._staging_dir(staged.upload_id, staged.position)
+        self._digests.forget(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+        with contextlib.suppress(OSError):  # other files of the upload may remain
+            (self._staging / staged.upload_id).rmdir()
+
+    # --- blobs ---
+
+    def blob_path(self, sha256: str) -> Path:
+        """The file that holds a blob's bytes."""
+        if not SHA256_HEX.fullmatch(sha256):
+            raise ValidationError(f"Invalid blob id {quoted(sha256)}")
+        return self._blobs / sha256[:2] / sha256[2:4] / sha256
+
+    def blob_exists(self, sha256: str) -> bool:
+        return self.blob_path(sha256).is_file()
+
+    def open_blob(self, sha256: str) -> BinaryIO:
+        return open(self.blob_path(sha256), "rb")
+
+    def delete_blob(self, sha256: str) -> None:
+        self.blob_path(sha256).unlink(missing_ok=True)
+
+    def blob_key(self, sha256: str) -> str:
+        return str(self.blob_path(sha256).relative_to(self.root))
+
+    def blob_uri(self, sha256: str) -> str:
+        return self.blob_path(sha256).as_uri()
+
+    def download_url(
+        self, sha256: str, *, filename: str, expires_at: datetime, base_url: str
+    ) -> str:
+        path = self.signer.content_path(sha256, filename, int(expires_at.timestamp()))
+        return base_url + path
+
+    def check(self, *, write: bool = False) -> None:
+        probe = self._staging / f".probe-{secrets.token_hex(4)}"
+        try:
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ServiceUnavailable(
+                f"cannot write to the blob directory {self._staging.parent} "
+                f"({exc.strerror or exc}): fix its permissions or TRACESTORE_BLOB_URL"
+            ) from None
+
+    def staged_uploads(self) -> Iterator[str]:
+        """Upload ids that have a staging area (for the sweeper's orphan check)."""
+        for entry in os.scandir(self._staging):
+            if entry.is_dir():
+                yield entry.name
+
+    def discard_upload(self, upload_id: str) -> None:
+        upload_dir = self._staging_dir(upload_id, 0).parent
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(upload_dir):
+                self._digests.forget(Path(entry.path))
+        shutil.rmtree(upload_dir, ignore_errors=True)
+
+
+def _hash_stream(
+    source: BinaryIO,
+    digest: hashlib._Hash,
+    heartbeat: Callable[[], None],
+    out: BinaryIO | None = None,
+) -> None:
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    since_beat = 0
+    while True:
+        n = source.readinto(view)  # type: ignore[attr-defined]
+        if not n:
+            break
+        digest.update(view[:n])
+        if out is not None:
+            out.write(view[:n])
+        since_beat += n
+        if since_beat >= 256 * CHUNK:
+            heartbeat()
+            since_beat = 0
