@@ -6,17 +6,25 @@ within 2 × what it was before the attack."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import statistics
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import open_body, other_session_parts, start_upload
+from tests.test_serve_under_attack import (
+    open_body,
+    other_session_parts,
+    server_log,
+    start_upload,
+)
 from tracestore.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]
@@ -137,3 +145,44 @@ def test_bodies_that_trickle_without_pause_hold_no_body_thread(
             for sock in attackers:
                 sock.close()
     assert took < 5, f"20 small parts of another session took {took:.1f} s"
+
+
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` (a child not yet waited for) has ended."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_stopping_serve_does_not_wait_for_ever_on_a_client_that_stopped(
+    tmp_path: Path,
+) -> None:
+    """A download whose client stopped reading and a part body that stalled, both open when
+    ``serve`` is told to stop: it cancels them after ``TRACESTORE_SHUTDOWN_GRACE`` and exits
+    (before, it waited on the download for good)."""
+    source = tmp_path / "traces"
+    source.mkdir()
+    (source / "big.bin").write_bytes(b"\x5a" * (32 * 1024 * 1024))  # more than socket buffers
+    env = {"TRACESTORE_SHUTDOWN_GRACE": "1.5"}
+    with serving(tmp_path / "data", env=env) as served:
+        with Client(served.url, served.token) as client:
+            traceset = client.upload_traceset(source, role="supporting")
+            url = urlsplit(client.download_url(traceset.id, "big.bin").url)
+        reader = socket.create_connection((url.hostname or "", url.port or 80), timeout=30)
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        reader.sendall(f"GET {url.path}?{url.query} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        assert reader.recv(64).startswith(b"HTTP/1.1 200")  # then it reads no more
+        answer = start_upload(served, {"stalled.bin": 10_000})
+        stalled = open_body(answer["files"][0]["parts"][0]["url"], 10_000, b"x")
+        time.sleep(0.5)
+        started = time.monotonic()
+        os.kill(served.pid, signal.SIGTERM)
+        while not _exited(served.pid):
+            assert time.monotonic() - started < 15, "serve still waits on its stopped clients"
+            time.sleep(0.05)
+        took = time.monotonic() - started
+        reader.close()
+        stalled.close()
+    assert 1.4 < took < 15, took
+    assert "timeout graceful shutdown exceeded" in server_log(tmp_path / "data")

@@ -87,6 +87,9 @@ def serve(
         # common default): with uvicorn's 5 s, a client or balancer reusing a connection
         # the service was just closing got no answer at all.
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+        # Stopping, uvicorn waits for every open connection; one that never ends (a client
+        # that stopped reading a download) held the process up for good.
+        "timeout_graceful_shutdown": settings.shutdown_grace.total_seconds(),
         "proxy_headers": False,
     }
     record = record_service(settings.data_dir, url)

@@ -143,6 +143,10 @@ class Settings(BaseSettings):
     job_attempts: int = Field(default=3, ge=1, le=100)
     # Whether this process runs a worker (serve's --no-worker: an API-only replica).
     in_process_worker: bool = True
+    # How long a stopping ``serve`` lets open requests finish before it cancels them: a
+    # client that stops reading (or sending) must not hold a restart up forever. Below an
+    # orchestrator's kill deadline (Kubernetes: 30 s).
+    shutdown_grace: Duration = timedelta(seconds=20)
 
     signing_key: str | None = None
     # How long a checked API token is believed without a lookup (auth.TokenCache); 0: never.
