@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
@@ -219,3 +220,29 @@ def test_on_uvloop_the_extension_is_not_offered(tmp_path: Path) -> None:
         conn.close()
     assert app.offered == [False]
     assert set(app.sent) == {"http.response.body"}
+
+
+def test_a_get_with_a_body_on_a_closing_connection_gets_the_whole_file(
+    files: tuple[int, FilesApp],
+) -> None:
+    # Sent by sendfile, the file left the body unread in the kernel; closed that way, the
+    # connection was reset and the file's last megabytes, still in the socket's send
+    # buffer, lost.
+    port, app = files
+    data = os.urandom(32 * 1024 * 1024)
+    (app.root / "blob").write_bytes(data)
+    body = b"b" * (1024 * 1024)  # more than uvicorn reads ahead of the app (64 KiB)
+    for version, extra in (("1.1", "Connection: close\r\n"), ("1.0", "")):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            head = f"GET /files/blob HTTP/{version}\r\nHost: t\r\nContent-Length: {len(body)}\r\n"
+            sender = threading.Thread(
+                target=sock.sendall, args=(head.encode() + extra.encode() + b"\r\n" + body,)
+            )
+            sender.start()
+            answer = bytearray()
+            while chunk := sock.recv(1024 * 1024):
+                answer += chunk
+            sender.join()
+        head_end = answer.index(b"\r\n\r\n") + 4
+        assert answer.startswith(b"HTTP/1.1 200")
+        assert answer[head_end:] == data, (version, len(answer) - head_end)

@@ -40,8 +40,13 @@ def offer_pathsend(cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop)
     """Offer the extension to ``cycle``'s request and answer its pathsend message, if
     ``loop`` sends files natively (asyncio's selector loop, which ``tracestore serve``
     runs; uvloop has no ``loop.sendfile``). Call before the cycle's app task first runs (it
-    looks ``cycle.send`` up then)."""
-    if not isinstance(loop, BaseSelectorEventLoop):
+    looks ``cycle.send`` up then). Not for a request with a body (a GET may have one): the
+    app never reads it when the file goes out by sendfile, and a connection closed after
+    the answer (``Connection: close``, HTTP/1.0) with the body's rest unread in the kernel
+    is reset, the answer's last megabytes still in the socket's send buffer lost with it.
+    Sent in chunks, Starlette's ``FileResponse`` reads the body as it sends (it waits on
+    ``receive()`` for the client's disconnect)."""
+    if not isinstance(loop, BaseSelectorEventLoop) or _has_body(cycle.scope["headers"]):
         return
     extensions = cast(dict[str, Any], cycle.scope.setdefault("extensions", {}))
     extensions[PATHSEND] = {}
@@ -55,6 +60,13 @@ def offer_pathsend(cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop)
 
     # An instance attribute shadows the method: run_asgi hands the app ``self.send``.
     cycle.send = send  # type: ignore[method-assign]
+
+
+def _has_body(headers: Any) -> bool:
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0")
+        for name, value in headers
+    )
 
 
 async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
