@@ -272,3 +272,37 @@ def test_no_sendfile_call_holds_the_event_loop_for_more_than_a_slice(
     assert app.sent == [PATHSEND]
     assert sum(sent for _, sent in calls) == len(data)
     assert max(count for count, _ in calls) <= SLICE
+
+
+def test_a_shutdown_mid_file_ends_the_connection_after_the_whole_file(tmp_path: Path) -> None:
+    # Reading pauses while the file goes out, so a request pipelined mid-file was still
+    # unread in the kernel when the shutdown closed the connection after the file: the
+    # close was a reset, and the file's tail, still in the send buffer, was lost.
+    app = FilesApp(tmp_path)
+    data = os.urandom(32 * 1024 * 1024)
+    (tmp_path / "blob").write_bytes(data)
+    stopping = threading.Event()
+    answer = bytearray()
+
+    def read_after_the_shutdown(sock: socket.socket) -> None:
+        stopping.wait()
+        time.sleep(0.5)  # uvicorn looks at should_exit every 0.1 s
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(1024 * 1024):
+                answer.extend(chunk)
+
+    with uvicorn_serving(app, loop="asyncio", log_config=None) as port:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+        sock.sendall(b"GET /files/blob HTTP/1.1\r\nHost: t\r\n\r\n")
+        answer += sock.recv(65536)
+        time.sleep(0.2)  # the server is waiting for the socket to drain
+        sock.sendall(b"GET /json HTTP/1.1\r\nHost: t\r\n\r\n")
+        time.sleep(0.2)
+        reader = threading.Thread(target=read_after_the_shutdown, args=(sock,))
+        reader.start()
+        stopping.set()
+    reader.join(timeout=10)
+    sock.close()
+    head_end = answer.index(b"\r\n\r\n") + 4
+    assert answer[head_end : head_end + len(data)] == data, len(answer) - head_end

@@ -23,8 +23,10 @@ tests/test_pathsend.py drives it through a real uvicorn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import socket
 from asyncio.selector_events import BaseSelectorEventLoop
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, cast
@@ -38,6 +40,8 @@ PATHSEND = "http.response.pathsend"
 # for milliseconds each time, and /healthz took 20-100 ms with 4 downloads running (2 ms
 # with the chunked path, which writes 1 MiB at a time).
 SLICE = 1024 * 1024
+# At most this many reads of 64 KiB discard what came in before a connection is closed.
+DISCARD_READS = 64
 
 Send = Callable[[Any], Awaitable[None]]
 log = logging.getLogger("tracestore")
@@ -106,8 +110,26 @@ async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
     cycle.response_complete = True
     cycle.message_event.set()
     if not cycle.keep_alive:
+        _discard_received(transport)
         transport.close()
     cycle.on_response()
+
+
+def _discard_received(transport: asyncio.Transport) -> None:
+    """Read and drop what the client sent while the file went out (reading pauses during
+    ``loop.sendfile``: a request pipelined behind this one, not yet parsed). A socket
+    closed with bytes unread is reset, and a reset drops what its send buffer still holds:
+    the file's last megabytes (a shutdown during a download ends its connection after it).
+    The chunked path read on while it sent; a request dropped here was never answered,
+    which a client retries."""
+    raw = transport.get_extra_info("socket")
+    if raw is None:
+        return
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(raw.fileno())) as sock:
+        sock.setblocking(False)
+        for _ in range(DISCARD_READS):
+            if not sock.recv(65536):
+                break
 
 
 async def _send_slices(transport: asyncio.Transport, file: BinaryIO, count: int) -> int:
