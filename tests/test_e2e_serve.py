@@ -12,11 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -298,3 +300,51 @@ def test_an_idle_keep_alive_connection_outlives_a_load_balancers_idle_timeout(
             assert sockets[0] is sockets[1]  # the same connection, not a new one
         finally:
             connection.close()
+
+
+def _read_answer(reader: BinaryIO) -> tuple[int, dict[str, str], bytes]:
+    status = int(reader.readline().split()[1])
+    headers = {}
+    while (line := reader.readline()) != b"\r\n":
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, reader.read(int(headers["content-length"]))
+
+
+def test_blob_downloads_and_part_puts_pipelined_on_one_connection(
+    served: Served, tmp_path: Path
+) -> None:
+    # A blob goes out by sendfile (server/pathsend.py), a part comes in straight from the
+    # socket (server/protocol.py): in turn on one connection, requests sent ahead of their
+    # answers, each answer whole and in order.
+    blob = make_traces(tmp_path / "traces", [2 * PART + 3])["rank_0.json"]
+    with Client(served.url, served.token) as client:
+        traceset = client.upload_traceset(tmp_path / "traces", role="supporting")
+        url = httpx.URL(client.download_url(traceset.id, "rank_0.json").url)
+    body = os.urandom(2 * PART + 5)
+    with served.api() as api:
+        answer = request_upload(api, {"p.bin": (body, "supporting")})
+        assert answer.status_code == 200, answer.text
+        upload = answer.json()
+        get = f"GET {url.raw_path.decode()} HTTP/1.1\r\nHost: {url.host}\r\n\r\n".encode()
+        wire = get
+        parts = upload["files"][0]["parts"]
+        for part in parts:
+            offset = (part["partNumber"] - 1) * upload["partSize"]
+            target = httpx.URL(part["url"]).raw_path.decode()
+            head = f"PUT {target} HTTP/1.1\r\nHost: {url.host}\r\nContent-Length: {part['size']}"
+            wire += head.encode() + b"\r\n\r\n" + body[offset : offset + part["size"]] + get
+        with socket.create_connection((url.host, url.port), timeout=30) as sock:
+            sender = threading.Thread(target=sock.sendall, args=(wire,))
+            sender.start()
+            reader = sock.makefile("rb")
+            assert _read_answer(reader)[::2] == (200, blob)
+            etags = []
+            for part in parts:
+                status, headers, _ = _read_answer(reader)
+                assert status == 200
+                etags.append({"partNumber": part["partNumber"], "etag": headers["etag"]})
+                assert _read_answer(reader)[::2] == (200, blob)
+            sender.join()
+        done = complete(api, upload["uploadId"], {"p.bin": etags})
+        assert done.status_code == 201, done.text

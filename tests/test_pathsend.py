@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
@@ -25,7 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from tests.test_protocol import uvicorn_serving
-from tracestore.server.pathsend import PATHSEND
+from tracestore.server.pathsend import PATHSEND, SLICE
 
 
 class FilesApp:
@@ -219,3 +220,89 @@ def test_on_uvloop_the_extension_is_not_offered(tmp_path: Path) -> None:
         conn.close()
     assert app.offered == [False]
     assert set(app.sent) == {"http.response.body"}
+
+
+def test_a_get_with_a_body_on_a_closing_connection_gets_the_whole_file(
+    files: tuple[int, FilesApp],
+) -> None:
+    # Sent by sendfile, the file left the body unread in the kernel; closed that way, the
+    # connection was reset and the file's last megabytes, still in the socket's send
+    # buffer, lost.
+    port, app = files
+    data = os.urandom(32 * 1024 * 1024)
+    (app.root / "blob").write_bytes(data)
+    body = b"b" * (1024 * 1024)  # more than uvicorn reads ahead of the app (64 KiB)
+    for version, extra in (("1.1", "Connection: close\r\n"), ("1.0", "")):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            head = f"GET /files/blob HTTP/{version}\r\nHost: t\r\nContent-Length: {len(body)}\r\n"
+            sender = threading.Thread(
+                target=sock.sendall, args=(head.encode() + extra.encode() + b"\r\n" + body,)
+            )
+            sender.start()
+            answer = bytearray()
+            while chunk := sock.recv(1024 * 1024):
+                answer += chunk
+            sender.join()
+        head_end = answer.index(b"\r\n\r\n") + 4
+        assert answer.startswith(b"HTTP/1.1 200")
+        assert answer[head_end:] == data, (version, len(answer) - head_end)
+
+
+def test_no_sendfile_call_holds_the_event_loop_for_more_than_a_slice(
+    files: tuple[int, FilesApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asyncio asks sendfile(2) for all the count has left, and over loopback one call
+    # copied 4-13 MiB while the event loop waited: /healthz took 20-100 ms with 4
+    # downloads running through ``tracestore serve`` (2 ms with the chunked path).
+    port, app = files
+    data = os.urandom(24 * 1024 * 1024 + 5)
+    (app.root / "blob").write_bytes(data)
+    calls: list[tuple[int, int]] = []
+    sendfile = os.sendfile
+
+    def recording(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        sent = sendfile(out_fd, in_fd, offset, count)
+        calls.append((count, sent))
+        return sent
+
+    monkeypatch.setattr(os, "sendfile", recording)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    assert get(conn, "/files/blob") == (200, data)
+    conn.close()
+    assert app.sent == [PATHSEND]
+    assert sum(sent for _, sent in calls) == len(data)
+    assert max(count for count, _ in calls) <= SLICE
+
+
+def test_a_shutdown_mid_file_ends_the_connection_after_the_whole_file(tmp_path: Path) -> None:
+    # Reading pauses while the file goes out, so a request pipelined mid-file was still
+    # unread in the kernel when the shutdown closed the connection after the file: the
+    # close was a reset, and the file's tail, still in the send buffer, was lost.
+    app = FilesApp(tmp_path)
+    data = os.urandom(32 * 1024 * 1024)
+    (tmp_path / "blob").write_bytes(data)
+    stopping = threading.Event()
+    answer = bytearray()
+
+    def read_after_the_shutdown(sock: socket.socket) -> None:
+        stopping.wait()
+        time.sleep(0.5)  # uvicorn looks at should_exit every 0.1 s
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(1024 * 1024):
+                answer.extend(chunk)
+
+    with uvicorn_serving(app, loop="asyncio", log_config=None) as port:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+        sock.sendall(b"GET /files/blob HTTP/1.1\r\nHost: t\r\n\r\n")
+        answer += sock.recv(65536)
+        time.sleep(0.2)  # the server is waiting for the socket to drain
+        sock.sendall(b"GET /json HTTP/1.1\r\nHost: t\r\n\r\n")
+        time.sleep(0.2)
+        reader = threading.Thread(target=read_after_the_shutdown, args=(sock,))
+        reader.start()
+        stopping.set()
+    reader.join(timeout=10)
+    sock.close()
+    head_end = answer.index(b"\r\n\r\n") + 4
+    assert answer[head_end : head_end + len(data)] == data, len(answer) - head_end

@@ -7,7 +7,8 @@ extension, for a whole file (a ranged answer is read and sent in chunks as befor
 and sent in chunks, a blob cost the server a copy out of the page cache into Python and
 another into the socket, plus a thread hop per chunk: most of a download's server CPU,
 taken from the client on a small machine. Through ``loop.sendfile`` the file goes from
-the page cache to the socket directly.
+the page cache to the socket directly, ``SLICE`` bytes a call at most (a call holds the
+event loop while it copies).
 
 The extension is offered on plain-TCP connections only (``BodyProtocol`` decides; through
 TLS the kernel cannot send a file) and on asyncio's own event loop. The response must
@@ -22,15 +23,25 @@ tests/test_pathsend.py drives it through a real uvicorn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import socket
 from asyncio.selector_events import BaseSelectorEventLoop
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, BinaryIO, cast
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 PATHSEND = "http.response.pathsend"
+# The most one sendfile(2) may send. asyncio asks the kernel for all that is left of the
+# count at each call, and the call copies as long as the socket takes bytes: over loopback
+# (a proxy on the host, a local client) that was 4-13 MiB a call, the event loop stopped
+# for milliseconds each time, and /healthz took 20-100 ms with 4 downloads running (2 ms
+# with the chunked path, which writes 1 MiB at a time).
+SLICE = 1024 * 1024
+# At most this many reads of 64 KiB discard what came in before a connection is closed.
+DISCARD_READS = 64
 
 Send = Callable[[Any], Awaitable[None]]
 log = logging.getLogger("tracestore")
@@ -40,8 +51,13 @@ def offer_pathsend(cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop)
     """Offer the extension to ``cycle``'s request and answer its pathsend message, if
     ``loop`` sends files natively (asyncio's selector loop, which ``tracestore serve``
     runs; uvloop has no ``loop.sendfile``). Call before the cycle's app task first runs (it
-    looks ``cycle.send`` up then)."""
-    if not isinstance(loop, BaseSelectorEventLoop):
+    looks ``cycle.send`` up then). Not for a request with a body (a GET may have one): the
+    app never reads it when the file goes out by sendfile, and a connection closed after
+    the answer (``Connection: close``, HTTP/1.0) with the body's rest unread in the kernel
+    is reset, the answer's last megabytes still in the socket's send buffer lost with it.
+    Sent in chunks, Starlette's ``FileResponse`` reads the body as it sends (it waits on
+    ``receive()`` for the client's disconnect)."""
+    if not isinstance(loop, BaseSelectorEventLoop) or _has_body(cycle.scope["headers"]):
         return
     extensions = cast(dict[str, Any], cycle.scope.setdefault("extensions", {}))
     extensions[PATHSEND] = {}
@@ -55,6 +71,13 @@ def offer_pathsend(cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop)
 
     # An instance attribute shadows the method: run_asgi hands the app ``self.send``.
     cycle.send = send  # type: ignore[method-assign]
+
+
+def _has_body(headers: Any) -> bool:
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0")
+        for name, value in headers
+    )
 
 
 async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
@@ -72,9 +95,8 @@ async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
         with open(path, "rb") as file:
             if os.fstat(file.fileno()).st_size < expected:
                 log.warning("%s is shorter than the %d bytes its answer declared", path, expected)
-            elif expected and not transport.is_closing():  # (a count of 0: "to the end")
-                loop = asyncio.get_running_loop()
-                sent = await loop.sendfile(transport, file, 0, expected)
+            else:
+                sent = await _send_slices(transport, file, expected)
     except OSError as exc:  # the client went away mid-file, or the file did
         log.info("a file's answer ended early: %s", exc)
     if sent != expected:
@@ -88,5 +110,37 @@ async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
     cycle.response_complete = True
     cycle.message_event.set()
     if not cycle.keep_alive:
+        _discard_received(transport)
         transport.close()
     cycle.on_response()
+
+
+def _discard_received(transport: asyncio.Transport) -> None:
+    """Read and drop what the client sent while the file went out (reading pauses during
+    ``loop.sendfile``: a request pipelined behind this one, not yet parsed). A socket
+    closed with bytes unread is reset, and a reset drops what its send buffer still holds:
+    the file's last megabytes (a shutdown during a download ends its connection after it).
+    The chunked path read on while it sent; a request dropped here was never answered,
+    which a client retries."""
+    raw = transport.get_extra_info("socket")
+    if raw is None:
+        return
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(raw.fileno())) as sock:
+        sock.setblocking(False)
+        for _ in range(DISCARD_READS):
+            if not sock.recv(65536):
+                break
+
+
+async def _send_slices(transport: asyncio.Transport, file: BinaryIO, count: int) -> int:
+    """Send the first ``count`` bytes of ``file`` by ``loop.sendfile``, ``SLICE`` bytes at a
+    time; the bytes sent (fewer when the file ends early or the transport closes)."""
+    loop = asyncio.get_running_loop()
+    sent = 0
+    while sent < count and not transport.is_closing():
+        # (A count of 0 would be "to the end".)
+        n = await loop.sendfile(transport, file, sent, min(SLICE, count - sent))
+        if n == 0:
+            break
+        sent += n
+    return sent
