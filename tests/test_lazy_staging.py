@@ -3,12 +3,18 @@ resume, completion and the sweeper."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl, urlsplit
+
 from fastapi.testclient import TestClient
 
 from tests.conftest import FakeClock
 from tests.uploading import complete, put_parts, request_upload
 from tracestore.server.lifecycle import sweep
+from tracestore.server.localblobs import LocalBlobStore
+from tracestore.server.presigned import PartGrant
+from tracestore.server.receiving import open_part
 from tracestore.server.services import Services
+from tracestore.server.staging import ETAG
 
 
 def test_a_session_with_no_part_resumes_fails_to_complete_and_expires(
@@ -40,3 +46,24 @@ def test_a_session_with_no_part_resumes_fails_to_complete_and_expires(
     assert sweep(services).failed_sessions == 1
     assert http.get(f"/api/v1/tracesets/upload-url/{never['uploadId']}").status_code == 410
     assert sweep(services).cleaned_staging == 0
+
+
+def test_a_part_put_opens_its_staging_area_with_its_first_bytes(
+    http: TestClient, services: Services
+) -> None:
+    # open_part runs on the event loop (a short read): the directories and the claim, which
+    # can take milliseconds, are made by the first write, on the body's thread.
+    started = request_upload(http, {"a.bin": (b"a" * 1000, "supporting")}).json()
+    url = urlsplit(started["files"][0]["parts"][0]["url"])
+    query = dict(parse_qsl(url.query))
+    grant = PartGrant(
+        started["uploadId"], 0, 1, int(query["size"]), int(query["partSize"]), int(query["expires"])
+    )
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    writer = open_part(services, store, grant, query["signature"], "1000")
+    staging = services.settings.data_dir / "blobs" / "staging" / started["uploadId"]
+    assert not staging.exists()
+    writer.write((b"a" * 1000,), checksum=False)
+    assert (staging / "0" / "data").is_file()
+    assert ETAG.fullmatch(writer.finish(None))

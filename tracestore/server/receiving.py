@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import bindparam, select
@@ -38,16 +38,43 @@ _PART_QUERY = (
 )
 
 
+class LazyPartWriter:
+    """A part's ``PartWriter``, opened by the first write (or the finish of an empty part)
+    on the thread that does it: the body's own (server/protocol.py), not the event loop's.
+    Opening makes the staged file's directories and takes the part's claim, file system
+    work that cost the loop milliseconds a part on a VM's ext4, serialising an upload of
+    many small files there."""
+
+    def __init__(self, open_writer: Callable[[], PartWriter]) -> None:
+        self._open = open_writer
+        self._writer: PartWriter | None = None
+
+    def _opened(self) -> PartWriter:
+        if self._writer is None:
+            self._writer = self._open()
+        return self._writer
+
+    def write(self, chunks: Sequence[bytes | memoryview], *, checksum: bool) -> None:
+        self._opened().write(chunks, checksum=checksum)
+
+    def finish(self, checksum_b64: str | None) -> str:
+        return self._opened().finish(checksum_b64)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.abort()
+
+
 def open_part(
     services: Services,
     store: LocalBlobStore,
     grant: PartGrant,
     signature: str,
     content_length: str | None,
-) -> PartWriter:
+) -> LazyPartWriter:
     """Check a part URL's signature, that its session still takes parts and the body's
-    declared length (refused before a byte is written); the part's writer. One call, so
-    one thread hop per part PUT."""
+    declared length (refused before a byte is written); the part's writer, opened by its
+    first write. One call, so one thread hop per part PUT."""
     now = services.now()
     services.signer.verify_part(grant, signature, now)
     upload_id, position, part_number = grant.upload_id, grant.position, grant.part_number
@@ -72,7 +99,10 @@ def open_part(
             raise ValidationError(
                 f"Part {part_number} is {content_length} bytes; its size is {expected}"
             )
-    return store.open_part_writer(stage, part_number, length_known=content_length is not None)
+    length_known = content_length is not None
+    return LazyPartWriter(
+        lambda: store.open_part_writer(stage, part_number, length_known=length_known)
+    )
 
 
 class BodyLimits:
@@ -126,7 +156,7 @@ _WRITE_BATCH = 4 * 1024 * 1024
 
 
 async def receive_part(
-    writer: PartWriter,
+    writer: LazyPartWriter,
     grant: PartGrant,
     body: AsyncIterator[bytes],
     checksum: str | None,
@@ -144,7 +174,7 @@ async def receive_part(
 
 
 async def _receive(
-    writer: PartWriter,
+    writer: LazyPartWriter,
     body: AsyncIterator[bytes],
     checksum: str | None,
     into: ReceiveInto | None,
