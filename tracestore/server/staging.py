@@ -118,11 +118,11 @@ def stored_part(part_dir: Path, number: int, length: int) -> tuple[int, str] | N
 
 
 class PartWriter:
-    """Receives one part into its directory. In place (``offset`` and the staged file's
-    ``data_fd`` given; the writer closes it): bytes go straight into the staged file, are
-    hashed into the file's running digest when given one, and an ``<etag>`` entry records
-    the part once complete. Otherwise bytes go to a temporary file renamed to
-    ``<etag>.part`` once complete."""
+    """Receives one part into its directory. In place (``offset``, the staged file's
+    ``data_fd`` and the part's ``claim`` given; the writer closes the handle): bytes go
+    straight into the staged file, are hashed into the file's running digest when given
+    one, and an ``<etag>`` entry records the part once complete. Otherwise bytes go to a
+    temporary file renamed to ``<etag>.part`` once complete."""
 
     def __init__(
         self,
@@ -146,8 +146,8 @@ class PartWriter:
         if offset is None:
             self._tmp: Path | None = part_dir / f"tmp{secrets.token_hex(6)}"
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        elif data_fd is None:
-            raise ValueError("Writing in place takes the staged file's handle (data_fd)")
+        elif data_fd is None or claim is None:
+            raise ValueError("Writing in place takes the staged file's handle and its claim")
         else:
             self._tmp = None
             self._fd = data_fd  # opened before the claim was taken (open_part_writer)
@@ -205,10 +205,7 @@ class PartWriter:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self._tmp is None:
                 final = self.part_dir / etag
-                if self._claim is not None:
-                    os.link(self._claim, final)  # a name only, like the claim
-                else:
-                    final.touch(mode=0o600)
+                os.link(self.part_dir / CLAIM_FILE, final)  # a name only, like the claim
             else:
                 final = self.part_dir / f"{etag}{SEPARATE_SUFFIX}"
                 os.replace(self._tmp, final)
