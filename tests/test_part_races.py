@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.test_e2e_serve import Served, serving
+from tests.test_serve_under_attack import start_upload
 from tests.uploading import COMPLETE_URL, UPLOAD_URL
 
 pytestmark = pytest.mark.slow
@@ -36,20 +37,6 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served(data_dir: Path) -> Iterator[Served]:
     with serving(data_dir) as server:
         yield server
-
-
-def start(served: Served, sizes: dict[str, int], **extra: Any) -> dict[str, Any]:
-    with served.api() as http:
-        r = http.post(
-            UPLOAD_URL,
-            json={
-                "name": "attack",
-                "files": [{"name": n, "size": s, "role": "supporting"} for n, s in sizes.items()],
-                **extra,
-            },
-        )
-    assert r.status_code == 200, r.text
-    return dict(r.json())
 
 
 def head(url: str, length: int, *extra: str) -> bytes:
@@ -124,7 +111,7 @@ def test_checksum_mismatch_then_good_resend_on_one_connection(
     served: Served, data_dir: Path
 ) -> None:
     data = os.urandom(3000)
-    answer = start(served, {"a.bin": len(data)})
+    answer = start_upload(served, {"a.bin": len(data)})
     url = answer["files"][0]["parts"][0]["url"]
     sock, buf = connect(url), bytearray()
     bad = head(url, len(data), f"x-amz-checksum-sha256: {b64(b'other')}") + data
@@ -147,7 +134,7 @@ def test_checksum_mismatch_then_good_resend_on_one_connection(
 
 def test_mismatch_on_a_body_that_is_still_arriving_keeps_the_connection(served: Served) -> None:
     data = os.urandom(3 * 1024 * 1024)
-    answer = start(served, {"a.bin": len(data)})
+    answer = start_upload(served, {"a.bin": len(data)})
     url = answer["files"][0]["parts"][0]["url"]
     sock, buf = connect(url), bytearray()
     sock.sendall(head(url, len(data), f"x-amz-checksum-sha256: {b64(b'x')}"))
@@ -161,7 +148,7 @@ def test_mismatch_on_a_body_that_is_still_arriving_keeps_the_connection(served: 
 
 
 def test_pipelined_after_a_part_body(served: Served) -> None:
-    answer = start(served, {"a.bin": 10, "b.bin": 2_000_000})
+    answer = start_upload(served, {"a.bin": 10, "b.bin": 2_000_000})
     a, b = (f["parts"][0]["url"] for f in answer["files"])
     sock, buf = connect(a), bytearray()
     get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -175,7 +162,7 @@ def test_more_bytes_than_declared(served: Served, data_dir: Path) -> None:
     """Bytes past Content-Length are the connection's next request: garbage there is
     uvicorn's own 400 (the connection closes), and the part itself is stored whole."""
     data = b"z" * 100
-    answer = start(served, {"a.bin": 100})
+    answer = start_upload(served, {"a.bin": 100})
     url = answer["files"][0]["parts"][0]["url"]
     sock, buf = connect(url), bytearray()
     sock.sendall(head(url, 100) + data + b"garbage-not-http\r\n\r\n")
@@ -193,7 +180,7 @@ def test_more_bytes_than_declared(served: Served, data_dir: Path) -> None:
 
 def test_fewer_bytes_then_close_then_good_resend(served: Served, data_dir: Path) -> None:
     data = os.urandom(2_000_000)
-    answer = start(served, {"a.bin": len(data)})
+    answer = start_upload(served, {"a.bin": len(data)})
     url = answer["files"][0]["parts"][0]["url"]
     sock = connect(url)
     sock.sendall(head(url, len(data)) + b"q" * 1_500_000)
@@ -208,7 +195,7 @@ def test_fewer_bytes_then_close_then_good_resend(served: Served, data_dir: Path)
 
 
 def test_resume_and_complete_before_any_part(served: Served) -> None:
-    answer = start(served, {"a.bin": 10, "empty.bin": 0})
+    answer = start_upload(served, {"a.bin": 10, "empty.bin": 0})
     with served.api() as http:
         r = http.get(f"{UPLOAD_URL}/{answer['uploadId']}")
         assert r.status_code == 200, r.text
@@ -223,7 +210,7 @@ def test_resume_and_complete_before_any_part(served: Served) -> None:
 
 
 def test_zero_size_file(served: Served, data_dir: Path) -> None:
-    answer = start(served, {"empty.bin": 0})
+    answer = start_upload(served, {"empty.bin": 0})
     (part,) = answer["files"][0]["parts"]
     assert part["size"] == 0
     r = httpx.put(part["url"], content=b"")
@@ -238,7 +225,7 @@ def test_zero_size_file(served: Served, data_dir: Path) -> None:
 def test_concurrent_puts_of_one_part(served: Served, data_dir: Path) -> None:
     for _ in range(10):
         data = os.urandom(500_000)
-        answer = start(served, {"a.bin": len(data)})
+        answer = start_upload(served, {"a.bin": len(data)})
         url = answer["files"][0]["parts"][0]["url"]
         socks = [connect(url) for _ in range(2)]
         for s in socks:
@@ -274,7 +261,7 @@ def test_a_stalled_in_place_body_cannot_rewrite_a_stored_blob(
     served: Served, data_dir: Path
 ) -> None:
     data = b"G" * 100_000
-    answer = start(served, {"a.bin": len(data)})
+    answer = start_upload(served, {"a.bin": len(data)})
     url = answer["files"][0]["parts"][0]["url"]
     stalled = connect(url)  # the first send: claims the part, writes in place
     stalled.sendall(head(url, len(data)) + b"E" * 10)
@@ -295,7 +282,7 @@ def test_a_stalled_in_place_body_cannot_rewrite_a_stored_blob(
 
 
 def test_staging_is_private(served: Served, data_dir: Path) -> None:
-    answer = start(served, {"a.bin": 10, "b.bin": 12})
+    answer = start_upload(served, {"a.bin": 10, "b.bin": 12})
     a = answer["files"][0]["parts"][0]["url"]
     assert httpx.put(a, content=b"a" * 10).status_code == 200
     sock = connect(a)  # a re-send in flight: its temporary file too
@@ -316,7 +303,7 @@ def test_metadata_reads_back_exactly(served: Served) -> None:
         "n": 1.50,
         "e": 1e400 if False else 12345678901234567890,
     }
-    answer = start(
+    answer = start_upload(
         served,
         {"a.bin": 1},
         description="d\u00e9scription \U0001f600",
@@ -333,14 +320,14 @@ def test_metadata_reads_back_exactly(served: Served) -> None:
         assert view["tags"] == ["x", "ü", "\u2603 tag"]
         assert view["ttlDays"] == 3
         assert view["workloadMetadata"] == meta
-        nulls = start(served, {"a.bin": 1}, description=None, tags=[], workloadMetadata=None)
+        nulls = start_upload(served, {"a.bin": 1}, description=None, tags=[], workloadMetadata=None)
         v2 = http.get(f"/api/v1/tracesets/{nulls['tracesetId']}").json()
         print(v2)
         assert v2["description"] is None and v2["tags"] == [] and v2["workloadMetadata"] is None
 
 
 def test_refused_declarations_answer_json_and_keep_the_service(served: Served) -> None:
-    answer = start(served, {"a.bin": 100})
+    answer = start_upload(served, {"a.bin": 100})
     url = answer["files"][0]["parts"][0]["url"]
     assert_error(httpx.put(url, content=b""), 400)
     assert_error(httpx.put(url, content=b"x" * 101), 413)

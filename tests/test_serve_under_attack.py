@@ -35,14 +35,16 @@ def served(data_dir: Path) -> Iterator[Served]:
         yield server
 
 
-def start_upload(served: Served, sizes: dict[str, int]) -> dict[str, Any]:
-    """An upload of supporting files of ``sizes``; its upload-url answer."""
+def start_upload(served: Served, sizes: dict[str, int], **extra: Any) -> dict[str, Any]:
+    """An upload of supporting files of ``sizes`` (``extra``: more members of the request);
+    its upload-url answer."""
     with served.api() as api:
         response = api.post(
             UPLOAD_URL,
             json={
                 "name": "attacked",
                 "files": [{"name": n, "size": s, "role": "supporting"} for n, s in sizes.items()],
+                **extra,
             },
         )
     assert response.status_code == 200, response.text
