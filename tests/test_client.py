@@ -369,3 +369,18 @@ def test_import_loads_no_server_dependency() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_command_line_skips_httpx_s_own_command_line() -> None:
+    # httpx imports its command line (rich, pygments) with itself when rich and click are
+    # installed: ~85 ms of every command's start. The premise first, so that this test says
+    # so when an httpx release stops doing it.
+    bare = "import sys, httpx\nassert 'httpx._main' in sys.modules and 'pygments' in sys.modules\n"
+    subprocess.run([sys.executable, "-c", bare], check=True)
+    code = (
+        "import sys, tracestore.cli, tracestore.client, httpx\n"
+        "loaded = sorted(m for m in ('pygments', 'rich', 'rich.syntax') if m in sys.modules)\n"
+        "assert not loaded, loaded\n"
+        "assert httpx.Client is not None and callable(httpx.main)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,6 +9,8 @@ directory (they import the server only when they run, through ``store``); ``comm
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from tracestore import __version__
@@ -19,6 +21,14 @@ from tracestore.cli.maintenance import COMMANDS as MAINTENANCE_COMMANDS
 from tracestore.cli.serve import COMMANDS as SERVE_COMMANDS
 
 __all__ = ["main"]
+
+# httpx imports its own command line whenever rich and click are installed, as they are
+# beside tracestore: rich's console, progress and syntax highlighting and pygments, ~85 ms
+# of every command that talks to a service (`python -X importtime`). This process never
+# runs httpx's command line, and httpx falls back to a stub of it when that import fails,
+# which a None in sys.modules makes it do. The commands import rich themselves where they
+# draw progress on a terminal.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
