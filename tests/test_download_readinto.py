@@ -11,12 +11,13 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.httpserver import serving
 from tracestore.client.sendfile import SendfileTransport
 from tracestore.client.transfers import BODY_SINK, RetryPolicy, Stopped, download_to
 from tracestore.errors import IntegrityError, TracestoreError
@@ -84,13 +85,8 @@ def blob() -> Blob:
 
 @pytest.fixture
 def url(blob: Blob) -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(blob))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/blobs/content/x"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(handler_for(blob)) as base:
+        yield f"{base}/blobs/content/x"
 
 
 @pytest.fixture
