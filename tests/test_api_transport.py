@@ -7,11 +7,14 @@ needs it."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -30,6 +33,9 @@ class Seen:
 
     requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     connections: list[tuple[str, int]] = field(default_factory=list)
+    # Set by a test once it has the first line of /trickle; its handler then sends the rest.
+    released: threading.Event = field(default_factory=threading.Event)
+    released_in_time: list[bool] = field(default_factory=list)
 
 
 def handler_for(seen: Seen) -> type[BaseHTTPRequestHandler]:
@@ -53,6 +59,12 @@ def handler_for(seen: Seen) -> type[BaseHTTPRequestHandler]:
             return body
 
         def do_POST(self) -> None:
+            if self.path == "/refuse":
+                # Refused on its headers: answered and closed with the body unread (as a
+                # proxy's body limit does), which resets the connection under the sender.
+                self.close_connection = True
+                self._answer(413, b'{"error": {"code": "PAYLOAD_TOO_LARGE"}}', close=True)
+                return
             body = self._note()
             self._answer(200, json.dumps({"echo": json.loads(body)}).encode())
 
@@ -86,6 +98,17 @@ def handler_for(seen: Seen) -> type[BaseHTTPRequestHandler]:
                 self._answer(200, b'{"closing": true}', close=True)
             elif self.path == "/big":
                 self._answer(200, b"x" * (4 * 1024 * 1024))
+            elif self.path == "/trickle":
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.write(b"6\r\nfirst\n\r\n")
+                self.wfile.flush()
+                seen.released_in_time.append(seen.released.wait(5))
+                self.wfile.write(b"5\r\nlast\n\r\n0\r\n\r\n")
+            elif self.path == "/closing-big":
+                self.close_connection = True
+                self._answer(200, b"z" * (4 * 1024 * 1024), close=True)
             elif self.path == "/cut":
                 self.send_response(200)
                 self.send_header("Content-Length", "1000")
@@ -166,6 +189,76 @@ def test_a_connection_is_kept_only_after_its_answer_was_read_to_the_end(
     assert second != first
     assert third == second and closing == second
     assert last != closing
+
+
+def test_a_slowly_streamed_answer_is_handed_on_as_it_comes(
+    served: tuple[str, Seen], transport: SendfileTransport
+) -> None:
+    # The answer's second chunk is sent only once the test has its first line: a transport
+    # that waited to fill a 64 KiB read would have it only when the server gave up waiting.
+    url, seen = served
+    with httpx.Client(transport=transport, timeout=10) as http:
+        with http.stream("GET", f"{url}/trickle") as response:
+            lines = response.iter_lines()
+            assert next(lines) == "first"
+            seen.released.set()
+            assert list(lines) == ["last"]
+        assert http.get(f"{url}/chunked").json() == {"a": 1}
+    assert seen.released_in_time == [True]
+    assert len(set(seen.connections)) == 1, "read to its end, the connection was kept"
+
+
+def test_an_idle_connection_is_not_reused_after_keepalive_expiry(served: tuple[str, Seen]) -> None:
+    # As httpx's pool: a balancer or NAT may drop (or close just then) a connection idle
+    # for longer, and a POST sent on it is not retried.
+    url, seen = served
+    transport = SendfileTransport(limits=httpx.Limits(keepalive_expiry=0.2))
+    with httpx.Client(transport=transport, timeout=10) as http:
+        for pause in (0, 0, 0.4, 0):
+            time.sleep(pause)
+            assert http.post(f"{url}/run", json=[pause]).json() == {"echo": [pause]}
+    first, second, third, fourth = seen.connections
+    assert first == second and third != second and fourth == third
+
+
+def test_an_answer_given_before_the_body_was_taken_is_the_answer(
+    served: tuple[str, Seen], transport: SendfileTransport
+) -> None:
+    # As httpx does: the refusal, not the reset the sender gets while the body goes out.
+    url, _ = served
+    body = b"[" + b"1," * (16 * 1024 * 1024) + b"1]"
+    with httpx.Client(transport=transport, timeout=10) as http:
+        response = http.post(f"{url}/refuse", content=body)
+        assert (response.status_code, response.json()) == (
+            413,
+            {"error": {"code": "PAYLOAD_TOO_LARGE"}},
+        )
+        assert http.get(f"{url}/chunked").json() == {"a": 1}
+
+
+def test_an_answer_abandoned_on_a_closing_connection_closes_its_socket(
+    served: tuple[str, Seen], transport: SendfileTransport
+) -> None:
+    # The server said it closes, so http.client handed the socket to the answer alone:
+    # closing the response must close it, not leave it to the garbage collector.
+    url, _ = served
+    port = int(url.rsplit(":", 1)[1])
+    with httpx.Client(transport=transport, timeout=10) as http:
+        with http.stream("GET", f"{url}/closing-big") as response:
+            assert next(response.iter_raw(1024)).startswith(b"z")
+        open_to_server = [s for s in gc.get_objects() if _peer_port(s) == port]
+        assert open_to_server == [], "the abandoned answer's socket is still open"
+        assert response.is_closed
+
+
+def _peer_port(thing: object) -> int | None:
+    """The port a connected socket talks to (the server's, for a client's socket)."""
+    if not isinstance(thing, socket.socket) or thing.fileno() == -1:
+        return None
+    try:
+        return int(thing.getpeername()[1])
+    except OSError:  # listening, or not connected
+        return None
 
 
 def test_failures_are_httpx_s_errors(

@@ -28,6 +28,7 @@ import http.client
 import select
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -52,8 +53,13 @@ class SendfileTransport(httpx.BaseTransport):
 
     def __init__(self, **kwargs: Any) -> None:
         self._kwargs = kwargs
+        # As httpx's pool does, an idle connection is not reused after keepalive_expiry: a
+        # balancer or NAT in between may have dropped it without a word, or close it just
+        # as the request goes out (a request that is not retried then fails).
+        self._expiry = kwargs.get("limits", httpx.Limits()).keepalive_expiry
         self._lock = threading.Lock()
-        self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
+        # Per host, the idle connections and when each went idle (time.monotonic()).
+        self._idle: dict[tuple[str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
         self._httpx: httpx.HTTPTransport | None = None
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -83,6 +89,9 @@ class SendfileTransport(httpx.BaseTransport):
                 body = request.read()
                 if body:
                     connection.send(body)
+            except OSError as exc:
+                return _early_response(connection, request, exc)
+            try:
                 answer = connection.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 raise _transport_error(exc, request) from exc
@@ -106,10 +115,12 @@ class SendfileTransport(httpx.BaseTransport):
         answer: http.client.HTTPResponse,
     ) -> None:
         """Keep the connection for the next request once ``answer`` was read to its end and
-        the server keeps it open; close it otherwise (the caller stopped early)."""
+        the server keeps it open; close it otherwise (the caller stopped early). The answer
+        is closed too: when the server said it closes, the socket is the answer's alone."""
         if answer.isclosed() and not answer.will_close and not answer.length:
             self._checkin(host, port, connection)
         else:
+            answer.close()
             connection.close()
 
     def _connection(self, request: httpx.Request) -> tuple[http.client.HTTPConnection, str, int]:
@@ -162,27 +173,20 @@ class SendfileTransport(httpx.BaseTransport):
             assert connection.sock is not None
             body.send_to(connection.sock)
         except SendFailed as failed:
-            # A server may answer before it takes the whole body (an expired URL, say) and
-            # close: that answer, when there is one, is the news, not the broken pipe.
-            early = _early_answer(connection)
-            connection.close()
-            if early is None:
-                raise _transport_error(failed.error, request) from failed.error
-            answer, content = early
+            return _early_response(connection, request, failed.error)
         except BaseException:
             connection.close()
             raise
+        try:
+            answer = connection.getresponse()
+            content = answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise _transport_error(exc, request) from exc
+        if answer.will_close:
+            connection.close()
         else:
-            try:
-                answer = connection.getresponse()
-                content = answer.read()
-            except (OSError, http.client.HTTPException) as exc:
-                connection.close()
-                raise _transport_error(exc, request) from exc
-            if answer.will_close:
-                connection.close()
-            else:
-                self._checkin(host, port, connection)
+            self._checkin(host, port, connection)
         return httpx.Response(
             answer.status, headers=_headers(answer), content=content, request=request
         )
@@ -198,8 +202,9 @@ class SendfileTransport(httpx.BaseTransport):
         with self._lock:
             idle = self._idle.get((host, port), [])
             while idle:
-                connection = idle.pop()
-                if _usable(connection):
+                connection, since = idle.pop()
+                fresh = self._expiry is None or time.monotonic() - since < self._expiry
+                if fresh and _usable(connection):
                     assert connection.sock is not None
                     connection.sock.settimeout(timeout)
                     return connection
@@ -220,13 +225,13 @@ class SendfileTransport(httpx.BaseTransport):
         with self._lock:
             idle = self._idle.setdefault((host, port), [])
             if len(idle) < MAX_IDLE:
-                idle.append(connection)
+                idle.append((connection, time.monotonic()))
                 return
         connection.close()
 
     def close(self) -> None:
         with self._lock:
-            connections = [c for idle in self._idle.values() for c in idle]
+            connections = [c for idle in self._idle.values() for c, _ in idle]
             self._idle.clear()
         for connection in connections:
             connection.close()
@@ -249,9 +254,13 @@ class _AnswerBody(httpx.SyncByteStream):
         self._release: Callable[[], None] | None = release
 
     def __iter__(self) -> Iterator[bytes]:
+        # read1: what has come, as httpx hands it on (read waits for ANSWER_CHUNK bytes, so
+        # a slowly streamed answer's first line would wait for the end); read once more at
+        # the end, which marks the answer closed (read1 leaves it open at its length).
         try:
-            while chunk := self._answer.read(ANSWER_CHUNK):
+            while chunk := self._answer.read1(ANSWER_CHUNK):
                 yield chunk
+            self._answer.read()
         except (OSError, http.client.HTTPException) as exc:
             raise _transport_error(exc, self._request) from exc
         if self._answer.length:
@@ -294,6 +303,20 @@ def _headers(answer: http.client.HTTPResponse) -> list[tuple[bytes, bytes]]:
 
 # How long to wait for an answer the server may have sent before it stopped reading a body.
 _EARLY_ANSWER_TIMEOUT = 5.0
+
+
+def _early_response(
+    connection: http.client.HTTPConnection, request: httpx.Request, error: OSError
+) -> httpx.Response:
+    """A send failed: a server may answer before it takes the whole body (an expired URL,
+    a body too large) and close, and that answer, when there is one, is the news, not the
+    broken pipe (httpx reads it too). The connection is closed either way."""
+    early = _early_answer(connection)
+    connection.close()
+    if early is None:
+        raise _transport_error(error, request) from error
+    answer, content = early
+    return httpx.Response(answer.status, headers=_headers(answer), content=content, request=request)
 
 
 def _early_answer(connection: http.client.HTTPConnection) -> tuple[Any, bytes] | None:
