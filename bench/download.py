@@ -6,7 +6,11 @@ the streamed ZIP archive, versus ``openssl dgst -sha256`` over the same blobs, i
 
 Three ways out: single files with curl (presigned URLs, one after another), single files
 with the project's own ``Client.download_traceset`` (SHA-256 verified while receiving,
-written under /dev/shm), and the whole traceset as one streamed ZIP with curl. curl writes
+written under /dev/shm), and the whole traceset as one streamed ZIP with curl. Beside the
+``Client``, as a reference and not a target: the floor of a verified download on this
+machine, the same URLs fetched by a bare loop (a socket's ``recv_into`` one reused buffer,
+SHA-256, ``os.write`` to the same place, the same concurrency), which says how much of the
+gap to ``openssl dgst`` is the client's and how much the copy into fresh page cache. curl writes
 to /dev/null: the figures are the service's, not the disk's. The baseline hashes the very
 blob files the server serves (page cache warm for all). Prints per mode the median MB/s, the
 baseline's, their ratio against the mode's target (0.7 for curl's single files and the archive,
@@ -18,9 +22,12 @@ budget. The first archive is also fetched to a file and unpacked with ``zipfile`
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -28,6 +35,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,6 +52,8 @@ RSS_BUDGET = 200 * MIB
 SINGLE_CURL = "single files, curl > /dev/null"
 SINGLE_CLIENT = "single files, Client.download_traceset (SHA-256 verified)"
 ARCHIVE = "archive (zip64, stored), curl > /dev/null"
+FLOOR = "single files, a bare recv_into + SHA-256 + os.write loop (reference)"
+BARE_CHUNK = 1024 * 1024
 
 
 def cpu_seconds(pid: int) -> float:
@@ -97,6 +107,40 @@ def curl(urls: list[str], sink: str = os.devnull) -> int:
     args = [a for url in urls for a in ("-o", sink, "-w", "%{size_download}\\n", url)]
     done = subprocess.run(["curl", "-s", "--fail", *args], check=True, stdout=subprocess.PIPE)
     return sum(int(n) for n in done.stdout.split())
+
+
+def bare_download(url: str, target: Path, size: int, sha256: str) -> None:
+    """``url`` into ``target`` with as little as a verified download can do in Python: one
+    GET on a fresh connection, its body received into one reused buffer, hashed and
+    written; the size and hash checked at the end."""
+    parts = urlparse(url)
+    with socket.create_connection((parts.hostname, parts.port or 80)) as sock:
+        query = f"?{parts.query}" if parts.query else ""
+        head = f"GET {parts.path}{query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        sock.sendall((head + "Connection: close\r\n\r\n").encode())
+        buffer = memoryview(bytearray(BARE_CHUNK))
+        received = b""
+        while b"\r\n\r\n" not in received:
+            n = sock.recv_into(buffer)
+            if not n:
+                raise SystemExit(f"no answer from {url}")
+            received += bytes(buffer[:n])
+        header, _, first = received.partition(b"\r\n\r\n")
+        if not header.startswith(b"HTTP/1.1 200"):
+            raise SystemExit(f"{url} answered {header.splitlines()[0]!r}")
+        digest = hashlib.sha256(first)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, first)
+            have = len(first)
+            while n := sock.recv_into(buffer):
+                digest.update(buffer[:n])
+                os.write(fd, buffer[:n])
+                have += n
+        finally:
+            os.close(fd)
+    if have != size or digest.hexdigest() != sha256:
+        raise SystemExit(f"the bare download of {url} got {have} bytes hashing otherwise")
 
 
 def check_archive(url: str, directory: Path, size: int, count: int) -> None:
@@ -182,16 +226,31 @@ def main() -> None:
             def single_client(out: Path) -> None:
                 client.download_traceset(ts.id, out, concurrency=args.concurrency)
 
+            def single_bare(out: Path) -> None:
+                out.mkdir(parents=True)
+                entries = [(f, client.download_url(ts.id, f.name).url) for f in ts.files]
+                with ThreadPoolExecutor(args.concurrency) as pool:
+                    done = [
+                        pool.submit(bare_download, url, out / f.name, f.size, f.hash.split(":")[1])
+                        for f, url in entries
+                        if f.hash
+                    ]
+                assert len(done) == len(files)
+                for future in done:
+                    future.result()
+
             def archive_curl(out: Path) -> None:
                 assert curl([client.download_url(ts.id).url]) > total
 
             modes: dict[str, Callable[[Path], None]] = {
                 SINGLE_CURL: single_curl,
                 SINGLE_CLIENT: single_client,
+                FLOOR: single_bare,
                 ARCHIVE: archive_curl,
             }
             runs: dict[str, list[float]] = {mode: [] for mode in modes}
             cpu: dict[str, float] = dict.fromkeys(modes, 0.0)
+            own_cpu: dict[str, float] = dict.fromkeys(modes, 0.0)
             base_runs: list[float] = []
             peaks: list[int] = []
             idle: list[int] = []
@@ -203,10 +262,12 @@ def main() -> None:
                     if mode == ARCHIVE:
                         idle.append(status_bytes(pid, "VmRSS"))
                         hwm_reset = reset_peak_rss(pid) and hwm_reset
-                    before = cpu_seconds(pid)
+                    before, own = cpu_seconds(pid), resource.getrusage(resource.RUSAGE_SELF)
                     with RssSampler(pid) as sampler:
                         runs[mode].append(timed(partial(action, out)))
                     cpu[mode] += cpu_seconds(pid) - before
+                    after = resource.getrusage(resource.RUSAGE_SELF)
+                    own_cpu[mode] += after.ru_utime - own.ru_utime + after.ru_stime - own.ru_stime
                     if mode == ARCHIVE:
                         hwm = status_bytes(pid, "VmHWM") if hwm_reset else 0
                         peaks.append(max(sampler.peak, hwm))
@@ -228,11 +289,13 @@ def main() -> None:
             "ours_MBps": round(mbs, 1),
             "baseline_MBps": round(base_mbs, 1),
             "ratio": round(mbs / base_mbs, 3),
-            "target": CLIENT_TARGET if mode == SINGLE_CLIENT else TARGET,
+            "target": {SINGLE_CLIENT: CLIENT_TARGET, FLOOR: None}.get(mode, TARGET),
             "runs_s": [round(t, 2) for t in times],
             "baseline_runs_s": [round(b, 2) for b in base_runs],
             "server_cpu_s_per_run": round(cpu[mode] / args.repeat, 2),
         }
+        if mode in (SINGLE_CLIENT, FLOOR):
+            result["client_cpu_s_per_run"] = round(own_cpu[mode] / args.repeat, 2)
         if mode == ARCHIVE:
             result["server_rss_before_MiB"] = round(max(idle) / MIB, 1)
             result["server_peak_rss_MiB"] = round(max(peaks) / MIB, 1)
@@ -242,6 +305,11 @@ def main() -> None:
             )
         results.append(result)
     print(json.dumps(results, indent=2, ensure_ascii=False))
+    for r in results:
+        print(f"{r['mode']:<68} {r['ours_MBps']:7.1f} MB/s  ratio {r['ratio']:.3f}")
+    by_mode = {r["mode"]: r for r in results}
+    client, floor = by_mode[SINGLE_CLIENT]["ours_MBps"], by_mode[FLOOR]["ours_MBps"]
+    print(f"Client.download_traceset / the bare loop: {client / floor:.3f}")
 
 
 if __name__ == "__main__":
