@@ -151,10 +151,7 @@ class SendfileTransport(httpx.BaseTransport):
         except BaseException:
             connection.close()
             raise
-        if answer.will_close:
-            connection.close()
-        else:
-            self._checkin(host, port, connection)
+        self._release(host, port, connection, answer)
         return httpx.Response(
             answer.status,
             headers=_headers(answer),
@@ -183,10 +180,7 @@ class SendfileTransport(httpx.BaseTransport):
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
             raise _transport_error(exc, request) from exc
-        if answer.will_close:
-            connection.close()
-        else:
-            self._checkin(host, port, connection)
+        self._release(host, port, connection, answer)
         return httpx.Response(
             answer.status, headers=_headers(answer), content=content, request=request
         )
@@ -311,25 +305,20 @@ def _early_response(
     """A send failed: a server may answer before it takes the whole body (an expired URL,
     a body too large) and close, and that answer, when there is one, is the news, not the
     broken pipe (httpx reads it too). The connection is closed either way."""
-    early = _early_answer(connection)
-    connection.close()
-    if early is None:
-        raise _transport_error(error, request) from error
-    answer, content = early
-    return httpx.Response(answer.status, headers=_headers(answer), content=content, request=request)
-
-
-def _early_answer(connection: http.client.HTTPConnection) -> tuple[Any, bytes] | None:
     sock = connection.sock
-    if sock is None:
-        return None
     try:
+        if sock is None:
+            raise _transport_error(error, request) from error
         timeout = sock.gettimeout()
         sock.settimeout(min(timeout, _EARLY_ANSWER_TIMEOUT) if timeout else _EARLY_ANSWER_TIMEOUT)
-        answer = connection.getresponse()
-        return answer, answer.read()
-    except (OSError, http.client.HTTPException):
-        return None
+        try:
+            answer = connection.getresponse()
+            content = answer.read()
+        except (OSError, http.client.HTTPException):
+            raise _transport_error(error, request) from error
+    finally:
+        connection.close()
+    return httpx.Response(answer.status, headers=_headers(answer), content=content, request=request)
 
 
 def _transport_error(error: BaseException, request: httpx.Request) -> httpx.TransportError:
