@@ -41,11 +41,15 @@ class Principal:
     is_tenant_admin: bool = False
 
     def can_see(self, traceset: db.Traceset | Row[Any]) -> bool:
-        if traceset.scope == "public":
+        return self.may_see(traceset.tenant_id, traceset.workspace_id, traceset.scope)
+
+    def may_see(self, tenant_id: str, workspace_id: str, scope: str) -> bool:
+        """``can_see`` of a traceset's tenant, workspace and scope."""
+        if scope == "public":
             return True
-        if traceset.scope == "tenant":
-            return traceset.tenant_id == self.tenant_id
-        return traceset.workspace_id in self.workspace_ids
+        if scope == "tenant":
+            return tenant_id == self.tenant_id
+        return workspace_id in self.workspace_ids
 
     def can_write(self, traceset: db.Traceset | Row[Any]) -> bool:
         return traceset.workspace_id in self.workspace_ids

@@ -21,6 +21,8 @@ from sqlalchemy import create_engine, event, inspect, make_url, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from tracestore.server.reads import PreparedCache, Reads
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The PostgreSQL advisory lock that serialises migrations and bootstrap across processes
 # (an arbitrary constant: "trcstore" as 8 bytes, fits a bigint).
@@ -97,6 +99,7 @@ class Database:
         )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
+        self._prepared = PreparedCache(self.read_engine.dialect)
 
     @property
     def dialect(self) -> str:
@@ -125,26 +128,27 @@ class Database:
             yield session
 
     @contextmanager
-    def connection(self) -> Iterator[Connection]:
-        """A bare read connection for a short Core query that builds no ORM objects (a part
-        PUT's check): a third of a read session's cost. Its transaction is rolled back at
-        the end; it takes no part in ``shared_reads``."""
-        with self.read_engine.connect() as connection:
-            yield connection
-
-    @contextmanager
-    def read_connection(self) -> Iterator[Connection]:
-        """``connection`` for a use case that runs only Core statements (the GET by id, the
-        list page), taking part in ``shared_reads``: a session the token's check handed
-        over is used and ended, as ``session(write=False)`` would; else a bare connection,
-        without the ORM session around it (~30 us a request)."""
+    def read_connection(self) -> Iterator[Reads]:
+        """The statements of a short read that runs only Core selects (a GET by id, a list
+        page, a part PUT's check), taking part in ``shared_reads``: a session the token's
+        check handed over is used and ended, as ``session(write=False)`` would. Else, on
+        SQLite, a pooled DBAPI connection without SQLAlchemy's execution around it
+        (``reads.Reads``); on a server database a bare ``Connection``, without the ORM
+        session (~30 us a request). The read transaction ends with the block."""
         shared = _SHARED_READS.get()
         if shared is not None and shared.database is self and shared.holds_session:
             with shared.session() as session:
-                yield session.connection()
+                yield Reads(connection=session.connection(), prepared=self._prepared)
             return
-        with self.connection() as connection:
-            yield connection
+        if self.dialect == "sqlite":
+            reads = Reads(raw=self.read_engine.raw_connection(), prepared=self._prepared)
+            try:
+                yield reads
+            finally:
+                reads.close()
+            return
+        with self.read_engine.connect() as connection:
+            yield Reads(connection=connection, prepared=self._prepared)
 
     @contextmanager
     def shared_reads(self) -> Iterator[None]:

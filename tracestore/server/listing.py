@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -113,20 +114,22 @@ def _cursor_value(field: str, value: Any) -> Any:
     raise ValidationError(BAD_CURSOR)
 
 
-def _cursor_values(sort: tuple[SortKey, ...], row: Any) -> list[Any]:
+def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
+    # The row is listing_sql.statement's: id, name, status, scope, workspace_id, file_count,
+    # total_size, rank_count, created_at, then the sort's own labels.
     values: list[Any] = []
     for key in sort:
         if key.field == "created":
-            values.append(row.created_at.isoformat())
+            values.append(row[8].isoformat())
         elif key.field == "name":
-            values.append(row.name)
+            values.append(row[1])
         elif key.field == "status":
-            values.append(row.status)
+            values.append(row[2])
         elif key.field == "size":
-            values.append(row.total_size)
+            values.append(row[6])
         else:
-            values.append(row.rank_count)
-    values.append(row.id)
+            values.append(row[7])
+    values.append(row[0])
     return values
 
 
@@ -146,12 +149,12 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
     shape, values = listing_sql.plan(principal, query, services.db.dialect, after)
     # Core rows on a connection, no ORM session: its result machinery cost more than the
     # queries.
-    with services.db.read_connection() as connection:
+    with services.db.read_connection() as reads:
         if shape.dialect == "postgresql" and (shape.search or shape.workload or shape.inspected):
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).
-            connection.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-        rows = connection.execute(listing_sql.statement(shape), values).all()
+            reads.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+        rows = reads.all(listing_sql.statement(shape), values)
         has_more = len(rows) > query.limit
         rows = rows[: query.limit]
         # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us
@@ -159,7 +162,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
         summaries = (
             {
                 id_: (family, workload_name)
-                for id_, family, workload_name in connection.execute(
+                for id_, family, workload_name in reads.all(
                     listing_sql.summary_statement(shape.dialect), {"ids": [row[0] for row in rows]}
                 )
             }

@@ -78,8 +78,8 @@ def open_part(
     now = services.now()
     services.signer.verify_part(grant, signature, now)
     upload_id, position, part_number = grant.upload_id, grant.position, grant.part_number
-    with services.db.connection() as connection:
-        row = connection.execute(_PART_QUERY, {"upload": upload_id, "position": position}).first()
+    with services.db.read_connection() as reads:
+        row = reads.first(_PART_QUERY, {"upload": upload_id, "position": position})
     if row is None:
         raise NotFound(f"Upload session '{upload_id}' not found")
     state, expires_at, session_part_size, file_size, handle = row

@@ -195,12 +195,12 @@ _VIEW_FILES = (
 def get_traceset(services: Services, principal: Principal, traceset_id: str) -> str:
     """The traceset as the API answers it, as JSON text (``answer_text``); NotFound unless
     the caller may see it."""
-    with services.db.read_connection() as connection:
+    with services.db.read_connection() as reads:
         key = {"traceset_id": traceset_id}
-        traceset: Any = connection.execute(_VIEW_COLUMNS, key).one_or_none()
-        if traceset is None or not principal.can_see(traceset):
+        traceset = reads.first(_VIEW_COLUMNS, key)
+        if traceset is None or not principal.may_see(*traceset[1:4]):
             raise _not_found(traceset_id)
-        files = connection.execute(_VIEW_FILES, key).all()
+        files = reads.all(_VIEW_FILES, key)
     return answer_text(traceset, files)
 
 

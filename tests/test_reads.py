@@ -1,0 +1,145 @@
+"""The request path's short reads on SQLite (``reads.Reads``, ``Database.read_connection``):
+a select compiled once and run on the DBAPI cursor answers what SQLAlchemy's execution
+answers, value for value and type for type; the reads of one block see one snapshot; the
+connection goes back to the pool with no transaction open, whatever the block did."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import bindparam, event, func, literal_column, select
+from sqlalchemy.sql import Select
+
+from tests.uploading import upload
+from tracestore.server import db, listing_sql, receiving, tracesets
+from tracestore.server.auth import Principal, create_tenant
+from tracestore.server.deps import Caller
+from tracestore.server.listing_query import parse_list_query
+from tracestore.server.reads import Prepared
+from tracestore.server.services import Services
+
+T = db.Traceset.__table__
+
+
+@pytest.fixture
+def sqlite_only(services: Services) -> None:
+    if services.db.dialect != "sqlite":
+        pytest.skip("the raw read path is SQLite's; a server database keeps Connection.execute")
+
+
+@pytest.fixture
+def stored(http: TestClient) -> dict[str, Any]:
+    """Two tracesets, one with workload metadata and one without."""
+    files = {f"rank_{r}.json": (b'{"traceEvents": []}', "primary") for r in range(2)}
+    upload(http, {"notes.txt": (b"hello", "supporting")}, name="plain")
+    return upload(
+        http, files, {"shape": {"rankCount": 2}, "workload_family": "gpt"}, tags=["a", "b"]
+    )
+
+
+def _principal(services: Services, token: str) -> Principal:
+    return Caller(services, token).principal()
+
+
+def _cases(services: Services, principal: Principal, traceset_id: str) -> list[Any]:
+    """(statement, parameters) of every kind the request path runs: the GET's two, a part
+    PUT's join, list pages of several shapes (literal binds, an expanding ``IN``, datetime
+    binds, JSON members, a cursor), the page's summary, and the result types at their
+    edges (NULL, JSON, timestamps)."""
+    with services.db.session(write=False) as session:
+        # Bound as the column's processor writes it, a timestamp equal to one stored compares
+        # equal; as the driver's default adapter writes it (no ".000000", "+00:00"), not.
+        created = session.scalar(select(T.c.created_at).where(T.c.id == traceset_id))
+    cases: list[Any] = [
+        (tracesets._VIEW_COLUMNS, {"traceset_id": traceset_id}),
+        (tracesets._VIEW_FILES, {"traceset_id": traceset_id}),
+        (tracesets._VIEW_COLUMNS, {"traceset_id": "ts_none"}),
+        (receiving._PART_QUERY, {"upload": "up_none", "position": 0}),
+        (listing_sql.summary_statement("sqlite"), {"ids": [traceset_id, "ts_none"]}),
+        (
+            select(T.c.id, T.c.tags, T.c.workload_metadata, T.c.expires_at, T.c.created_at)
+            .where(T.c.created_at == bindparam("since"), T.c.status != "deleted")
+            .order_by(T.c.id),
+            {"since": created},
+        ),
+        (
+            select(T.c.id).where(
+                T.c.id.in_(bindparam("ids", expanding=True)), T.c.created_at <= bindparam("until")
+            ),
+            {"ids": [traceset_id, "ts_none"], "until": created},
+        ),
+    ]
+    queries = [
+        [("limit", "1")],
+        [("limit", "5"), ("workload_family", "gpt")],
+        [("limit", "5"), ("search", "PLAIN")],
+        [("limit", "5"), ("sort", "size:desc,name"), ("createdAfter", "2000-01-01T00:00:00Z")],
+    ]
+    for parameters in queries:
+        shape, values = listing_sql.plan(
+            principal, parse_list_query(parameters), "sqlite", after=None
+        )
+        cases.append((listing_sql.statement(shape), values))
+    query = parse_list_query([("limit", "5")])
+    after = datetime.now(UTC) + timedelta(days=1)
+    shape, values = listing_sql.plan(principal, query, "sqlite", after=[after, "ts_~"])
+    cases.append((listing_sql.statement(shape), values))
+    return cases
+
+
+def test_a_prepared_select_answers_what_sqlalchemys_execution_answers(
+    sqlite_only: None, services: Services, admin_token: str, stored: dict[str, Any]
+) -> None:
+    principal = _principal(services, admin_token)
+    dialect = services.db.read_engine.dialect
+    with services.db.read_engine.connect() as connection:
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        seen = 0
+        for statement, values in _cases(services, principal, stored["id"]):
+            expected = [tuple(row) for row in connection.execute(statement, values)]
+            ours = [tuple(row) for row in Prepared.of(statement, dialect).run(cursor, values)]
+            assert ours == expected, statement
+            assert [[type(v) for v in row] for row in ours] == [
+                [type(v) for v in row] for row in expected
+            ]
+            seen += len(ours)
+    assert seen > 10  # the cases found rows, not only nothing
+
+
+def test_the_reads_of_one_block_see_one_snapshot(sqlite_only: None, services: Services) -> None:
+    count: Select[Any] = select(func.count()).select_from(db.Tenant)
+
+    def write() -> None:
+        with services.db.session() as session:
+            create_tenant(session, "written-between-two-reads", services.now())
+
+    with services.db.read_connection() as reads:
+        before = reads.all(count, {})[0][0]
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join()
+        assert reads.all(count, {})[0][0] == before  # the block's snapshot
+    with services.db.read_connection() as reads:
+        assert reads.all(count, {})[0][0] == before + 1
+
+
+def test_a_raw_read_gives_its_connection_back_with_no_transaction_open(
+    sqlite_only: None, services: Services
+) -> None:
+    """An open read transaction would pin the WAL: no checkpoint could pass its snapshot."""
+    returned: list[Any] = []
+    event.listen(services.db.read_engine, "checkin", lambda dbapi, _record: returned.append(dbapi))
+    count: Select[Any] = select(func.count()).select_from(db.Tenant)
+    with services.db.read_connection() as reads:
+        reads.all(count, {})
+    with pytest.raises(LookupError), services.db.read_connection() as reads:
+        reads.all(count, {})
+        raise LookupError("the use case gave up")
+    with pytest.raises(Exception, match="no such column"), services.db.read_connection() as reads:
+        reads.all(select(T.c.id, literal_column("nosuchcolumn")), {})
+    assert len(returned) == 3
+    assert not any(connection.in_transaction for connection in returned)
