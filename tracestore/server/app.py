@@ -14,7 +14,7 @@ from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
@@ -29,7 +29,7 @@ from tracestore.errors import (
     TracestoreError,
     ValidationError,
 )
-from tracestore.server import presigned
+from tracestore.server import lanes, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.database import POOL_SIZE
 from tracestore.server.heap import keep_heap_warm
@@ -83,17 +83,30 @@ def error_response(request_id: str, status: int, code: str, message: str) -> JSO
     )
 
 
+def unexpected_response(request_id: str) -> JSONResponse:
+    """The answer to an error nothing expected, logged with its traceback."""
+    log.exception("unexpected error in request %s", request_id)
+    return error_response(
+        request_id,
+        500,
+        InternalError.code,
+        f"An unexpected error occurred; quote request id {request_id}",
+    )
+
+
 def _request_id(request: Request) -> str:
     return str(getattr(request.state, "request_id", None) or new_request_id())
 
 
 class RequestContext:
     """Gives every request an id, and refuses JSON bodies over the limit before reading them
-    whole (part uploads to the embedded store are exempt: their size is checked per part)."""
+    whole (part uploads to the embedded store are exempt: their size is checked per part).
+    Answers ``GET /healthz`` and the hot reads' lanes (``lanes.read_lane``) itself."""
 
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, read_lanes: bool = True) -> None:
         self.app = app
         self.max_body = max_body
+        self.read_lanes = read_lanes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -123,6 +136,10 @@ class RequestContext:
                 response = error_response(request_id, 413, PayloadTooLarge.code, _too_large(limit))
                 await response(scope, receive, send)
                 return
+        lane = lanes.read_lane(scope) if self.read_lanes else None
+        if lane is not None:
+            await (await _lane_answer(lane, scope, request_id))(scope, receive, send_with_id)
+            return
         received = 0
 
         async def limited_receive() -> Message:
@@ -135,6 +152,17 @@ class RequestContext:
             return message
 
         await self.app(scope, limited_receive, send_with_id)
+
+
+async def _lane_answer(lane: lanes.Lane, scope: Scope, request_id: str) -> Response:
+    """What the lane's route would answer: its JSON, or the envelope of its error."""
+    try:
+        text = await lane(scope["app"].state.services)
+    except TracestoreError as exc:
+        return error_response(request_id, exc.status, exc.code, exc.message)
+    except Exception:
+        return unexpected_response(request_id)
+    return Response(text, media_type="application/json")
 
 
 def _too_large(limit: int) -> str:
@@ -174,14 +202,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        request_id = _request_id(request)
-        log.exception("unexpected error in request %s", request_id)
-        return error_response(
-            request_id,
-            500,
-            InternalError.code,
-            f"An unexpected error occurred; quote request id {request_id}",
-        )
+        return unexpected_response(_request_id(request))
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -225,9 +246,12 @@ def _operation_id(route: APIRoute) -> str:
     return route.name
 
 
-def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, services: Services | None = None, read_lanes: bool = True
+) -> FastAPI:
     """The tracestore ASGI application. Builds its services from ``settings`` at start
-    unless ``services`` are handed in (tests do, to share them or inject a clock)."""
+    unless ``services`` are handed in (tests do, to share them or inject a clock). Without
+    ``read_lanes`` every request goes through FastAPI's routing (tests compare the two)."""
     if settings is None and services is not None:
         settings = services.settings
     elif settings is None:  # a worker process started by uvicorn's factory
@@ -293,5 +317,5 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.include_router(web.router)
     app.mount(STATIC_URL, StaticModules(directory=STATIC_DIR), name="static")
     app.openapi = _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(RequestContext, max_body=settings.max_json_body)
+    app.add_middleware(RequestContext, max_body=settings.max_json_body, read_lanes=read_lanes)
     return app

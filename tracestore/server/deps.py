@@ -17,6 +17,7 @@ from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
 
 from tracestore import schemas
@@ -115,6 +116,16 @@ async def short_read(
     return await run_in_threadpool(read, *args, **kwargs)
 
 
+def bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header's value, read as FastAPI's
+    ``HTTPBearer`` reads it; Unauthorized when there is none."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    token = credentials.strip() if scheme.lower() == "bearer" else ""
+    if not token:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return token
+
+
 class _BearerCaller(HTTPBearer):
     """The caller named by ``Authorization: Bearer <token>``; 401 at once when there is none
     (whether it is valid is checked by ``Caller.run``). One dependency that reads the header
@@ -123,10 +134,7 @@ class _BearerCaller(HTTPBearer):
     scheme on every route that takes it, as before."""
 
     async def __call__(self, request: Request) -> Caller:  # type: ignore[override]
-        credentials = await super().__call__(request)
-        token = credentials.credentials.strip() if credentials is not None else ""
-        if not token:
-            raise Unauthorized(UNAUTHORIZED_MESSAGE)
+        token = bearer_token(request.headers.get("authorization"))
         return Caller(cast(Services, request.app.state.services), token)
 
 

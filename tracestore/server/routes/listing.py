@@ -113,10 +113,12 @@ _WORKLOAD_PARAMETERS = [
 async def list_tracesets(request: Request, caller: CallerDep) -> Response:
     """List and search the tracesets the caller may see, one page at a time (newest first by
     default); filter by status, scope, name, dates, rank count and workload metadata."""
-    page = await caller.read(_page, request.query_params.multi_items())
-    return Response(page, media_type="application/json")
+    answer = await caller.read(page, request.query_params.multi_items())
+    return Response(answer, media_type="application/json")
 
 
-def _page(services: Services, principal: Principal, parameters: list[tuple[str, str]]) -> str:
-    # Parsed after the token is checked: a bad token is a 401 whatever the query says.
+def page(services: Services, principal: Principal, parameters: list[tuple[str, str]]) -> str:
+    """The page a list request's query parameters ask for, as JSON text (also
+    ``lanes.read_lane``'s); parsed after the token is checked: a bad token is a 401
+    whatever the query says."""
     return listing.page_text(services, principal, parse_list_query(parameters))

@@ -1,0 +1,155 @@
+"""The hot reads' lanes (``lanes.read_lane``): every request a lane takes is answered as
+FastAPI's route answers it, status, headers and body (but the request id); requests no
+lane should take (other methods, other shapes of path) still reach the router."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.tenancy import person
+from tests.uploading import upload
+from tracestore.server import lanes, tracesets
+from tracestore.server.app import create_app
+from tracestore.server.routes import listing as listing_routes
+from tracestore.server.routes import tracesets as traceset_routes
+from tracestore.server.routes import web
+from tracestore.server.services import Services
+
+
+@pytest.fixture
+def both(services: Services, admin_token: str) -> Iterator[tuple[TestClient, TestClient]]:
+    """The app with its lanes, and the same app routing everything through FastAPI."""
+    with (
+        TestClient(create_app(services=services), raise_server_exceptions=False) as laned,
+        TestClient(
+            create_app(services=services, read_lanes=False), raise_server_exceptions=False
+        ) as routed,
+    ):
+        yield laned, routed
+
+
+def _comparable(answer: httpx.Response) -> tuple[int, list[tuple[str, str]], str]:
+    request_id = answer.headers.get("x-request-id", "")
+    body = answer.text.replace(request_id, "req_X") if request_id else answer.text
+    headers = [
+        (key, "req_X" if key == "x-request-id" else value)
+        for key, value in answer.headers.multi_items()
+    ]
+    return answer.status_code, headers, re.sub(r"req_[0-9a-f]{24}", "req_X", body)
+
+
+def _requests(services: Services, admin_token: str, http: TestClient) -> list[Any]:
+    """(path, headers) of the lanes' requests: found and not, visible and not, every shape
+    of Authorization header, list queries good and bad."""
+    mine = upload(
+        http, {"rank_0.json": (b'{"traceEvents": []}', "primary")}, {"shape": {"rankCount": 1}}
+    )
+    outsider = person(services, "outsider", "elsewhere", ["theirs"])
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    paths = [
+        f"/api/v1/tracesets/{mine['id']}",
+        "/api/v1/tracesets/ts_nosuch",
+        "/api/v1/tracesets/upload-url",
+        "/api/v1/tracesets/%20ts",
+        f"/api/v1/tracesets/{mine['id']}?ignored=1",
+        "/api/v1/tracesets",
+        "/api/v1/tracesets?limit=1",
+        "/api/v1/tracesets?limit=0",
+        "/api/v1/tracesets?limit=1&limit=2",
+        "/api/v1/tracesets?a=1&sort=name:desc",
+        "/api/v1/tracesets?status=nosuch",
+        "/api/v1/tracesets?workspaceId=ws_notmine",
+        "/api/v1/tracesets?next=garbage",
+        "/api/v1/tracesets?search=%C3%A9t%C3%A9",
+    ]
+    headers: list[dict[str, str]] = [
+        admin,
+        outsider.auth,
+        {},
+        {"Authorization": ""},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer    "},
+        {"Authorization": "bearer " + admin_token},
+        {"Authorization": "Basic " + admin_token},
+        {"Authorization": "Bearer tst_nosuchtoken"},
+        {"Authorization": f"Bearer  {admin_token}  "},
+    ]
+    return [(path, header) for path in paths for header in headers]
+
+
+def test_a_lane_answers_what_its_route_answers(
+    services: Services, admin_token: str, http: TestClient, both: tuple[TestClient, TestClient]
+) -> None:
+    laned, routed = both
+    requests = _requests(services, admin_token, http)
+    statuses = set()
+    for path, headers in requests:
+        ours, theirs = laned.get(path, headers=headers), routed.get(path, headers=headers)
+        assert _comparable(ours) == _comparable(theirs), (path, headers)
+        statuses.add(ours.status_code)
+    assert statuses == {200, 400, 401, 403, 404}
+
+
+def test_a_lanes_unexpected_error_is_the_routes_500(
+    monkeypatch: pytest.MonkeyPatch,
+    admin_token: str,
+    both: tuple[TestClient, TestClient],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*_: Any) -> str:
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(tracesets, "get_traceset", broken)
+    laned, routed = both
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    ours = laned.get("/api/v1/tracesets/ts_any", headers=headers)
+    theirs = routed.get("/api/v1/tracesets/ts_any", headers=headers)
+    assert ours.status_code == 500
+    assert _comparable(ours) == _comparable(theirs)
+    logged = [r for r in caplog.records if r.getMessage().startswith("unexpected error")]
+    assert len(logged) == 2 and all(r.exc_info for r in logged)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("HEAD", "/api/v1/tracesets"),
+        ("DELETE", "/api/v1/tracesets/ts_nosuch"),
+        ("GET", "/api/v1/tracesets/"),
+        ("GET", "/api/v1/tracesets/ts_x/"),
+        ("GET", "/api/v1/tracesets/ts_x/download"),
+        ("GET", "/api/v1/tracesetsX"),
+    ],
+)
+def test_what_no_lane_takes_goes_to_the_router(
+    method: str, path: str, admin_token: str, both: tuple[TestClient, TestClient]
+) -> None:
+    laned, routed = both
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    ours = laned.request(method, path, headers=headers, follow_redirects=False)
+    theirs = routed.request(method, path, headers=headers, follow_redirects=False)
+    assert _comparable(ours) == _comparable(theirs)
+
+
+def test_the_lanes_paths_are_the_only_routes_that_match_them(services: Services) -> None:
+    """A lane takes every GET of one segment under /api/v1/tracesets/: no other GET route
+    may claim one (the router would have sent it there). The web page's routes, the only
+    ones the document leaves out, live under their own prefix."""
+    app = create_app(services=services)
+    gets = {
+        path: operations["get"]["operationId"]
+        for path, operations in app.openapi()["paths"].items()
+        if "get" in operations
+    }
+    assert gets[lanes.LIST_PATH] == listing_routes.list_tracesets.__name__
+    item = lanes.ITEM_PREFIX + "{traceset_id}"
+    assert gets[item] == traceset_routes.get_traceset.__name__
+    under = [path for path in gets if path.startswith(lanes.ITEM_PREFIX)]
+    assert [path for path in under if "/" not in path[len(lanes.ITEM_PREFIX) :]] == [item]
+    assert not any(route.path.startswith("/api/") for route in web.router.routes)  # type: ignore[attr-defined]
