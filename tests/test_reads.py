@@ -5,13 +5,15 @@ connection goes back to the pool with no transaction open, whatever the block di
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import bindparam, event, func, literal_column, select
+from sqlalchemy import Integer, TypeDecorator, bindparam, event, func, literal_column, select
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.sql import Select
 
 from tests.uploading import upload
@@ -110,6 +112,49 @@ def test_a_prepared_select_answers_what_sqlalchemys_execution_answers(
     assert seen > 10  # the cases found rows, not only nothing
 
 
+def test_an_expanding_select_answers_the_same_for_every_count_of_items(
+    sqlite_only: None, services: Services, stored: dict[str, Any]
+) -> None:
+    """The expansion kept per count of items serves another call of that count, with its
+    own values; a literal IN list and a value rendered into the SQL keep theirs."""
+    with services.db.session(write=False) as session:
+        created = session.scalar(select(T.c.created_at).where(T.c.id == stored["id"]))
+        ids = list(session.scalars(select(T.c.id).order_by(T.c.id)))
+    assert created is not None
+    dialect = services.db.read_engine.dialect
+    by_ids = select(T.c.id, T.c.created_at).where(
+        T.c.id.in_(bindparam("ids", expanding=True)),
+        T.c.created_at.in_([created]),
+        T.c.status != "deleted",
+        T.c.created_at <= bindparam("until"),
+    )
+    limited = (
+        select(T.c.id)
+        .where(T.c.id.in_(bindparam("ids", expanding=True)))
+        .order_by(T.c.id)
+        .limit(bindparam("n", type_=Integer, literal_execute=True))
+    )
+    calls = [
+        (by_ids, {"ids": ids, "until": created}),
+        (by_ids, {"ids": [], "until": created}),
+        (by_ids, {"ids": ids[:1], "until": created}),
+        (by_ids, {"ids": ids[1:], "until": created}),  # the count of the first, other ids
+        (by_ids, {"ids": ids, "until": created - timedelta(seconds=1)}),
+        (limited, {"ids": ids, "n": 1}),
+        (limited, {"ids": ids, "n": 2}),
+    ]
+    prepared = {id(statement): Prepared.of(statement, dialect) for statement, _ in calls}
+    with services.db.read_engine.connect() as connection:
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        answers = []
+        for statement, values in calls:
+            expected = [tuple(row) for row in connection.execute(statement, values)]
+            ours = [tuple(row) for row in prepared[id(statement)].run(cursor, values)]
+            assert ours == expected, values
+            answers.append(len(ours))
+    assert answers == [2, 0, 1, 1, 0, 1, 2]
+
+
 def test_the_reads_of_one_block_see_one_snapshot(sqlite_only: None, services: Services) -> None:
     count: Select[Any] = select(func.count()).select_from(db.Tenant)
 
@@ -143,3 +188,49 @@ def test_a_raw_read_gives_its_connection_back_with_no_transaction_open(
         reads.all(select(T.c.id, literal_column("nosuchcolumn")), {})
     assert len(returned) == 3
     assert not any(connection.in_transaction for connection in returned)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "2026-12-02 13:50:03.123456",
+        "2026-12-02 13:50:03",
+        "2026-12-02",
+        "2026-12-02 13:50:03.123456+02:00",
+        None,
+    ],
+)
+def test_a_timestamp_is_read_from_sqlite_as_sqlalchemy_reads_it(stored: str | None) -> None:
+    dialect = sqlite_dialect()
+    column = db.UTCDateTime().dialect_impl(dialect)
+    assert isinstance(column, db.UTCDateTime)
+    ours = column.result_processor(dialect, None)
+    theirs = TypeDecorator.result_processor(column, dialect, None)
+    assert ours is not None and theirs is not None
+    read = ours(stored)
+    assert read == theirs(stored)
+    assert read is None or read.tzinfo is UTC
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        '"gpt"',
+        '"été"',
+        '""',
+        '"a\\"b"',
+        '"\\u00e9"',
+        '"\\\\"',
+        "7",
+        "1.5",
+        "null",
+        "true",
+        '{"a": "b"}',
+        '["x"]',
+        None,
+    ],
+)
+def test_a_json_member_is_read_from_sqlite_as_the_json_parser_reads_it(member: str | None) -> None:
+    process = listing_sql._MemberText().result_processor(sqlite_dialect(), None)
+    assert process is not None
+    assert process(member) == (None if member is None else json.loads(member))

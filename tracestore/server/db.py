@@ -43,6 +43,21 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        """On SQLite, SQLAlchemy's reading of the stored text (``fromisoformat``) and
+        ``process_result_value`` in one call: the list page reads two timestamps a row,
+        and three calls a value were a tenth of its CPU."""
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+
+        def process(value: str | None) -> datetime | None:
+            if value is None:
+                return None
+            parsed = datetime.fromisoformat(value)
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+        return process
+
 
 # JSON documents: JSONB on PostgreSQL (indexable), JSON text on SQLite.
 JSONDoc = JSON().with_variant(JSONB(), "postgresql")

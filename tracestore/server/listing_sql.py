@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     ColumnElement,
     Integer,
     Text,
+    TypeDecorator,
     and_,
     bindparam,
     case,
@@ -300,11 +300,34 @@ def _summary_columns(dialect: str) -> list[ColumnElement[Any]]:
     members = ("workload_family", "workload_name")
     if dialect == "postgresql":
         return [_pg_member((m,)).label(m) for m in members]
-    # SQLite's -> answers the member as JSON text, which the JSON type decodes.
+    # SQLite's -> answers the member as JSON text, which _MemberText decodes.
     return [
-        T.workload_metadata.op("->", return_type=JSON)(literal_column(f"'$.{m}'")).label(m)
+        T.workload_metadata.op("->", return_type=_MemberText)(literal_column(f"'$.{m}'")).label(m)
         for m in members
     ]
+
+
+class _MemberText(TypeDecorator[Any]):
+    """A member of a JSON document as SQLite's -> answers it (JSON text), decoded: a plain
+    string (the common case: a family, a name) by slicing off its quotes, anything else by
+    the JSON parser. Forty json.loads a list page were a tenth of its CPU."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if (
+            isinstance(value, str)
+            and len(value) >= 2
+            and value[0] == '"'
+            and value[-1] == '"'
+            and "\\" not in value
+            and '"' not in value[1:-1]
+        ):
+            return value[1:-1]
+        return json.loads(value)
 
 
 @functools.lru_cache(maxsize=4)
