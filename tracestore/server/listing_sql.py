@@ -345,7 +345,9 @@ def statement(shape: Shape) -> Select[Any]:
     conditions = _conditions(shape)
     if shape.after:
         conditions.append(_after(atoms))
-    columns = [
+    # What the page reads (listing.page_text, by position); the union's arms also carry the
+    # sort's atoms, labelled, for the outer ORDER BY, which the page does not read.
+    columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
         T.id,
         T.name,
         T.status,
@@ -355,22 +357,22 @@ def statement(shape: Shape) -> Select[Any]:
         T.total_size,
         T.rank_count,
         T.created_at,
-        *(atom.expr.label(atom.label) for atom in atoms),
     ]
     order = [atom.expr.desc() if atom.descending else atom.expr.asc() for atom in atoms]
     fetch = bindparam("fetch", type_=Integer)
-    arms = [
-        select(*columns).where(arm, *conditions).order_by(*order).limit(fetch)
-        for arm in _arms(shape)
-    ]
+    arms = _arms(shape)
     if not arms:
         return select(*columns).where(false()).limit(fetch)
     if len(arms) == 1:
-        return arms[0]
-    first, *rest = (select(arm.subquery()) for arm in arms)
+        return select(*columns).where(arms[0], *conditions).order_by(*order).limit(fetch)
+    labelled = [*columns, *(atom.expr.label(atom.label) for atom in atoms)]
+    first, *rest = (
+        select(select(*labelled).where(arm, *conditions).order_by(*order).limit(fetch).subquery())
+        for arm in arms
+    )
     union = first.union_all(*rest).subquery("page")
     outer = [
         union.c[atom.label].desc() if atom.descending else union.c[atom.label].asc()
         for atom in atoms
     ]
-    return select(union).order_by(*outer).limit(fetch)
+    return select(*(union.c[column.name] for column in columns)).order_by(*outer).limit(fetch)
