@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
@@ -48,6 +48,27 @@ def test_each_kind_of_url_has_its_path_and_verifies_until_it_expires() -> None:
     signer.verify_archive("ts_a", EXPIRES, signature, NOW)
     with pytest.raises(Forbidden, match="expired"):
         signer.verify_archive("ts_a", EXPIRES, signature, datetime.fromtimestamp(EXPIRES, UTC))
+
+
+@pytest.mark.parametrize("key", [b"key", b"another key", bytes(range(32))])
+def test_a_part_urls_query_is_what_urlencode_writes(key: bytes) -> None:
+    """part_path writes its query without urlencode: every value must need no quoting."""
+    signer = UrlSigner(key)
+    for grant in (
+        PartGrant("upload_a", 0, 1, 0, 1, 0),
+        PartGrant("upload_b", 7, 12, 5 << 20, 5 << 20, EXPIRES),
+        PartGrant("upload_c", 1, 1, 2**40, 2**33, 2**40),
+    ):
+        query = signer.part_path(grant).partition("?")[2]
+        signature = _query(signer.part_path(grant))["signature"]
+        assert query == urlencode(
+            {
+                "size": grant.size,
+                "partSize": grant.part_size,
+                "expires": grant.expires,
+                "signature": signature,
+            }
+        )
 
 
 def test_a_signature_grants_only_what_it_was_made_for() -> None:

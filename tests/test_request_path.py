@@ -379,3 +379,28 @@ def test_the_list_pages_text_is_what_its_model_reads_and_writes(
         assert page.items, params
     first = http.get("/api/v1/tracesets", params={"limit": "2"}).json()
     assert first["pagination"]["hasMore"] is True and first["pagination"]["nextCursor"]
+
+
+def test_the_upload_url_answer_is_what_fastapi_would_write_from_its_model(
+    http: TestClient,
+) -> None:
+    """The route answers the model's JSON as pydantic writes it; FastAPI would have dumped
+    the model to JSON-ready data and written that with json.dumps: the same bytes."""
+    body = {
+        "name": "dé jà",
+        "description": "ü",
+        "files": [{"name": f"rank_{n}.json", "size": 10 + n, "role": "primary"} for n in range(3)]
+        + [{"name": "notes.txt", "size": 0, "role": "supporting"}],
+        "workloadMetadata": {"shape": {"rankCount": 3}},
+    }
+    answer = http.post(UPLOAD_URL, json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    model = schemas.UploadUrlResponse.model_validate_json(answer.content)
+    written = json.dumps(
+        model.model_dump(mode="json", by_alias=True),
+        ensure_ascii=False,
+        allow_nan=False,
+        separators=(",", ":"),
+    )
+    assert answer.content == written.encode()

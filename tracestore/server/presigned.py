@@ -112,16 +112,15 @@ class UrlSigner:
 
     def part_path(self, grant: PartGrant) -> str:
         """The path and query of a part PUT."""
-        query = {
-            "size": grant.size,
-            "partSize": grant.part_size,
-            "expires": grant.expires,
-            "signature": self._sign(grant.expires, "PUT", *_signed_part_fields(grant)),
-        }
+        signature = self._sign(grant.expires, "PUT", *_signed_part_fields(grant))
         path = PART.format(
             upload_id=grant.upload_id, position=grant.position, part_number=grant.part_number
         )
-        return f"{PREFIX}{path}?{urlencode(query)}"
+        # As urlencode writes it, without its quoting: integers and an unpadded urlsafe
+        # base64 signature hold only unreserved characters (an upload-url answer has a
+        # URL per part).
+        query = f"size={grant.size:d}&partSize={grant.part_size:d}&expires={grant.expires:d}"
+        return f"{PREFIX}{path}?{query}&signature={signature}"
 
     def verify_part(self, grant: PartGrant, signature: str, now: datetime) -> None:
         """Raise Forbidden unless the part URL's signature holds and it has not expired."""
