@@ -165,7 +165,7 @@ def base_url(request: Request, settings: Settings) -> str:
     peer = request.client.host if request.client else None
     server = request.scope.get("server")
     origin = RequestOrigin(
-        scheme=request.url.scheme,
+        scheme=str(request.scope.get("scheme", "http")),  # request.url's (not built for it)
         host=request.headers.get("host"),
         local=(str(server[0]), int(server[1])) if server and server[1] is not None else None,
         forwarded_proto=_first(request.headers.get("x-forwarded-proto")),

@@ -12,6 +12,7 @@ The keys are shared by every process of a service through the database (``signin
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -274,6 +275,7 @@ def request_base_url(origin: RequestOrigin) -> str:
     return f"{scheme}://{_netloc(address, port, scheme)}"
 
 
+@functools.lru_cache(maxsize=256)  # a service is reached by a few names: parsed once each
 def _is_wildcard(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
     try:

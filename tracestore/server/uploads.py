@@ -101,18 +101,19 @@ def start_upload(
                 hash=None,
             )
             store_metadata(traceset, request.workload_metadata)
+            # Plain rows, not ORM objects: nothing but the insert reads them.
             files = [
-                db.TracesetFile(
-                    traceset_id=traceset_id,
-                    position=position,
-                    name=spec.name,
-                    size=spec.size,
-                    role=spec.role,
-                    content_type=spec.content_type,
-                    expected_sha256=spec.sha256,
-                    staging_handle=stage.handle,
-                    metadata_status="pending",
-                )
+                {
+                    "traceset_id": traceset_id,
+                    "position": position,
+                    "name": spec.name,
+                    "size": spec.size,
+                    "role": spec.role,
+                    "content_type": spec.content_type,
+                    "expected_sha256": spec.sha256,
+                    "staging_handle": stage.handle,
+                    "metadata_status": "pending",
+                }
                 for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True))
             ]
             upload = db.UploadSession(
@@ -127,9 +128,10 @@ def start_upload(
             # the request) nor the ORM's bulk insert (a fifth of what was left) is needed
             # for rows this function writes whole; the answer is built from these objects.
             session.execute(insert(_TRACESETS), [_row(traceset)])
-            session.execute(insert(_FILES), [_row(f) for f in files])
+            session.execute(insert(_FILES), files)
             session.execute(insert(_SESSIONS), [_row(upload)])
-            return _session_view(services, upload, files, base_url, with_received=False)
+            named = [(spec.name, stage) for spec, stage in zip(request.files, staged, strict=True)]
+            return _session_view(services, upload, named, base_url, with_received=False)
     except BaseException:
         for stage in staged:
             services.store.discard_staging(stage)
@@ -173,7 +175,7 @@ def resume_upload(
         view = _session_view(
             services,
             upload,
-            files,
+            [(file.name, staged_file(upload, file)) for file in files],
             base_url,
             with_received=takes_parts,
             with_urls=takes_parts,
@@ -185,7 +187,7 @@ def resume_upload(
 def _session_view(
     services: Services,
     upload: db.UploadSession,
-    files: Sequence[db.TracesetFile],
+    files: Sequence[tuple[str, StagedFile]],
     base_url: str,
     *,
     with_received: bool,
@@ -194,19 +196,19 @@ def _session_view(
 ) -> schemas.UploadUrlResponse:
     now = services.now()
     urls_expire = min(now + services.settings.part_url_ttl, upload.expires_at)
-    stages = [staged_file(upload, file) for file in files]
+    stages = [stage for _, stage in files]
     held = [services.store.list_parts(stage) if with_received else {} for stage in stages]
     # Part URLs come in pages, so no answer grows with the upload: each file with parts
     # missing gets its first few missing ones, the resume route the next few.
     wanting = sum(1 for stage, got in zip(stages, held, strict=True) if len(got) < stage.part_count)
     per_file = max(1, services.settings.part_urls_per_answer // max(1, wanting))
     out = []
-    for file, stage, received in zip(files, stages, held, strict=True):
+    for (name, stage), received in zip(files, held, strict=True):
         missing = [n for n in range(from_part, stage.part_count + 1) if n not in received]
         out.append(
             schemas.FileUploadUrls(
-                name=file.name,
-                size=file.size,
+                name=name,
+                size=stage.size,
                 part_urls_expire_at=urls_expire,
                 parts=[
                     schemas.PartUploadUrl(
