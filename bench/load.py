@@ -4,6 +4,7 @@ its own server stack, in one run.
     .venv/bin/python bench/load.py                      # 10,000 tracesets, 10 s per case
     .venv/bin/python bench/load.py --duration 5 --count 2000   # quick
     .venv/bin/python bench/load.py --workers 2          # serve --workers 2 (scaling)
+    .venv/bin/python bench/load.py --rounds 3           # each case 3 times, medians
 
 The store: one real upload of 8 files (through the service), then its records copied in the
 database to ``--count`` tracesets of varied workload families, all pointing at the same blobs,
@@ -19,9 +20,12 @@ Prints per route and connection count: requests/s of ours and of the ceilings, t
 against the route's target, p50/p99 latency, wrk's errors (non-2xx answers, socket
 connect/read/write errors, timeouts) and the server's CPU time per request (its processes'
 user + system time over our run, divided by the requests answered: steadier than requests/s
-on a shared machine). ``--routes get,list`` runs only those. Targets at 64 connections
-(issue 16): get >= 0.2 x the ceiling, list >= 0.1 x, upload-url >= 0.05 x, healthz >= 0.5 x;
-p99 <= 100 ms for get and list; at 200 connections no errors and no timeouts.
+on a shared machine). With ``--rounds N`` each case runs N times, ceiling then ours, and
+the medians are printed (the ratio: the median of the rounds' own ratios; 1-2 s runs of
+the same case moved the ceiling by half). ``--routes get,list`` runs only those. Targets
+at 64 connections (issue 16): get >= 0.2 x the ceiling, list >= 0.1 x, upload-url >= 0.05
+x, healthz >= 0.5 x; p99 <= 100 ms for get and list; at 200 connections no errors and no
+timeouts.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -126,6 +131,20 @@ def wrk(url: str, connections: int, duration: int, token: str, script: Path | No
         socket_errors=connect + read + write,
         timeouts=timeouts,
         requests=int(done.group(1)),
+    )
+
+
+def _median(runs: list[Measured]) -> Measured:
+    """Rounds of one case as one: the median rate and latencies, the errors and requests
+    summed."""
+    return Measured(
+        requests_per_s=statistics.median(run.requests_per_s for run in runs),
+        p50_ms=statistics.median(run.p50_ms for run in runs),
+        p99_ms=statistics.median(run.p99_ms for run in runs),
+        non_2xx=sum(run.non_2xx for run in runs),
+        socket_errors=sum(run.socket_errors for run in runs),
+        timeouts=sum(run.timeouts for run in runs),
+        requests=sum(run.requests for run in runs),
     )
 
 
@@ -224,6 +243,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=10_000, help="tracesets in the store")
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--workers", type=int, default=1, help="tracestore serve --workers")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="runs of each case (ceiling, then ours); the medians are reported",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument(
         "--routes",
@@ -275,22 +300,33 @@ def main() -> None:
             )
             answer.raise_for_status()
             for connections in CONNECTIONS:
-                ceiling_run = wrk(
-                    f"http://127.0.0.1:{port}{path}", connections, args.duration, token, script
+                rounds = []
+                for _ in range(args.rounds):
+                    ceiling_run = wrk(
+                        f"http://127.0.0.1:{port}{path}", connections, args.duration, token, script
+                    )
+                    uvloop_run = wrk(
+                        f"http://127.0.0.1:{uvloop_port}{path}",
+                        connections,
+                        args.duration,
+                        token,
+                        script,
+                    )
+                    cpu_before = cpu_seconds(server.process.pid)
+                    ours = wrk(server.url + path, connections, args.duration, token, script)
+                    cpu = cpu_seconds(server.process.pid) - cpu_before
+                    rounds.append((ceiling_run, uvloop_run, ours, cpu))
+                ceiling_run = _median([r[0] for r in rounds])
+                uvloop_run = _median([r[1] for r in rounds])
+                ours = _median([r[2] for r in rounds])
+                cpu_ms = 1000 * sum(r[3] for r in rounds) / ours.requests
+                # The median of each round's ratio: a round's ceiling and ours ran minutes
+                # apart at most, so what else the machine did weighs on both.
+                ratio = statistics.median(r[2].requests_per_s / r[0].requests_per_s for r in rounds)
+                ratio_uvloop = statistics.median(
+                    r[2].requests_per_s / r[1].requests_per_s for r in rounds
                 )
-                uvloop_run = wrk(
-                    f"http://127.0.0.1:{uvloop_port}{path}",
-                    connections,
-                    args.duration,
-                    token,
-                    script,
-                )
-                cpu_before = cpu_seconds(server.process.pid)
-                ours = wrk(server.url + path, connections, args.duration, token, script)
-                cpu_ms = 1000 * (cpu_seconds(server.process.pid) - cpu_before) / ours.requests
                 ratio_target, p99_target = TARGETS[route]
-                ratio = ours.requests_per_s / ceiling_run.requests_per_s
-                ratio_uvloop = ours.requests_per_s / uvloop_run.requests_per_s
                 results.append(
                     {
                         "route": route,
@@ -300,6 +336,9 @@ def main() -> None:
                         "ceiling": asdict(ceiling_run),
                         "ceiling_uvloop": asdict(uvloop_run),
                         "ratio": round(ratio, 4),
+                        "round_ratios": [
+                            round(r[2].requests_per_s / r[0].requests_per_s, 4) for r in rounds
+                        ],
                         "ratio_uvloop": round(ratio_uvloop, 4),
                         "server_cpu_ms_per_request": round(cpu_ms, 4),
                         "ratio_target": ratio_target if connections == 64 else None,
@@ -315,7 +354,15 @@ def main() -> None:
                     f"server CPU {cpu_ms:.3f} ms/req) | ceiling "
                     f"{ceiling_run.requests_per_s:8.0f} req/s (uvloop "
                     f"{uvloop_run.requests_per_s:.0f}) | ratio {ratio:.3f} ({ratio_uvloop:.3f})"
-                    + (f" (target {ratio_target})" if connections == 64 else ""),
+                    + (f" (target {ratio_target})" if connections == 64 else "")
+                    + (
+                        " rounds "
+                        + "/".join(
+                            f"{r[2].requests_per_s / r[0].requests_per_s:.3f}" for r in rounds
+                        )
+                        if len(rounds) > 1
+                        else ""
+                    ),
                     file=sys.stderr,
                     flush=True,
                 )
