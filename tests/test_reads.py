@@ -17,11 +17,11 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.sql import Select
 
 from tests.uploading import upload
-from tracestore.server import db, listing_sql, receiving, tracesets
+from tracestore.server import db, listing, listing_sql, reads, receiving, tracesets
 from tracestore.server.auth import Principal, create_tenant
 from tracestore.server.deps import Caller
 from tracestore.server.listing_query import parse_list_query
-from tracestore.server.reads import Prepared
+from tracestore.server.reads import Prepared, PreparedCache
 from tracestore.server.services import Services
 
 T = db.Traceset.__table__
@@ -234,3 +234,45 @@ def test_a_json_member_is_read_from_sqlite_as_the_json_parser_reads_it(member: s
     process = listing_sql._MemberText().result_processor(sqlite_dialect(), None)
     assert process is not None
     assert process(member) == (None if member is None else json.loads(member))
+
+
+def test_a_list_shape_made_again_is_not_compiled_again(
+    sqlite_only: None, services: Services, admin_token: str
+) -> None:
+    """listing_sql keeps 512 shapes' selects; a caller picks the shape (any workload filter
+    path), so a shape comes back as a new select. Its compiled statement is found by the
+    shape, not kept again beside the old one (which pinned ~0.4 MB a 16-filter shape, up to
+    2,048 of them)."""
+    principal = _principal(services, admin_token)
+    shapes = (listing_sql.statement.cache_info().maxsize or 0) + 8
+    compiled = 0
+    real_of = Prepared.of
+
+    def counting(statement: Any, dialect: Any) -> Prepared:
+        nonlocal compiled
+        compiled += 1
+        return real_of(statement, dialect)
+
+    listing_sql.statement.cache_clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Prepared, "of", staticmethod(counting))
+        for _ in range(2):
+            for i in range(shapes):
+                query = parse_list_query([("limit", "1"), (f"m{i}.x", "1")])
+                listing.page_text(services, principal, query)
+    assert compiled <= shapes + 1  # each shape once, and the page's summary
+
+
+def test_the_compiled_statements_kept_are_the_most_recently_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reads, "PREPARED_LIMIT", 2)
+    cache = PreparedCache(sqlite_dialect())
+    first, second, third = (select(T.c.id).where(T.c.name == str(n)) for n in range(3))
+    kept = cache.get(first)
+    cache.get(second)
+    assert cache.get(first) is kept  # used again: now the most recent
+    cache.get(third)  # drops second, the least recently used
+    assert cache.get(first) is kept
+    assert cache.get(second) is not None and cache.get(third) is not None
+    assert cache.get(first) is not kept  # dropped when second and third came back

@@ -129,6 +129,11 @@ def test_camel_case_members_are_not_matched_and_camel_case_parameters_refused(
         ({"a": 1}, "1", False),
         ([1, 2], "1", False),
         ("[1]", "[1]", True),
+        # Integers beyond 64 bits: sqlite3 cannot bind them (a 500 once), PostgreSQL can.
+        (2**70, str(2**70), True),
+        (-(2**70), str(-(2**70)), True),
+        (2**70, "1", False),
+        (5, str(10**400), False),
     ],
 )
 def test_workload_filters_are_json_typed(
@@ -158,6 +163,9 @@ BAD_PARAMETERS: list[tuple[dict[str, Any], str]] = [
     ({"createdAfter": "yesterday"}, "createdAfter must be an RFC 3339 timestamp"),
     ({"createdBefore": "2026-11-30T09:00:00"}, "createdBefore must be an RFC 3339"),
     ({"createdBefore": "2026-13-30"}, "createdBefore must be"),
+    # Valid text whose UTC falls outside years 1-9999 (an OverflowError, a 500 once).
+    ({"createdAfter": "0001-01-01T00:00:00+00:01"}, "createdAfter must be an RFC 3339"),
+    ({"createdBefore": "9999-12-31T23:59:59-00:01"}, "createdBefore must be an RFC 3339"),
     (
         {"status": "gone"},
         "Invalid status: 'gone'. Valid statuses: uploading, processing, ready, upload_failed, "

@@ -83,17 +83,6 @@ def error_response(request_id: str, status: int, code: str, message: str) -> JSO
     )
 
 
-def unexpected_response(request_id: str) -> JSONResponse:
-    """The answer to an error nothing expected, logged with its traceback."""
-    log.exception("unexpected error in request %s", request_id)
-    return error_response(
-        request_id,
-        500,
-        InternalError.code,
-        f"An unexpected error occurred; quote request id {request_id}",
-    )
-
-
 def _request_id(request: Request) -> str:
     return str(getattr(request.state, "request_id", None) or new_request_id())
 
@@ -138,7 +127,7 @@ class RequestContext:
                 return
         lane = lanes.read_lane(scope) if self.read_lanes else None
         if lane is not None:
-            await (await _lane_answer(lane, scope, request_id))(scope, receive, send_with_id)
+            await _answer_lane(lane, scope, receive, send_with_id, request_id)
             return
         received = 0
 
@@ -154,15 +143,18 @@ class RequestContext:
         await self.app(scope, limited_receive, send_with_id)
 
 
-async def _lane_answer(lane: lanes.Lane, scope: Scope, request_id: str) -> Response:
-    """What the lane's route would answer: its JSON, or the envelope of its error."""
+async def _answer_lane(
+    lane: lanes.Lane, scope: Scope, receive: Receive, send: Send, request_id: str
+) -> None:
+    """Answer as the lane's route would: its JSON, or the envelope of its error. An
+    unexpected error goes on to Starlette's ServerErrorMiddleware, as a route's does: the
+    app's handler answers and logs it, and the server logs it again."""
     try:
         text = await lane(scope["app"].state.services)
     except TracestoreError as exc:
-        return error_response(request_id, exc.status, exc.code, exc.message)
-    except Exception:
-        return unexpected_response(request_id)
-    return Response(text, media_type="application/json")
+        await error_response(request_id, exc.status, exc.code, exc.message)(scope, receive, send)
+        return
+    await Response(text, media_type="application/json")(scope, receive, send)
 
 
 def _too_large(limit: int) -> str:
@@ -202,7 +194,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return unexpected_response(_request_id(request))
+        request_id = _request_id(request)
+        log.exception("unexpected error in request %s", request_id)
+        return error_response(
+            request_id,
+            500,
+            InternalError.code,
+            f"An unexpected error occurred; quote request id {request_id}",
+        )
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:

@@ -154,7 +154,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).
             reads.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-        rows = reads.all(listing_sql.statement(shape), values)
+        rows = reads.all(listing_sql.statement(shape), values, key=shape)
         has_more = len(rows) > query.limit
         rows = rows[: query.limit]
         # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us

@@ -163,7 +163,7 @@ def parse_timestamp(name: str, text: str) -> datetime:
         raise ValidationError(problem)
     try:
         return datetime.fromisoformat(text.upper().replace("Z", "+00:00")).astimezone(UTC)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: UTC falls outside years 1-9999
         raise ValidationError(problem) from None
 
 

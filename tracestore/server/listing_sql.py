@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,18 @@ def _kind(value: Any) -> str:
     return "text" if isinstance(value, str) else "number"
 
 
+def _sqlite_number(value: Any) -> Any:
+    """A workload filter's value as SQLite can bind it: an integer beyond 64 bits (which
+    sqlite3 refuses to bind) as the float SQLite's json_extract reads such a stored
+    integer as; anything else as it is."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        try:
+            return float(value)
+        except OverflowError:  # beyond floats too: json_extract reads it as infinite
+            return math.inf if value > 0 else -math.inf
+    return value
+
+
 def _containment_document(filters: tuple[WorkloadFilter, ...]) -> dict[str, Any] | None:
     """The filters as one nested document, or None when two of them contradict."""
     document: dict[str, Any] = {}
@@ -132,7 +145,7 @@ def plan(
     values.update((f"f{i}", item.value) for i, item in enumerate(query.inspected))
     for i, item in enumerate(query.workload):
         if dialect != "postgresql" and _kind(item.value) in ("text", "number"):
-            values[f"w{i}"] = item.value
+            values[f"w{i}"] = _sqlite_number(item.value)
     document = _containment_document(query.workload)
     if dialect == "postgresql" and query.workload and document is not None:
         values["wdoc"] = json.dumps(document, ensure_ascii=False)

@@ -13,7 +13,8 @@ or on a connection an ORM session holds, it is ``Connection.execute`` as before.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +22,9 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import Executable, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
-# Statements kept compiled per database: the GET's two, the list's per shape (listing_sql
-# keeps 512 shapes); past this the cache starts afresh rather than growing.
-PREPARED_LIMIT = 2048
+# Statements kept compiled per database: the GET's two, a part PUT's, the list's summary,
+# and the list's by shape (listing_sql keeps 512 shapes' selects), with room to spare.
+PREPARED_LIMIT = 640
 # Expansions kept per expanding statement (one per count of items: a page's ids, up to
 # the page size; a caller's workspaces).
 EXPANSIONS_LIMIT = 256
@@ -167,14 +168,17 @@ class Reads:
         self.connection = connection
         self._prepared = prepared
 
-    def all(self, statement: Select[Any], params: Mapping[str, Any]) -> list[Row]:
-        """Every row of ``statement`` with ``params``, as tuples (or Rows) by position."""
+    def all(
+        self, statement: Select[Any], params: Mapping[str, Any], *, key: Hashable | None = None
+    ) -> list[Row]:
+        """Every row of ``statement`` with ``params``, as tuples (or Rows) by position;
+        ``key`` names the statement for ``PreparedCache`` when its object may be rebuilt."""
         if self.connection is not None:
             return list(self.connection.execute(statement, params).all())
         if self._cursor is None:
             self._cursor = self._raw.driver_connection.cursor()
             self._cursor.execute("BEGIN")
-        return self._prepared.get(statement).run(self._cursor, params)
+        return self._prepared.get(statement, key).run(self._cursor, params)
 
     def first(self, statement: Select[Any], params: Mapping[str, Any]) -> Row | None:
         rows = self.all(statement, params)
@@ -200,19 +204,27 @@ class Reads:
 
 
 class PreparedCache:
-    """``Prepared`` statements of one database's dialect, compiled at first use."""
+    """``Prepared`` statements of one database's dialect, compiled at first use, the least
+    recently used dropped past PREPARED_LIMIT. A statement is found by the ``key`` its
+    caller gives (the list's query shape: a shape whose select listing_sql made again
+    after dropping it from its own cache is the same statement) or else by itself (the
+    module-level selects of a GET and a part PUT)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        self._statements: dict[Select[Any], Prepared] = {}
+        self._statements: OrderedDict[Hashable, Prepared] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, statement: Select[Any]) -> Prepared:
-        prepared = self._statements.get(statement)
-        if prepared is None:
-            prepared = Prepared.of(statement, self._dialect)
-            with self._lock:
-                if len(self._statements) >= PREPARED_LIMIT:
-                    self._statements.clear()
-                self._statements[statement] = prepared
+    def get(self, statement: Select[Any], key: Hashable | None = None) -> Prepared:
+        key = statement if key is None else key
+        with self._lock:
+            prepared = self._statements.get(key)
+            if prepared is not None:
+                self._statements.move_to_end(key)
+                return prepared
+        prepared = Prepared.of(statement, self._dialect)
+        with self._lock:
+            self._statements[key] = prepared
+            while len(self._statements) > PREPARED_LIMIT:
+                self._statements.popitem(last=False)
         return prepared
