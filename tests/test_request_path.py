@@ -384,8 +384,8 @@ def test_the_list_pages_text_is_what_its_model_reads_and_writes(
 def test_the_upload_url_answer_is_what_fastapi_would_write_from_its_model(
     http: TestClient,
 ) -> None:
-    """The route answers the model's JSON as pydantic writes it; FastAPI would have dumped
-    the model to JSON-ready data and written that with json.dumps: the same bytes."""
+    """The route answers the model's JSON as pydantic writes it, where FastAPI wrote the
+    returned model itself: the same bytes as its JSON-ready data written compactly."""
     body = {
         "name": "dé jà",
         "description": "ü",

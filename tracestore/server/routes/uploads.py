@@ -60,9 +60,9 @@ def _start_upload(services: Services, principal: Principal, body: bytes, request
     answer = uploads.start_upload(
         services, principal, body, deps.base_url(request, services.settings)
     )
-    # Written here, in the request's thread, by pydantic's compiled serializer: FastAPI's
-    # validating the model again and writing it through json.dumps on the event loop cost
-    # a tenth of the request. The same text (tests/test_request_path.py).
+    # Written here, in the request's thread, by pydantic's compiled serializer: FastAPI
+    # validated the returned model again and serialized it, on the event loop, a tenth of
+    # the request. The same text (tests/test_request_path.py).
     return answer.model_dump_json(by_alias=True)
 
 
