@@ -35,7 +35,7 @@ from typing import Any  # noqa: E402
 from sqlalchemy import event, text  # noqa: E402
 
 from tests.pgserver import PostgresServer  # noqa: E402
-from tracestore.server import listing  # noqa: E402
+from tracestore.server import listing, reads  # noqa: E402
 from tracestore.server.auth import Principal  # noqa: E402
 from tracestore.server.database import Database  # noqa: E402
 from tracestore.server.ids import new_id  # noqa: E402
@@ -332,19 +332,43 @@ def measure(sized: dict[int, Services], repeats: int) -> dict[int, dict[str, Mea
     return results
 
 
+class _Recording:
+    """A DBAPI cursor that notes each statement it is given (``reads.Prepared.run`` sends
+    SQLite's selects straight to the cursor, past SQLAlchemy's events)."""
+
+    def __init__(self, cursor: Any, notes: Callable[[str, Any], None]) -> None:
+        self._cursor, self._notes = cursor, notes
+
+    def execute(self, statement: str, parameters: Any) -> Any:
+        self._notes(statement, parameters)
+        return self._cursor.execute(statement, parameters)
+
+    def fetchall(self) -> Any:
+        return self._cursor.fetchall()
+
+
 def explain(database: Database, run: Callable[[], int]) -> str:
     """EXPLAIN of the SELECT the use case sends (captured from the cursor, then re-sent)."""
     captured: list[tuple[str, Any]] = []
 
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+    def note(statement: str, parameters: Any) -> None:
         if statement.lstrip().upper().startswith("SELECT") and "tracesets" in statement:
             captured.append((statement, parameters))
 
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        note(statement, parameters)
+
+    def prepared_run(self: reads.Prepared, cursor: Any, params: Any) -> Any:
+        return sent(self, _Recording(cursor, note), params)
+
+    sent = reads.Prepared.run
+    reads.Prepared.run = prepared_run  # type: ignore[method-assign]
     for engine in {database.engine, database.read_engine}:
         event.listen(engine, "before_cursor_execute", capture)
     try:
         run()
     finally:
+        reads.Prepared.run = sent  # type: ignore[method-assign]
         for engine in {database.engine, database.read_engine}:
             event.remove(engine, "before_cursor_execute", capture)
     statement, parameters = captured[0]  # the page; the summary query follows it
