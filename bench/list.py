@@ -353,7 +353,10 @@ def explain(database: Database, run: Callable[[], int]) -> str:
 
     def note(statement: str, parameters: Any) -> None:
         if statement.lstrip().upper().startswith("SELECT") and "tracesets" in statement:
-            captured.append((statement, parameters))
+            # A positional list as exec_driver_sql takes it (a tuple).
+            captured.append(
+                (statement, tuple(parameters) if isinstance(parameters, list) else parameters)
+            )
 
     def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         note(statement, parameters)
