@@ -126,7 +126,8 @@ def start_upload(
             )
             # One Core INSERT per table: neither the unit of work's flushes (a fifth of
             # the request) nor the ORM's bulk insert (a fifth of what was left) is needed
-            # for rows this function writes whole; the answer is built from these objects.
+            # for rows this function writes whole; the answer is built from the session
+            # object and each file's name and staged file.
             session.execute(insert(_TRACESETS), [_row(traceset)])
             session.execute(insert(_FILES), files)
             session.execute(insert(_SESSIONS), [_row(upload)])
