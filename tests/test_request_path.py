@@ -1,16 +1,14 @@
 """The request path (issue 16): a request's token check and its use case run in one worker
 thread on one read session (``deps.Caller``, ``Database.shared_reads``), and a short read
 on SQLite on the event loop's own thread (``Caller.read``); the pool keeps a connection per
-request thread, the served sockets send without waiting on delayed ACKs, and the access
-log is written without a flush per line. How fast it is, is bench/load.py's business;
+request thread, and the served sockets send without waiting on delayed ACKs (the access
+log's batching is tests/test_accesslog.py's). How fast it is, is bench/load.py's business;
 these pin what it must keep true."""
 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 import socket
 import threading
 import time
@@ -19,20 +17,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
-from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
 from tests.conftest import TESTDATA
 from tests.uploading import UPLOAD_URL, upload
 from tracestore import schemas
 from tracestore.cli.serve import _listen
 from tracestore.server import admin, db, listing, tracesets
-from tracestore.server.accesslog import (
-    FLUSH_EVERY,
-    AccessFormatter,
-    AccessLogHandler,
-    RedactSignatures,
-    log_config,
-)
 from tracestore.server.app import new_request_id
 from tracestore.server.auth import Principal, TokenCache, create_tenant
 from tracestore.server.deps import Caller
@@ -186,53 +176,6 @@ def test_the_pool_keeps_a_connection_for_each_request_thread(services: Services)
     burst()
     assert not failures
     assert connects[0] == opened  # the second burst opened none
-
-
-def test_the_access_log_is_flushed_in_batches_and_completely() -> None:
-    class Stream(io.StringIO):
-        flushes = 0
-
-        def flush(self) -> None:
-            self.flushes += 1
-            super().flush()
-
-    stream = Stream()
-    handler = AccessLogHandler(stream)
-    logger = logging.getLogger("tracestore-test-access")
-    logger.propagate = False
-    logger.addHandler(handler)
-    try:
-        for n in range(200):
-            logger.warning("GET /x/%d", n)
-        deadline = time.monotonic() + 10 * FLUSH_EVERY + 5
-        while stream.flushes == 0 and time.monotonic() < deadline:
-            time.sleep(FLUSH_EVERY / 4)
-        assert 1 <= stream.flushes <= 5  # not one per line
-        logger.warning("GET /last")
-    finally:
-        logger.removeHandler(handler)
-        handler.close()
-    lines = stream.getvalue().splitlines()
-    assert lines == [f"GET /x/{n}" for n in range(200)] + ["GET /last"]
-
-
-@pytest.mark.parametrize("colors", [False, True])
-def test_the_access_lines_are_uvicorns_without_signatures(colors: bool) -> None:
-    """Our access formatter skips uvicorn's record copies, not a character of its line."""
-    fmt = log_config()["formatters"]["access"]["fmt"]
-    ours = AccessFormatter(fmt, use_colors=colors)
-    theirs = UvicornAccessFormatter(fmt, use_colors=colors)
-    signed = "/blobs/content/ab?expires=1&signature=s3cr3t&x=1"
-    for args in [
-        ("127.0.0.1:5555", "GET", "/api/v1/tracesets/ts_1", "1.1", 200),
-        ("[::1]:80", "PUT", signed, "1.1", 404),
-        ("", "POST", "/api/v1/tracesets?limit=2", "1.0", 599),
-    ]:
-        message = '%s - "%s %s HTTP/%s" %d'  # as uvicorn's protocol logs it
-        record = logging.LogRecord("uvicorn.access", logging.INFO, "p", 1, message, args, None)
-        RedactSignatures().filter(record)
-        assert ours.format(record) == theirs.format(record)
-        assert "s3cr3t" not in ours.format(record)
 
 
 def test_request_ids_are_unique() -> None:
