@@ -17,9 +17,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from tracestore import schemas
 from tracestore.errors import ValidationError
-from tracestore.server import listing_sql
+from tracestore.server import db, listing_sql
 from tracestore.server.auth import Principal
 from tracestore.server.listing_query import ListQuery, SortKey
 from tracestore.server.services import Services
@@ -116,11 +115,11 @@ def _cursor_value(field: str, value: Any) -> Any:
 
 def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
     # The row is listing_sql.statement's: id, name, status, scope, workspace_id, file_count,
-    # total_size, rank_count, created_at, then the sort's own labels.
+    # total_size, rank_count, created_at (stored text on SQLite), then workload members.
     values: list[Any] = []
     for key in sort:
         if key.field == "created":
-            values.append(row[8].isoformat())
+            values.append(db.timestamp_value(row[8]).isoformat())
         elif key.field == "name":
             values.append(row[1])
         elif key.field == "status":
@@ -155,20 +154,9 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             # selective this search term or metadata document is (index walk vs GIN/trigram).
             reads.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
         rows = reads.all(listing_sql.statement(shape), values, key=shape)
-        has_more = len(rows) > query.limit
-        rows = rows[: query.limit]
-        # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us
-        # each, a tenth of the request at 20 items); the columns are listing_sql.statement's.
-        summaries = (
-            {
-                id_: (family, workload_name)
-                for id_, family, workload_name in reads.all(
-                    listing_sql.summary_statement(shape.dialect), {"ids": [row[0] for row in rows]}
-                )
-            }
-            if rows
-            else {}
-        )
+    has_more = len(rows) > query.limit
+    # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us
+    # each, a tenth of the request at 20 items); the columns are listing_sql.statement's.
     items = [
         {
             "id": id_,
@@ -179,17 +167,26 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             "fileCount": files,
             "totalSize": size,
             "rankCountDerived": ranks,
-            "createdAt": schemas.format_timestamp(created),
-            "workload": {
-                "workload_family": summaries[id_][0],
-                "workload_name": summaries[id_][1],
-            },
+            "createdAt": db.timestamp_text(created),
+            "workload": {"workload_family": family, "workload_name": workload_name},
         }
-        for id_, name, status, scope, workspace_id, files, size, ranks, created, *_ in rows
+        for (
+            id_,
+            name,
+            status,
+            scope,
+            workspace_id,
+            files,
+            size,
+            ranks,
+            created,
+            family,
+            workload_name,
+        ) in rows[: query.limit]
     ]
     next_cursor = (
-        encode_cursor(key, binding, _cursor_values(query.sort, rows[-1]))
-        if has_more and rows
+        encode_cursor(key, binding, _cursor_values(query.sort, rows[query.limit - 1]))
+        if has_more
         else None
     )
     page = {
