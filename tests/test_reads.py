@@ -58,9 +58,9 @@ def _cases(services: Services, principal: Principal, traceset_id: str) -> list[A
         # equal; as the driver's default adapter writes it (no ".000000", "+00:00"), not.
         created = session.scalar(select(T.c.created_at).where(T.c.id == traceset_id))
     cases: list[Any] = [
-        (tracesets._VIEW_COLUMNS, {"traceset_id": traceset_id}),
+        (tracesets._view_columns("sqlite"), {"traceset_id": traceset_id}),
         (tracesets._VIEW_FILES, {"traceset_id": traceset_id}),
-        (tracesets._VIEW_COLUMNS, {"traceset_id": "ts_none"}),
+        (tracesets._view_columns("sqlite"), {"traceset_id": "ts_none"}),
         (receiving._PART_QUERY, {"upload": "up_none", "position": 0}),
         (
             select(T.c.id, T.c.tags, T.c.workload_metadata, T.c.expires_at, T.c.created_at)

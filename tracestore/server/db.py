@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    type_coerce,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -61,6 +62,14 @@ class UTCDateTime(TypeDecorator[datetime]):
 def _from_sqlite_text(value: str) -> datetime:
     parsed = datetime.fromisoformat(value)
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def stored_timestamp(column: Any, dialect: str) -> Any:
+    """``column`` (a timestamp) as a select that answers it to the API reads it: on SQLite
+    its stored text, which ``timestamp_text`` slices; elsewhere the column itself."""
+    if dialect != "sqlite":
+        return column
+    return type_coerce(column, Text).label(column.key)
 
 
 def timestamp_value(value: datetime | str) -> datetime:

@@ -34,7 +34,6 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
-    type_coerce,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import InstrumentedAttribute
@@ -364,16 +363,16 @@ def statement(shape: Shape) -> Select[Any]:
     sort; in the same statement, not a second one (a second select cost a sixth of the
     page). On SQLite ``created_at`` is its stored text (``db.timestamp_text`` slices it)."""
     page = _chosen(shape).subquery("chosen")
-    created: ColumnElement[Any] = page.c.created_at
-    if shape.dialect != "postgresql":
-        created = type_coerce(created, Text).label("created_at")
     # The chosen rows again in the sort's order: a join keeps no order of its own.
     order = [
         atom.expr.desc() if atom.descending else atom.expr.asc()
         for atom in _atoms(shape.sort, page.c)
     ]
     return (
-        select(*(page.c[name] for name in PAGE_COLUMNS[:-1]), created)
+        select(
+            *(page.c[name] for name in PAGE_COLUMNS[:-1]),
+            db.stored_timestamp(page.c.created_at, shape.dialect),
+        )
         .add_columns(*_summary_columns(shape.dialect))
         .join_from(page, T, T.id == page.c.id)
         .order_by(*order)
