@@ -112,7 +112,8 @@ async def short_read(
     (``Database.reads_inline``: SQLite), else in a worker thread (``Caller.read`` says
     why)."""
     if services.db.reads_inline:
-        return read(*args, **kwargs)
+        with services.db.inline_reads():
+            return read(*args, **kwargs)
     return await run_in_threadpool(read, *args, **kwargs)
 
 

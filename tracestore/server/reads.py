@@ -157,13 +157,21 @@ _Source = tuple[str | None, int | None, Any]
 
 class Reads:
     """The statements of one short read transaction (``Database.read_connection``): on a
-    raw SQLite connection (``raw``), begun at the first statement and ended by ``close``,
-    or on a SQLAlchemy ``Connection`` whose transaction its owner ends."""
+    SQLite DBAPI connection, pooled (``raw``) or kept by its thread (``held``), begun at
+    the first statement and ended by ``close``; or on a SQLAlchemy ``Connection`` whose
+    transaction its owner ends."""
 
     def __init__(
-        self, *, raw: Any = None, connection: Connection | None = None, prepared: PreparedCache
+        self,
+        *,
+        raw: Any = None,
+        held: Any = None,
+        connection: Connection | None = None,
+        prepared: PreparedCache,
     ) -> None:
-        self._raw = raw
+        self._raw = raw  # a pooled connection (SQLAlchemy's), given back by close
+        self._held = held  # or a DBAPI connection its owner keeps (Database.inline_reads)
+        self._driver: Any = held if held is not None else raw and raw.driver_connection
         self._cursor: Any = None
         self.connection = connection
         self._prepared = prepared
@@ -176,7 +184,7 @@ class Reads:
         if self.connection is not None:
             return list(self.connection.execute(statement, params).all())
         if self._cursor is None:
-            self._cursor = self._raw.driver_connection.cursor()
+            self._cursor = self._driver.cursor()
             self._cursor.execute("BEGIN")
         return self._prepared.get(statement, key).run(self._cursor, params)
 
@@ -190,17 +198,26 @@ class Reads:
             raise TypeError("a raw SQLite read runs only selects")
         self.connection.execute(statement)
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a kept connection's read transaction is open (after ``close``: it could
+        not be ended)."""
+        return self._held is not None and bool(self._held.in_transaction)
+
     def close(self) -> None:
-        """Give the raw connection back to the pool, whose reset on return rolls its read
-        transaction back (tests/test_reads.py holds that none stays open)."""
-        if self._raw is None:
-            return
+        """End the read transaction: a pooled connection goes back to the pool, whose reset
+        on return rolls it back; a kept one is rolled back here (tests/test_reads.py holds
+        that none stays open)."""
         try:
             if self._cursor is not None:
                 self._cursor.close()
         finally:
-            raw, self._raw = self._raw, None
-            raw.close()
+            if self._held is not None:
+                if self._held.in_transaction:
+                    self._held.rollback()
+            elif self._raw is not None:
+                raw, self._raw = self._raw, None
+                raw.close()
 
 
 class PreparedCache:
