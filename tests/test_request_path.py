@@ -324,6 +324,19 @@ def test_the_list_pages_text_is_what_its_model_reads_and_writes(
     assert first["pagination"]["hasMore"] is True and first["pagination"]["nextCursor"]
 
 
+def test_a_list_page_writes_a_members_number_as_json_writes_it(http: TestClient) -> None:
+    """The page is written by pydantic-core's serializer (jsontext.compact) unless a workload
+    member is not a string: a float's text would change there (1e-07 -> 1e-7)."""
+    metadata = {"shape": {"rankCount": 1}, "workload_family": 1e-7, "workload_name": 2.5e300}
+    upload(http, {"a.bin": (b"x", "supporting")}, metadata, name="numbers")
+    upload(http, {"a.bin": (b"y", "supporting")}, {"workload_family": "é"}, name="text")
+    for params in ({"limit": "5"}, {"limit": "1"}):
+        answer = http.get("/api/v1/tracesets", params=params)
+        assert answer.status_code == 200, answer.text
+        assert answer.text == json.dumps(answer.json(), ensure_ascii=False, separators=(",", ":"))
+    assert '"workload_family":1e-07' in http.get("/api/v1/tracesets").text
+
+
 def test_the_upload_url_answer_is_what_fastapi_would_write_from_its_model(
     http: TestClient,
 ) -> None:

@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+from pydantic_core import PydanticSerializationError, to_json
+
 
 class RawNumber(float):
     """A JSON number that is not an integer, with the text it was written as."""
@@ -72,6 +74,19 @@ def dumps(value: Any) -> str:
     parts: list[str] = []
     _write(value, parts)
     return "".join(parts)
+
+
+def compact(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` of a value made of
+    strings, integers, booleans, None, lists and string-keyed dicts, written by
+    pydantic-core's serializer in a fourth of the time (a list page's 45 us, 12). No
+    floats: the two write some differently (``1e-07``, ``1e-7``), and a ``RawNumber``'s
+    text would be lost. A string the serializer refuses (a lone surrogate) is json's to
+    write (tests/test_jsontext.py holds the two equal)."""
+    try:
+        return to_json(value).decode()
+    except PydanticSerializationError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _write(value: Any, out: list[str]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from tracestore import jsontext
 from tracestore.errors import ValidationError
 from tracestore.server import db, listing_sql
 from tracestore.server.auth import Principal
@@ -193,4 +194,12 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
         "items": items,
         "pagination": {"count": len(items), "hasMore": has_more, "nextCursor": next_cursor},
     }
+    # Every value is a string, an integer or None, but for the workload members, which are
+    # whatever the metadata holds.
+    if all(_plain(row[9]) and _plain(row[10]) for row in rows):
+        return jsontext.compact(page)
     return json.dumps(page, ensure_ascii=False, separators=(",", ":"))
+
+
+def _plain(value: Any) -> bool:
+    return value is None or type(value) is str

@@ -246,7 +246,8 @@ def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
         "hash": hash_,
         "files": _file_answers(files, rank_count, _stored_rank_provenances(text)),
     }
-    written = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+    # Strings, integers, None (tags are strings, rankProvenance is kept only as one).
+    written = jsontext.compact(answer)
     metadata = "null" if metadata_text is None else metadata_text
     # The members in the models' order, the metadata last (as schemas.wire_json puts it).
     return f'{written[:-1]},"inspection":{text or "null"},"workloadMetadata":{metadata}}}'
