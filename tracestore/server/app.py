@@ -32,7 +32,7 @@ from tracestore.errors import (
 from tracestore.server import lanes, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.database import POOL_SIZE
-from tracestore.server.heap import keep_heap_warm
+from tracestore.server.heap import freeze_startup_heap, keep_heap_warm
 from tracestore.server.routes import (
     blobs,
     downloads,
@@ -282,6 +282,8 @@ def create_app(
             services.worker = worker
             if services.settings.in_process_worker:
                 worker.start()
+        if owned:  # a served process (tests hand their services in, and keep their heap)
+            freeze_startup_heap()
         try:
             yield
         finally:
