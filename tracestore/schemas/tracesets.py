@@ -1,0 +1,170 @@
+"""The answers about tracesets: a traceset with its files, a page of the listing, a download URL,
+the validation and resolve answers (SPEC 5.6, 5.7), and promotion's request and answer
+(SPEC 6)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator
+
+from tracestore.schemas.wire import (
+    MetadataStatus,
+    Pagination,
+    RequestModel,
+    Role,
+    Scope,
+    SnakeWireModel,
+    Status,
+    Timestamp,
+    WireModel,
+    without_nul,
+)
+from tracestore.schemas.workload import MetadataField
+
+
+class RankRange(WireModel):
+    start: int
+    end: int
+
+
+class FileResponse(WireModel):
+    name: str
+    size: int
+    role: Role
+    content_type: str | None = None
+    hash: str | None = None
+    metadata_status: MetadataStatus
+    rank_range: RankRange | None = None
+    rank_provenance: str | None = Field(
+        default=None,
+        description="Where inspection found the ranks of rankRange (the record, node or name "
+        "pattern), in words; null when none was found or inspection has not finished.",
+    )
+
+
+class Traceset(WireModel):
+    id: str
+    name: str
+    description: str | None = None
+    tags: list[str]
+    status: Status
+    scope: Scope
+    workspace_id: str
+    created_at: Timestamp
+    updated_at: Timestamp
+    expires_at: Timestamp | None
+    ttl_days: int
+    rank_count_derived: int | None
+    total_size: int
+    file_count: int
+    hash: str | None
+    workload_metadata: MetadataField = None
+    files: list[FileResponse]
+    inspection: dict[str, Any] | None = None
+
+
+class WorkloadSummary(SnakeWireModel):
+    """The descriptive members a list item shows, as stored (snake_case)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+    workload_family: Any = None
+    workload_name: Any = None
+
+
+class TracesetListItem(WireModel):
+    id: str
+    name: str
+    status: Status
+    scope: Scope
+    workspace_id: str
+    file_count: int
+    total_size: int
+    rank_count_derived: int | None
+    created_at: Timestamp
+    workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
+
+
+class TracesetPage(WireModel):
+    """Body of ``GET /api/v1/tracesets``: one page of tracesets."""
+
+    items: list[TracesetListItem]
+    pagination: Pagination
+
+
+class DownloadAnswer(WireModel):
+    """Body of ``GET /api/v1/tracesets/{id}/download``: a presigned GET URL."""
+
+    url: str
+    expires_at: Timestamp
+    file: str | None = Field(default=None, description="The file's name; null for the ZIP")
+    ranks: str | None = Field(
+        default=None, description="The ranks of a ranks download (0-7,12); null otherwise"
+    )
+
+
+class ValidationCheck(WireModel):
+    name: str
+    passed: bool | None = Field(description="null when the check has not been evaluated yet")
+    message: str | None = None
+    warning: bool = Field(
+        default=False,
+        description="true when the check passed with a warning (e.g. process groups checked "
+        "on a subset of the ranks); the message says what to look at",
+    )
+
+
+class ValidateAnswer(WireModel):
+    """Body of ``POST /api/v1/tracesets/{id}/validate``."""
+
+    valid: bool
+    checks: list[ValidationCheck]
+
+
+class ResolvedFile(SnakeWireModel):
+    name: str
+    role: Role
+    size: int
+    key: str
+    uri: str
+
+
+class ResolveAnswer(SnakeWireModel):
+    """Body of ``GET /api/v1/tracesets/{id}/resolve``: where the bytes are (snake_case)."""
+
+    traceset_id: str
+    name: str
+    layout: Literal["cas"] = "cas"
+    files: list[ResolvedFile]
+    total_size: int
+
+
+class PromoteRequest(RequestModel):
+    """Body of ``POST /api/v1/tracesets/{id}/promote`` (every member optional)."""
+
+    target: str = Field(
+        default="tenant",
+        description="The scope to promote to, one step up: `tenant` (the default) from "
+        "`workspace`, `public` from `tenant` (needs a tenant admin)",
+    )
+    workload_metadata: MetadataField = Field(
+        default=None,
+        description="Replaces the stored workloadMetadata (stored exactly as given) when the "
+        "promotion succeeds; checked by promotion's typed model and rank-count guard",
+    )
+    description: str | None = Field(
+        default=None, max_length=4096, description="Replaces the description on success"
+    )
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None, max_length=64, description="Replace the tags on success"
+    )
+
+    _texts_without_nul = field_validator("description", "tags")(without_nul)
+
+
+class PromoteAnswer(WireModel):
+    """Body of a promotion's answer."""
+
+    id: str
+    scope: Scope
+    promotion_applied: bool

@@ -1,0 +1,140 @@
+"""The upload's wire models: the upload-url request and its files, the part URLs answered for
+them (at start and on resume), and the completion request."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from tracestore.schemas.filenames import file_name_problem, name_collision
+from tracestore.schemas.wire import RequestModel, Role, Timestamp, WireModel, without_nul
+from tracestore.schemas.workload import MetadataField
+
+MAX_FILE_SIZE = 5 * 1024**4  # 5 TiB, as S3
+
+
+def sha256_hex(value: str | None) -> str | None:
+    """A declared SHA-256: 64 hexadecimal characters, kept in lower case."""
+    if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        raise ValueError(f"sha256 must be 64 hexadecimal characters, got {value!r}")
+    return value.lower() if value else value
+
+
+class UploadFileSpec(RequestModel):
+    """One file of an upload."""
+
+    name: str = Field(description="Relative POSIX path, 1–1,024 bytes")
+    size: int = Field(ge=0, le=MAX_FILE_SIZE, description="Size in bytes")
+    role: Role
+    content_type: str | None = Field(default=None, max_length=255)
+    sha256: str | None = Field(
+        default=None, description="Hex SHA-256 of the file; completion verifies it"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_relative_path(cls, value: str) -> str:
+        problem = file_name_problem(value)
+        if problem:
+            raise ValueError(f"File name {value!r} {problem}")
+        return value
+
+    _sha256_is_hex = field_validator("sha256")(sha256_hex)
+
+
+class TracesetUploadUrlRequest(RequestModel):
+    """Body of ``POST /api/v1/tracesets/upload-url``."""
+
+    name: str = Field(min_length=1, max_length=255)
+    description: str | None = Field(default=None, max_length=4096)
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64
+    )
+    workspace_id: str | None = None
+    ttl_days: int | None = Field(default=None, ge=1, le=365)
+    # At least one file, checked by the validator to word it as the reference does.
+    files: list[UploadFileSpec] = Field(json_schema_extra={"minItems": 1})
+    workload_metadata: MetadataField = None
+
+    _texts_without_nul = field_validator("name", "description", "tags")(without_nul)
+
+    @field_validator("files")
+    @classmethod
+    def _unique_names(cls, files: list[UploadFileSpec]) -> list[UploadFileSpec]:
+        if not files:
+            raise ValueError("At least one file is required")
+        seen: set[str] = set()
+        for spec in files:
+            if spec.name in seen:
+                raise ValueError(f"File name {spec.name!r} appears more than once")
+            seen.add(spec.name)
+        collision = name_collision(seen)
+        if collision:
+            raise ValueError(collision)
+        return files
+
+
+class PartUploadUrl(WireModel):
+    part_number: int
+    size: int
+    url: str
+
+
+class ReceivedPart(WireModel):
+    part_number: int
+    size: int
+    etag: str
+
+
+class FileUploadUrls(WireModel):
+    name: str
+    size: int
+    part_urls_expire_at: Timestamp
+    parts: list[PartUploadUrl] = Field(
+        description="Parts still to send, each with its URL: the first few of them (a page; "
+        "the resume route answers the next), or none once the session is completed"
+    )
+    received_parts: list[ReceivedPart] = Field(
+        default_factory=list, description="Parts the store already holds (resume)"
+    )
+
+
+class UploadUrlResponse(WireModel):
+    upload_id: str
+    traceset_id: str
+    checksum_algorithm: Literal["SHA256"] = "SHA256"
+    expires_at: Timestamp
+    part_size: int
+    files: list[FileUploadUrls]
+
+
+class UploadSessionResponse(UploadUrlResponse):
+    """The resume view of an upload session."""
+
+    state: str
+
+
+class CompletedPart(RequestModel):
+    part_number: int = Field(ge=1)
+    etag: str = Field(min_length=1)
+
+
+class CompletedFileInput(RequestModel):
+    name: str
+    parts: list[CompletedPart]
+    sha256: str | None = Field(
+        default=None,
+        description="Hex SHA-256 of the file, when the client hashed it while sending; "
+        "completion verifies it",
+    )
+
+    _sha256_is_hex = field_validator("sha256")(sha256_hex)
+
+
+class CompleteRequest(RequestModel):
+    """Body of ``POST /api/v1/tracesets/upload-url/complete``."""
+
+    upload_id: str
+    files: list[CompletedFileInput]

@@ -1,0 +1,92 @@
+"""What every wire model builds on: the base models (camelCase JSON, snake_case Python; strict
+requests), the types members share (timestamps, roles, statuses, scopes), the NUL check stored
+texts pass, and the answers every part of the API shares (a page's pagination, the error
+envelope, health)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    WithJsonSchema,
+)
+from pydantic.alias_generators import to_camel
+
+Role = Literal["primary", "supporting"]
+Status = Literal["uploading", "ready", "upload_failed", "deleted"]
+Scope = Literal["workspace", "tenant", "public"]
+MetadataStatus = Literal["pending", "complete", "failed"]
+
+
+def format_timestamp(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``, millisecond precision."""
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(format_timestamp, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+# Every model builds its validator at its first use, not at import: a command of the CLI
+# uses a few of them, and building all cost it ~25 ms of its start (bench/cli_start.py).
+class WireModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, defer_build=True)
+
+
+class RequestModel(WireModel):
+    # Built at import: FastAPI wraps a request body's model in a field of its own, which
+    # pydantic warns about when the model's build was deferred.
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        strict=True,
+        extra="ignore",
+        defer_build=False,
+    )
+
+
+class SnakeWireModel(BaseModel):
+    """A wire model whose JSON members are snake_case (the resolve answer, SPEC 5.7)."""
+
+    model_config = ConfigDict(populate_by_name=True, defer_build=True)
+
+
+def without_nul(value: Any, info: ValidationInfo) -> Any:
+    """A stored text member (or list of them) that holds no U+0000: PostgreSQL's text
+    cannot, and a stored text must read back as it was given on every engine."""
+    texts = value if isinstance(value, list) else [value]
+    if any(isinstance(text, str) and "\x00" in text for text in texts):
+        raise ValueError(
+            f"{info.field_name} contains a NUL character (U+0000), which is not allowed"
+        )
+    return value
+
+
+class Pagination(WireModel):
+    count: int
+    has_more: bool
+    next_cursor: str | None = None
+
+
+class ErrorDetail(WireModel):
+    code: str
+    message: str
+    request_id: str
+
+
+class ErrorEnvelope(WireModel):
+    error: ErrorDetail
+
+
+class Health(WireModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)
