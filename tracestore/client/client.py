@@ -1,4 +1,6 @@
-"""The Python client: one typed method per route of the tracestore API.
+"""The Python client: ``Client``, one typed method per route of the tracestore API (those of
+``api.ApiClient``) and what takes several of them: every page of a listing, a whole upload,
+a whole download.
 
     from tracestore import Client
 
@@ -13,184 +15,27 @@ the envelope's code, each carrying ``status``, ``code``, ``message`` and ``reque
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from typing import Any
 
-import httpx
-from pydantic import BaseModel
-
-from tracestore import jsontext, metadata, schemas
+from tracestore import metadata, schemas
+from tracestore.client.api import ApiClient
 from tracestore.client.downloader import Downloader
-from tracestore.client.sendfile import default_transport
-from tracestore.client.transfers import (
-    RETRY_STATUSES,
-    ProgressCallback,
-    RetryPolicy,
-    api_error,
-    body_text,
-    check_names,
-    collect_files,
-    network_error,
-)
+from tracestore.client.transfers import ProgressCallback, check_names, collect_files
 from tracestore.client.uploader import Uploader, received_parts
-from tracestore.errors import (
-    Conflict,
-    InternalError,
-    TracestoreError,
-    ValidationError,
-)
+from tracestore.errors import ValidationError
 from tracestore.ranks import parse_ranks, select_files
 
 __all__ = ["Client"]
 
-API = "/api/v1/tracesets"
-LIBRARIES = "/api/v1/libraries"
-DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
-COMPLETE_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
-_LIST_PARAMS = {
-    "workspace_id": "workspaceId",
-    "status": "status",
-    "scope": "scope",
-    "search": "search",
-    "sort": "sort",
-    "created_after": "createdAfter",
-    "created_before": "createdBefore",
-    "min_rank_count": "minRankCount",
-    "max_rank_count": "maxRankCount",
-    "min_world_size": "minWorldSize",
-    "max_world_size": "maxWorldSize",
-}
 
-
-Answer = TypeVar("Answer", bound=BaseModel)
-
-
-def _answer(response: httpx.Response, model: type[Answer]) -> Answer:
-    """The answer as ``model``; jsontext keeps workloadMetadata numbers as written."""
-    try:
-        return model.model_validate(jsontext.loads(response.content))
-    except ValueError as exc:  # not JSON, or not the shape this client knows
-        raise InternalError(
-            f"Unexpected answer from {response.request.method} {response.request.url.path} "
-            f"(is {response.request.url.host} a tracestore service?): {exc}",
-            request_id=response.headers.get("x-request-id"),
-            status=response.status_code,
-        ) from None
-
-
-def _segment(value: str) -> str:
-    """An id as one URL path segment (a stray ``/`` or ``..`` never changes the route)."""
-    return quote(value, safe="")
-
-
-def _query_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if hasattr(value, "isoformat"):
-        return str(value.isoformat()).replace("+00:00", "Z")
-    return str(value)
-
-
-class Client:
+class Client(ApiClient):
     """A tracestore service at ``base_url``, used with the API token ``token``.
 
     ``http`` may be any ``httpx.Client`` (Starlette's TestClient included); part and
     download URLs go through it too, without the bearer token.
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        http: httpx.Client | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._auth = {"Authorization": f"Bearer {token}"}
-        self._owns_http = http is None
-        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-        self.http = http or httpx.Client(
-            timeout=self._timeout,
-            limits=limits,
-            # Part bodies over http:// go out with sendfile (tracestore/client/sendfile.py).
-            transport=default_transport(limits),
-            follow_redirects=True,
-        )
-        self.retry = retry or RetryPolicy()
-
-    def close(self) -> None:
-        """Close the connections this client opened (not an ``http`` handed in)."""
-        if self._owns_http:
-            self.http.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    # --- plumbing ---
-
-    def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: list[tuple[str, str]] | None = None,
-        body: object = None,
-        idempotent: bool = True,
-        timeout: httpx.Timeout | None = None,
-    ) -> httpx.Response:
-        """One API request with the token; idempotent ones are retried on network errors and
-        5xx. Any other error answer raises its tracestore exception."""
-        url = self.base_url + path
-        headers = dict(self._auth)
-        content = None
-        if body is not None:
-            content = body_text(body)
-            headers["Content-Type"] = "application/json"
-        attempt = 0
-        failing_since: float | None = None
-        while True:
-            try:
-                response = self.http.request(
-                    method,
-                    url,
-                    params=urlencode(params) if params else None,
-                    content=content,
-                    headers=headers,
-                    # An injected client (a TestClient) keeps its own timeouts.
-                    timeout=timeout or self._timeout
-                    if self._owns_http
-                    else httpx.USE_CLIENT_DEFAULT,
-                )
-            except httpx.TransportError as exc:
-                # A request that never connected was never seen: safe to send again.
-                retriable = idempotent or isinstance(exc, httpx.ConnectError)
-                error: TracestoreError = network_error(exc, url)
-                failing_since = failing_since or time.monotonic()
-                if not retriable or self.retry.gives_up(attempt, failing_since):
-                    raise error from None
-            else:
-                if response.status_code < 400:
-                    return response
-                error = api_error(response)
-                failing_since = failing_since or time.monotonic()
-                if not (idempotent and response.status_code in RETRY_STATUSES):
-                    raise error
-                if self.retry.gives_up(attempt, failing_since):
-                    raise error
-            self.retry.wait(attempt, error)
-            attempt += 1
 
     def _uploader(self) -> Uploader:
         # Built per upload: ``http`` and ``retry`` are the client's as they are now.
@@ -199,24 +44,7 @@ class Client:
     def _downloader(self) -> Downloader:
         return Downloader(self.http, self.retry, self.download_url)
 
-    # --- tracesets ---
-
-    def get_traceset(self, traceset_id: str) -> schemas.Traceset:
-        """The traceset with its files and its workloadMetadata exactly as given."""
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}")
-        return _answer(response, schemas.Traceset)
-
-    def delete_traceset(self, traceset_id: str) -> None:
-        """Soft-delete a traceset (its status becomes ``deleted``)."""
-        self._call("DELETE", f"{API}/{_segment(traceset_id)}")
-
-    def list_page(self, *, cursor: str | None = None, **filters: Any) -> schemas.TracesetPage:
-        """One page of ``GET /api/v1/tracesets``; see ``list_tracesets`` for the filters."""
-        params = self._list_params(filters)
-        if cursor:
-            params.append(("next", cursor))
-        response = self._call("GET", API, params=params)
-        return _answer(response, schemas.TracesetPage)
+    # --- listing ---
 
     def list_tracesets(
         self, *, max_items: int | None = None, **filters: Any
@@ -243,89 +71,6 @@ class Client:
             cursor = page.pagination.next_cursor
             if not page.pagination.has_more or not cursor:
                 return
-
-    @staticmethod
-    def _list_params(filters: Mapping[str, Any]) -> list[tuple[str, str]]:
-        params: list[tuple[str, str]] = []
-        for key, value in filters.items():
-            if value is None:
-                continue
-            if key == "page_size":
-                params.append(("limit", str(value)))
-            elif key == "workload":
-                params.extend((path, _query_value(v)) for path, v in dict(value).items())
-            elif key == "inspected":
-                params.extend((f"inspected.{f}", _query_value(v)) for f, v in dict(value).items())
-            else:
-                params.append((_LIST_PARAMS.get(key, key), _query_value(value)))
-        return params
-
-    def promote_traceset(
-        self,
-        traceset_id: str,
-        target: str = "tenant",
-        workload_metadata: Any = None,
-        description: str | None = None,
-        tags: Sequence[str] | None = None,
-    ) -> schemas.PromoteAnswer:
-        """Widen a ready traceset's scope one step (``tenant``, then ``public``), optionally
-        replacing its workloadMetadata, description and tags (SPEC 6)."""
-        body: dict[str, Any] = {"target": target}
-        if workload_metadata is not None:
-            body["workloadMetadata"] = workload_metadata
-        if description is not None:
-            body["description"] = description
-        if tags is not None:
-            body["tags"] = list(tags)
-        response = self._call("POST", f"{API}/{_segment(traceset_id)}/promote", body=body)
-        return _answer(response, schemas.PromoteAnswer)
-
-    def validate_traceset(self, traceset_id: str) -> schemas.ValidateAnswer:
-        """Re-verify a traceset's bytes and metadata on the service."""
-        response = self._call(
-            "POST", f"{API}/{_segment(traceset_id)}/validate", timeout=COMPLETE_TIMEOUT
-        )
-        return _answer(response, schemas.ValidateAnswer)
-
-    def resolve_traceset(self, traceset_id: str) -> schemas.ResolveAnswer:
-        """Where a traceset's bytes are (``s3://`` or ``file://``), for a simulator host."""
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}/resolve")
-        return _answer(response, schemas.ResolveAnswer)
-
-    def list_libraries(
-        self, *, cursor: str | None = None, **params: str | int
-    ) -> schemas.LibraryPage:
-        """One page of ``GET /api/v1/libraries``: the content-addressed content the caller's
-        visible tracesets hold. ``params`` are the query's own names (``workspaceId``,
-        ``scope``, ``search``, ``sort``, ``limit``, ``createdAfter``, ``createdBefore``)."""
-        query = [(name, str(value)) for name, value in params.items()]
-        if cursor:
-            query.append(("next", cursor))
-        response = self._call("GET", LIBRARIES, params=query)
-        return _answer(response, schemas.LibraryPage)
-
-    def get_library(self, reference: str) -> schemas.Library:
-        """A library by its ``lib_`` id or a hex content-hash prefix of 8 or more characters
-        (a prefix that matches several raises ``MultipleChoices`` naming them)."""
-        response = self._call("GET", f"{LIBRARIES}/{_segment(reference)}")
-        return _answer(response, schemas.Library)
-
-    def download_url(
-        self,
-        traceset_id: str,
-        file: str | None = None,
-        *,
-        ranks: str | None = None,
-        supporting: bool = False,
-    ) -> schemas.DownloadAnswer:
-        """A presigned URL for one file, or for a ZIP of every file when ``file`` is None,
-        or of the files of ``ranks`` (``"0-7,12"``, plus the supporting files when
-        ``supporting``) with a ``_tracestore/manifest.json``."""
-        params: list[tuple[str, str]] | None = [("file", file)] if file is not None else None
-        if ranks is not None:
-            params = [("ranks", ranks)] + ([("supporting", "true")] if supporting else [])
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}/download", params=params)
-        return _answer(response, schemas.DownloadAnswer)
 
     # --- downloads ---
 
@@ -385,56 +130,6 @@ class Client:
         return self._downloader().fetch_all(
             traceset_id, wanted, Path(directory), concurrency, progress
         )
-
-    # --- uploads, low level ---
-
-    def start_upload(self, request: schemas.TracesetUploadUrlRequest) -> schemas.UploadUrlResponse:
-        """``POST /api/v1/tracesets/upload-url``: create the traceset, get part URLs."""
-        body = schemas.wire_dict(request, exclude_none=True)
-        response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
-        return _answer(response, schemas.UploadUrlResponse)
-
-    def resume_upload(
-        self, upload_id: str, file: str | None = None, from_part: int = 1
-    ) -> schemas.UploadSessionResponse:
-        """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the
-        first parts missing (a page); with ``file``, that file's from ``from_part`` on."""
-        params = [("file", file), ("fromPart", str(from_part))] if file is not None else None
-        response = self._call("GET", f"{API}/upload-url/{_segment(upload_id)}", params=params)
-        return _answer(response, schemas.UploadSessionResponse)
-
-    def complete_upload(
-        self,
-        upload_id: str,
-        etags: Mapping[str, Mapping[int, str]],
-        sha256: Mapping[str, str] | None = None,
-    ) -> schemas.Traceset:
-        """``POST .../upload-url/complete`` with every part's ETag per file name and, per
-        file name in ``sha256``, the file's hex SHA-256 for the service to verify. Safe to
-        retry: a completed session answers the same traceset again."""
-        files: list[dict[str, Any]] = []
-        for name, parts in etags.items():
-            entry: dict[str, Any] = {
-                "name": name,
-                "parts": [{"partNumber": n, "etag": e} for n, e in sorted(parts.items())],
-            }
-            if sha256 and name in sha256:
-                entry["sha256"] = sha256[name]
-            files.append(entry)
-        body = {"uploadId": upload_id, "files": files}
-        deadline = time.monotonic() + 3600
-        while True:
-            try:
-                response = self._call(
-                    "POST", f"{API}/upload-url/complete", body=body, timeout=COMPLETE_TIMEOUT
-                )
-            except Conflict:
-                # Our own earlier attempt (cut off by a network error) may still be running.
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
-                continue
-            return _answer(response, schemas.Traceset)
 
     # --- uploads ---
 
