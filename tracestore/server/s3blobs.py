@@ -10,6 +10,9 @@ A completion may be cut off anywhere and retried. S3 forgets a multipart upload'
 it is completed, so before completing, the part list is written to a small manifest object
 beside the staged one (``<position>.json``), and the SHA-256 is added to it once known: a
 retry then answers ``list_parts`` and ``seal_file`` from the manifest.
+
+What talking to S3 takes besides (the client's configuration, S3's error codes, presigned
+URLs' lifetime, the bucket check, an object read as a seekable file) is in ``s3client.py``.
 """
 
 from __future__ import annotations
@@ -20,16 +23,14 @@ import json
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
-import boto3
 from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import ClientError
 
-from tracestore.errors import ServiceUnavailable, ValidationError
+from tracestore.errors import ValidationError
 from tracestore.server.blobs import (
     CHUNK,
     SHA256_HEX,
@@ -41,23 +42,17 @@ from tracestore.server.blobs import (
     content_disposition,
     normalise_etag,
 )
+from tracestore.server.s3client import (
+    ObjectReader,
+    check_bucket,
+    error_code,
+    expires_in,
+    is_missing,
+    s3_client,
+)
 
-MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # the SigV4 limit
 HEARTBEAT_BYTES = 256 * 1024 * 1024
 HEARTBEAT_SECONDS = 10.0
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _missing(exc: ClientError) -> bool:
-    return _error_code(exc) in ("404", "NoSuchKey", "NotFound")
-
-
-def _expires_in(expires_at: datetime) -> int:
-    seconds = int((expires_at - datetime.now(UTC)).total_seconds())
-    return max(1, min(MAX_PRESIGN_SECONDS, seconds))
 
 
 class S3BlobStore:
@@ -80,17 +75,7 @@ class S3BlobStore:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"an S3 blob URL looks like s3://bucket/prefix, got {url!r}")
-        config = Config(
-            signature_version="s3v4",
-            # Other S3-compatible stores rarely serve virtual-hosted bucket names.
-            s3={"addressing_style": "path" if endpoint_url else "auto"},
-            # The newer default checksums are refused by several S3-compatible stores.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            retries={"mode": "standard"},
-        )
-        client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
-        return cls(client, parsed.netloc, parsed.path)
+        return cls(s3_client(endpoint_url), parsed.netloc, parsed.path)
 
     # --- keys ---
 
@@ -138,7 +123,7 @@ class S3BlobStore:
             "ContentLength": staged.part_length(part_number),
         }
         url = self.client.generate_presigned_url(
-            "upload_part", Params=params, ExpiresIn=_expires_in(expires_at)
+            "upload_part", Params=params, ExpiresIn=expires_in(expires_at)
         )
         return str(url)
 
@@ -161,7 +146,7 @@ class S3BlobStore:
                         number, int(part["Size"]), normalise_etag(part["ETag"])
                     )
         except ClientError as exc:
-            if _error_code(exc) == "NoSuchUpload":
+            if error_code(exc) == "NoSuchUpload":
                 return None
             raise
         return parts
@@ -172,7 +157,7 @@ class S3BlobStore:
                 Bucket=self.bucket, Key=self._staging_key(staged, ".json")
             )
         except ClientError as exc:
-            if _missing(exc):
+            if is_missing(exc):
                 return None
             raise
         manifest: dict[str, Any] = json.loads(answer["Body"].read())
@@ -291,7 +276,7 @@ class S3BlobStore:
                     Bucket=self.bucket, Key=staging_key, UploadId=handle
                 )
             except ClientError as exc:
-                if _error_code(exc) != "NoSuchUpload":
+                if error_code(exc) != "NoSuchUpload":
                     raise
         for key in (staging_key, self._staging_key(staged, ".json")):
             self.client.delete_object(Bucket=self.bucket, Key=key)
@@ -336,7 +321,7 @@ class S3BlobStore:
                         Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                     )
                 except ClientError as exc:
-                    if _error_code(exc) != "NoSuchUpload":
+                    if error_code(exc) != "NoSuchUpload":
                         raise
         objects = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=prefix
@@ -351,7 +336,7 @@ class S3BlobStore:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
-            if _missing(exc):
+            if is_missing(exc):
                 return None
             raise
         return int(head["ContentLength"])
@@ -367,7 +352,7 @@ class S3BlobStore:
 
     def open_blob(self, sha256: str) -> BinaryIO:
         key = self.blob_key(sha256)
-        reader = _ObjectReader(self.client, self.bucket, key, self._blob_size(sha256))
+        reader = ObjectReader(self.client, self.bucket, key, self._blob_size(sha256))
         return io.BufferedReader(reader, buffer_size=CHUNK)
 
     def delete_blob(self, sha256: str) -> None:
@@ -383,100 +368,12 @@ class S3BlobStore:
             "ResponseContentType": "application/octet-stream",
         }
         url = self.client.generate_presigned_url(
-            "get_object", Params=params, ExpiresIn=_expires_in(expires_at)
+            "get_object", Params=params, ExpiresIn=expires_in(expires_at)
         )
         return str(url)
 
     def check(self, *, write: bool = False) -> None:
         """Raise ServiceUnavailable naming what to fix (the credentials, the bucket, the
         endpoint) unless the bucket answers, and with ``write`` takes and deletes an object."""
-        where = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-        endpoint = self.client.meta.endpoint_url
         probe = self._key("probe", secrets.token_hex(8))
-        try:
-            self.client.head_bucket(Bucket=self.bucket)
-            if write:
-                self.client.put_object(Bucket=self.bucket, Key=probe, Body=b"ok")
-                self.client.delete_object(Bucket=self.bucket, Key=probe)
-        except NoCredentialsError:
-            raise ServiceUnavailable(
-                f"no S3 credentials for {where}: set AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)"
-            ) from None
-        except ClientError as exc:
-            code = _error_code(exc)
-            if code in ("404", "NoSuchBucket", "NotFound"):
-                message = (
-                    f"the bucket {self.bucket!r} does not exist at {endpoint}: create it, "
-                    "or name an existing one in TRACESTORE_BLOB_URL"
-                )
-            elif code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                action = "write to" if write else "read"
-                message = (
-                    f"the S3 credentials may not {action} {where} ({code}): check "
-                    "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's policy"
-                )
-            else:
-                message = f"the S3 store at {endpoint} refused {where}: {code} {exc}"
-            raise ServiceUnavailable(message) from None
-        except BotoCoreError as exc:
-            raise ServiceUnavailable(
-                f"cannot reach the S3 store at {endpoint} ({type(exc).__name__}): "
-                "set TRACESTORE_S3_ENDPOINT_URL to its address"
-            ) from None
-
-
-class _ObjectReader(io.RawIOBase):
-    """A seekable read-only view of one object: sequential reads stream one GET, and a
-    seek elsewhere opens a ranged GET at the new position (ZIP inspection seeks)."""
-
-    def __init__(self, client: Any, bucket: str, key: str, size: int) -> None:
-        super().__init__()
-        self._client = client
-        self._bucket = bucket
-        self._key = key
-        self._size = size
-        self._pos = 0
-        self._body: Any = None
-        self._body_pos = -1
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._pos >= self._size or not len(view):
-            return 0
-        if self._body is None or self._body_pos != self._pos:
-            self._drop_body()
-            answer = self._client.get_object(
-                Bucket=self._bucket, Key=self._key, Range=f"bytes={self._pos}-"
-            )
-            self._body, self._body_pos = answer["Body"], self._pos
-        data = self._body.read(len(view))
-        view[: len(data)] = data
-        self._pos += len(data)
-        self._body_pos += len(data)
-        return len(data)
-
-    def _drop_body(self) -> None:
-        if self._body is not None:
-            self._body.close()
-            self._body = None
-
-    def close(self) -> None:
-        self._drop_body()
-        super().close()
+        check_bucket(self.client, self.bucket, self.prefix, probe=probe, write=write)
