@@ -18,7 +18,7 @@ from sqlalchemy.sql import Select
 
 from tests.uploading import upload
 from tracestore.schemas import format_timestamp
-from tracestore.server import db, listing, listing_sql, reads, receiving, tracesets
+from tracestore.server import db, listing, listing_plan, listing_sql, reads, receiving, tracesets
 from tracestore.server.auth import Principal, create_tenant
 from tracestore.server.deps import Caller
 from tracestore.server.listing_query import parse_list_query
@@ -82,13 +82,13 @@ def _cases(services: Services, principal: Principal, traceset_id: str) -> list[A
         [("limit", "5"), ("sort", "size:desc,name"), ("createdAfter", "2000-01-01T00:00:00Z")],
     ]
     for parameters in queries:
-        shape, values = listing_sql.plan(
+        shape, values = listing_plan.plan(
             principal, parse_list_query(parameters), "sqlite", after=None
         )
         cases.append((listing_sql.statement(shape), values))
     query = parse_list_query([("limit", "5")])
     after = datetime.now(UTC) + timedelta(days=1)
-    shape, values = listing_sql.plan(principal, query, "sqlite", after=[after, "ts_~"])
+    shape, values = listing_plan.plan(principal, query, "sqlite", after=[after, "ts_~"])
     cases.append((listing_sql.statement(shape), values))
     return cases
 

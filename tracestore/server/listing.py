@@ -1,7 +1,7 @@
 """Use case: list and search tracesets (SPEC 5.6), one keyset-paginated page at a time.
 
-The SQL lives in ``listing_sql``, the parsing of the query string in ``listing_query``.
-Cursors are keyset positions (the last item's sort values and id), signed with the
+The SQL lives in ``listing_sql`` (its shape and values in ``listing_plan``), the parsing of
+the query string in ``listing_query``. Cursors are keyset positions (the last item's sort values and id), signed with the
 service's key and bound to the caller, the sort and the filters that produced them.
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from tracestore import jsontext
 from tracestore.errors import ValidationError
-from tracestore.server import db, listing_sql
+from tracestore.server import db, listing_plan, listing_sql
 from tracestore.server.auth import Principal
 from tracestore.server.listing_query import ListQuery, SortKey
 from tracestore.server.services import Services
@@ -146,7 +146,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
     key = services.signer.key
     binding = _binding(principal, query)
     after = None if query.cursor is None else decode_cursor(key, query.cursor, binding, query.sort)
-    shape, values = listing_sql.plan(principal, query, services.db.dialect, after)
+    shape, values = listing_plan.plan(principal, query, services.db.dialect, after)
     # Core rows on a connection, no ORM session: its result machinery cost more than the
     # queries.
     with services.db.read_connection() as reads:

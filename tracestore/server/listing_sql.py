@@ -6,15 +6,14 @@ tenant, ``public``), so each arm walks an index in sort order and stops after on
 cost of a page depends on the page size and the filters' selectivity, not on the table size.
 
 Every value is a named bind parameter, so a statement depends only on the query's *shape*
-(which filters, which sort, how many arms); statements are cached per shape, which also lets
-SQLAlchemy reuse their compiled form.
+(which filters, which sort, how many arms: ``listing_plan``); statements are cached per
+shape, which also lets SQLAlchemy reuse their compiled form.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,131 +40,11 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import BindParameter
 
 from tracestore.server import db
-from tracestore.server.auth import Principal
-from tracestore.server.listing_query import ListQuery, SortKey, WorkloadFilter
-
-# Beyond this many workspaces one IN arm replaces an arm per workspace.
-MAX_WORKSPACE_ARMS = 16
+from tracestore.server.listing_plan import Shape
+from tracestore.server.listing_query import SortKey
 
 T = db.Traceset
 F = db.TracesetFact
-
-
-@dataclass(frozen=True)
-class Shape:
-    """Everything a statement depends on; values travel separately as bind parameters."""
-
-    dialect: str
-    sort: tuple[SortKey, ...]
-    workspace_arms: int  # -1: one arm with an IN list
-    tenant_arm: bool
-    public_arm: bool
-    status: bool
-    search: bool
-    created_after: bool
-    created_before: bool
-    min_rank_count: bool
-    max_rank_count: bool
-    min_world_size: bool
-    max_world_size: bool
-    inspected: tuple[str, ...]  # the facts filtered on, in order (values are f0, f1 ...)
-    workload: tuple[tuple[tuple[str, ...], str], ...]  # (path, kind of value)
-    contradictory: bool  # two workload filters on a member and on a member inside it
-    after: bool
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "text" if isinstance(value, str) else "number"
-
-
-def _sqlite_number(value: Any) -> Any:
-    """A workload filter's value as SQLite can bind it: an integer beyond 64 bits (which
-    sqlite3 refuses to bind) as the float SQLite's json_extract reads such a stored
-    integer as; anything else as it is."""
-    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
-        try:
-            return float(value)
-        except OverflowError:  # beyond floats too: json_extract reads it as infinite
-            return math.inf if value > 0 else -math.inf
-    return value
-
-
-def _containment_document(filters: tuple[WorkloadFilter, ...]) -> dict[str, Any] | None:
-    """The filters as one nested document, or None when two of them contradict."""
-    document: dict[str, Any] = {}
-    for item in filters:
-        node = document
-        for segment in item.path[:-1]:
-            child = node.setdefault(segment, {})
-            if not isinstance(child, dict):
-                return None
-            node = child
-        if item.path[-1] in node:
-            return None
-        node[item.path[-1]] = item.value
-    return document
-
-
-def _workspaces(principal: Principal, query: ListQuery) -> list[str]:
-    if query.scope not in (None, "workspace"):
-        return []
-    return [query.workspace_id] if query.workspace_id else sorted(principal.workspace_ids)
-
-
-def plan(
-    principal: Principal, query: ListQuery, dialect: str, after: list[Any] | None
-) -> tuple[Shape, dict[str, Any]]:
-    """The query's shape and the values of its bind parameters."""
-    values: dict[str, Any] = {"fetch": query.limit + 1, "tenant": principal.tenant_id}
-    workspaces = _workspaces(principal, query)
-    if len(workspaces) > MAX_WORKSPACE_ARMS:
-        values["ws_in"] = workspaces
-    else:
-        values.update((f"ws{i}", ws) for i, ws in enumerate(workspaces))
-    if query.status:
-        values["status"] = query.status
-    if query.search and dialect == "postgresql":
-        escaped = query.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        values["search"] = f"%{escaped}%"
-    elif query.search:
-        values["search"] = query.search.lower()
-    optional = {
-        "created_after": query.created_after,
-        "created_before": query.created_before,
-        "min_rank_count": query.min_rank_count,
-        "max_rank_count": query.max_rank_count,
-        "min_world_size": query.min_world_size,
-        "max_world_size": query.max_world_size,
-    }
-    values.update((k, v) for k, v in optional.items() if v is not None)
-    values.update((f"f{i}", item.value) for i, item in enumerate(query.inspected))
-    for i, item in enumerate(query.workload):
-        if dialect != "postgresql" and _kind(item.value) in ("text", "number"):
-            values[f"w{i}"] = _sqlite_number(item.value)
-    document = _containment_document(query.workload)
-    if dialect == "postgresql" and query.workload and document is not None:
-        values["wdoc"] = json.dumps(document, ensure_ascii=False)
-    if after is not None:
-        values.update((f"a{i}", v) for i, v in enumerate(_atom_values(query.sort, after)))
-    shape = Shape(
-        dialect=dialect,
-        sort=query.sort,
-        workspace_arms=-1 if len(workspaces) > MAX_WORKSPACE_ARMS else len(workspaces),
-        tenant_arm=query.scope in (None, "tenant"),
-        public_arm=query.scope in (None, "public"),
-        status=query.status is not None,
-        search=bool(query.search),
-        **{k: v is not None for k, v in optional.items()},
-        inspected=tuple(item.fact for item in query.inspected),
-        workload=tuple((item.path, _kind(item.value)) for item in query.workload),
-        contradictory=document is None,
-        after=after is not None,
-    )
-    return shape, values
 
 
 # --- the sort order as "atoms": (expression, direction, label) ---
@@ -197,18 +76,6 @@ def _atoms(sort: tuple[SortKey, ...], source: Any) -> list[_Atom]:
             atoms.append(_Atom(label, func.coalesce(source.rank_count, 0), key.descending))
     atoms.append(_Atom("kid", source.id, sort[-1].descending))
     return atoms
-
-
-def _atom_values(sort: tuple[SortKey, ...], values: list[Any]) -> list[Any]:
-    """A cursor's values (one per sort key, then the id) as atom values."""
-    out: list[Any] = []
-    for key, value in zip(sort, values, strict=False):
-        if key.field == "rankCount":
-            out.extend([1 if value is None else 0, 0 if value is None else value])
-        else:
-            out.append(value)
-    out.append(values[-1])
-    return out
 
 
 def _after(atoms: list[_Atom]) -> ColumnElement[bool]:
