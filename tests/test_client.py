@@ -353,8 +353,8 @@ def test_the_command_line_starts_without_the_client_stack() -> None:
     # in the commands that use them (bench/cli_start.py measures the start).
     code = (
         "import sys, tracestore.cli\n"
-        "heavy = {'httpx', 'pydantic', 'rich', 'tracestore.schemas', 'tracestore.client',\n"
-        "         'tracestore.inspect', 'importlib.metadata'}\n"
+        "heavy = {'httpx', 'pydantic', 'pydantic_core', 'rich', 'tracestore.schemas',\n"
+        "         'tracestore.client', 'tracestore.inspect', 'importlib.metadata'}\n"
         "loaded = sorted(m for m in heavy if m in sys.modules)\n"
         "assert not loaded, loaded\n"
     )

@@ -13,8 +13,6 @@ import math
 import re
 from typing import Any
 
-from pydantic_core import PydanticSerializationError, to_json
-
 
 class RawNumber(float):
     """A JSON number that is not an integer, with the text it was written as."""
@@ -83,6 +81,10 @@ def compact(value: Any) -> str:
     floats: the two write some differently (``1e-07``, ``1e-7``), and a ``RawNumber``'s
     text would be lost. A string the serializer refuses (a lone surrogate) is json's to
     write (tests/test_jsontext.py holds the two equal)."""
+    # Imported here: the command line imports this module at its start, where pydantic-core
+    # would cost ~15 ms (bench/cli_start.py); the server has it loaded already.
+    from pydantic_core import PydanticSerializationError, to_json
+
     try:
         return to_json(value).decode()
     except PydanticSerializationError:

@@ -1,8 +1,9 @@
 """Use case: list and search tracesets (SPEC 5.6), one keyset-paginated page at a time.
 
 The SQL lives in ``listing_sql`` (its shape and values in ``listing_plan``), the parsing of
-the query string in ``listing_query``. Cursors are keyset positions (the last item's sort values and id), signed with the
-service's key and bound to the caller, the sort and the filters that produced them.
+the query string in ``listing_query``. Cursors are keyset positions (the last item's sort
+values and id), signed with the service's key and bound to the caller, the sort and the
+filters that produced them.
 """
 
 from __future__ import annotations
