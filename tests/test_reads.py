@@ -221,6 +221,12 @@ def test_a_timestamp_is_read_from_sqlite_as_sqlalchemy_reads_it(stored: str | No
         "2026-12-02",
         "2026-12-02 13:50:03.123456+02:00",
         "2026-12-02T13:50:03.123456",
+        # 26 characters too, a shorter fraction and a zone (PostgreSQL's text, imported)
+        "2026-12-02 13:50:03.123+02",
+        "2026-12-02 13:50:03.123-05",
+        "2026-12-02 13:50:03.1+0530",
+        "2026-12-02 13:50:03.1+0000",
+        "2026-12-02 13:50:03.12345Z",
     ],
 )
 def test_a_timestamps_stored_text_is_answered_as_the_parsed_value_is(stored: str) -> None:
