@@ -65,7 +65,7 @@ def _from_sqlite_text(value: str) -> datetime:
 
 
 def stored_timestamp(column: Any, dialect: str) -> Any:
-    """``column`` (a timestamp) as a select that answers it to the API reads it: on SQLite
+    """``column`` (a timestamp) as a select should read it for the API's answer: on SQLite
     its stored text, which ``timestamp_text`` slices; elsewhere the column itself."""
     if dialect != "sqlite":
         return column

@@ -209,13 +209,10 @@ class _MemberText(TypeDecorator[Any]):
     """A member of a JSON document as SQLite's -> answers it (JSON text), decoded: a plain
     string (the common case: a family, a name) by slicing off its quotes, anything else by
     the JSON parser. Forty json.loads a list page were a tenth of its CPU; the processor is
-    ``_member_text`` itself, not TypeDecorator's wrapper around ``process_result_value``."""
+    ``_member_text`` itself, not TypeDecorator's wrapper around a ``process_result_value``."""
 
     impl = Text
     cache_ok = True
-
-    def process_result_value(self, value: Any, dialect: Any) -> Any:
-        return _member_text(value)
 
     def result_processor(self, dialect: Any, coltype: Any) -> Any:
         return _member_text
