@@ -1,9 +1,9 @@
 """Benchmark of GET /api/v1/tracesets' use case at a million tracesets, on PostgreSQL and SQLite.
 
 Loads N tracesets with varied metadata (and, in the same run, a small baseline of 10,000),
-then times the real use case (``listing.page_text``, what the route runs) for six
-queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` +
-``shape.global_batch_size`` filter, a ``search`` substring, an inspected fact
+then times the real use case (``listing.page_text``, what the route runs) for seven
+queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` filter, a
+``workload_family`` + ``shape.global_batch_size`` filter, a ``search`` substring, an inspected fact
 (``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries) and an
 inspected world-size range (``minWorldSize``/``maxWorldSize``). Prints p50/p99 per size, the
 large/baseline ratio of each p50 (targets: p50 <= 20 ms at 1M on PostgreSQL, ratio <= 3)
@@ -55,6 +55,7 @@ BATCHES = [256, 512, 1024, 2048, 4096]
 QUERIES = {
     "first page": {},
     "page 100 by cursor": {},
+    "workload_family=gpt": {"workload_family": "gpt"},
     "family + global_batch_size": {"workload_family": "llama", "shape.global_batch_size": "1024"},
     "search substring": {"search": "Mixtral"},
     "inspected.gpu_model=H100": {"inspected.gpu_model": "H100"},
@@ -264,9 +265,10 @@ def load(database: Database, count: int, seed: int) -> float:
     with database.engine.begin() as conn:
         for _, definition in indexes:
             conn.exec_driver_sql(definition)
-        conn.exec_driver_sql(
-            "ANALYZE" if database.dialect == "sqlite" else "ANALYZE tracesets, traceset_facts"
-        )
+        # PostgreSQL's autovacuum gathers statistics; nothing runs SQLite's ANALYZE, so the
+        # SQLite store is measured without statistics, as its users' planner sees it.
+        if database.dialect == "postgresql":
+            conn.exec_driver_sql("ANALYZE tracesets, traceset_facts")
     return time.perf_counter() - started
 
 

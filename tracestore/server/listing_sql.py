@@ -167,7 +167,11 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
 def _arms(shape: Shape) -> list[ColumnElement[bool]]:
     """Disjoint visibility conditions (by scope), one per ordered arm of the union."""
     arms: list[ColumnElement[bool]] = []
-    in_workspace = T.scope == "workspace"
+    # On SQLite the scope's term is "+scope" (a no-op SQLite never answers from an index):
+    # without statistics (which nothing gathers) its planner took "scope = 'workspace'" as
+    # good an index key as the workspace, and walked every tenant's workspace rows.
+    scope = T.scope if shape.dialect == "postgresql" else literal_column("+tracesets.scope")
+    in_workspace = scope == "workspace"
     if shape.workspace_arms == -1:
         arms.append(and_(T.workspace_id.in_(bindparam("ws_in", expanding=True)), in_workspace))
     for i in range(max(shape.workspace_arms, 0)):
