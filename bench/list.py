@@ -64,6 +64,9 @@ QUERIES = {
 # With --extra: queries outside the targets, to show where the design's limits are.
 EXTRA_QUERIES = {
     "sort=name:asc": {"sort": "name:asc"},
+    "family, sort=name:asc": {"workload_family": "gpt", "sort": "name:asc"},
+    "family, sort=size:desc": {"workload_family": "gpt", "sort": "size:desc"},
+    "rare family, sort=name:asc": {"workload_family": "t5", "sort": "name:asc"},
     "search a rare term": {"search": "run0000"},
     "rare family (GIN/@>)": {"workload_family": "t5", "precision": "fp32", "parallelism.tp": "8"},
     "rare GPU (B200)": {"inspected.gpu_model": "B200"},
