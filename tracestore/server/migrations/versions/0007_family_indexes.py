@@ -6,7 +6,8 @@ matched. One expression index per visibility arm (workspace, tenant, public), in
 (created_at, id) order after the family, lets that walk visit only the matching rows.
 PostgreSQL answers the same filter from its GIN index (migration 0002) and gets none.
 
-Building them reads every traceset's metadata once: seconds per hundred thousand tracesets.
+Building them reads every traceset's metadata once: 1.3 s at 200,000 tracesets on the
+development machine.
 
 Revision ID: 0007
 Revises: 0006
