@@ -22,6 +22,7 @@ from sqlalchemy import create_engine, event, inspect, make_url, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from tracestore.server.nowait import NoWaitWrites
 from tracestore.server.reads import PreparedCache, Reads
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -102,6 +103,11 @@ class Database:
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
         self._prepared = PreparedCache(self.read_engine.dialect)
         self._held = _HeldReads(self.read_engine)
+        # The event loop's writes that do not wait (``writes_now``), where reads may be
+        # inline too: a SQLite file.
+        self.nowait: NoWaitWrites | None = (
+            NoWaitWrites(self.engine, self._writers) if self.reads_inline else None
+        )
 
     @property
     def dialect(self) -> str:
@@ -125,6 +131,10 @@ class Database:
                     yield session
                 return
             shared.end()  # reads after this write see it
+        if write and self.nowait is not None and self.nowait.active:
+            with self.nowait.session() as session:
+                yield session
+            return
         factory = self._sessions if write else self._read_sessions
         with self._writers if write else nullcontext(), factory() as session, session.begin():
             yield session
@@ -174,6 +184,16 @@ class Database:
             self._held.inline(-1)
 
     @contextmanager
+    def writes_now(self) -> Iterator[None]:
+        """Within this block, this thread's write session (one) begins at once or raises
+        ``nowait.WriterBusy`` before any statement: for the event loop's thread, on SQLite
+        (``deps.short_write``; ``nowait`` says why and how)."""
+        if self.nowait is None:
+            raise RuntimeError("writes that do not wait are a SQLite file's")
+        with self.nowait.block():
+            yield
+
+    @contextmanager
     def shared_reads(self) -> Iterator[None]:
         """Within this block (one request in one thread: its authentication, then its use
         case) the first read session is not ended when its own block ends but handed to the
@@ -204,6 +224,8 @@ class Database:
 
     def dispose(self) -> None:
         self._held.close_all()
+        if self.nowait is not None:
+            self.nowait.close()
         self.engine.dispose()
         self.read_engine.dispose()
 

@@ -9,7 +9,9 @@ Every other dependency here is async: resolving it costs no thread."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
@@ -28,9 +30,15 @@ from tracestore.server.auth import (
     authenticate_api_token,
     hash_token,
 )
+from tracestore.server.nowait import WriterBusy
 from tracestore.server.presigned import RequestOrigin, request_base_url
-from tracestore.server.services import Services
+from tracestore.server.services import Services, stores_bytes_locally
 from tracestore.server.settings import Settings
+
+# How often the loop looks again for this process's writer to end (doubling to the most):
+# a checkpoint holds it ~5 ms, a worker thread's write about as long.
+_WRITER_POLL = 0.000_25
+_WRITER_POLL_MAX = 0.008
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -88,6 +96,20 @@ class Caller:
             return await self.run(use_case, *args, **kwargs)
         return await short_read(self.services, lambda: self.call(use_case, *args, **kwargs))
 
+    async def write(
+        self,
+        use_case: Callable[Concatenate[Services, Principal, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Like ``run``, for a use case whose one write session is its only side effect
+        before the end, a short one, and whose other I/O is local (upload-url's start). On
+        SQLite with the embedded blob store and an API token it runs on the event loop's
+        own thread if the write lock is free at once (``short_write``)."""
+        if self._is_jwt():
+            return await self.run(use_case, *args, **kwargs)
+        return await short_write(self.services, lambda: self.call(use_case, *args, **kwargs))
+
     def call(
         self,
         use_case: Callable[Concatenate[Services, Principal, P], T],
@@ -115,6 +137,48 @@ async def short_read(
         with services.db.inline_reads():
             return read(*args, **kwargs)
     return await run_in_threadpool(read, *args, **kwargs)
+
+
+async def short_write(services: Services, write: Callable[[], T]) -> T:
+    """``write()`` on the event loop's own thread if the database allows it and its write
+    lock is free at once (``Database.writes_now``), else in a worker thread that waits for
+    the lock: a write run again there did nothing here (``nowait.WriterBusy``). While a
+    thread of this process holds the lock, the loop's writes wait for it in turn (first
+    come, first written), answering others meanwhile. The loop's writes leave the WAL
+    checkpoint to a worker thread, every so often."""
+    nowait = services.db.nowait
+    if nowait is not None and stores_bytes_locally(services.settings):
+        async with _loop_writers():
+            delay = _WRITER_POLL
+            while True:
+                while nowait.writer_held():
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, _WRITER_POLL_MAX)
+                try:
+                    with services.db.writes_now():
+                        result = write()
+                except WriterBusy as busy:
+                    if busy.here:  # taken since writer_held looked
+                        continue
+                    break
+                if nowait.checkpoint_due():
+                    asyncio.get_running_loop().run_in_executor(None, nowait.checkpoint)
+                return result
+    return await run_in_threadpool(write)
+
+
+def _loop_writers() -> asyncio.Lock:
+    """The running loop's queue of writes (an asyncio lock is its loop's alone)."""
+    loop = asyncio.get_running_loop()
+    lock = _LOOP_WRITERS.get(loop)
+    if lock is None:
+        lock = _LOOP_WRITERS[loop] = asyncio.Lock()
+    return lock
+
+
+_LOOP_WRITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def bearer_token(authorization: str | None) -> str:

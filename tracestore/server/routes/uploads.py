@@ -52,10 +52,15 @@ async def request_upload_urls(request: Request, caller: CallerDep) -> Response:
     """Start an upload: check the request and its workloadMetadata, create the traceset
     (status ``uploading``) and answer presigned part URLs for every file."""
     body = await request.body()
-    return Response(await caller.run(_start_upload, body, request), media_type="application/json")
+    return Response(
+        await caller.write(upload_url_answer, body, request), media_type="application/json"
+    )
 
 
-def _start_upload(services: Services, principal: Principal, body: bytes, request: Request) -> str:
+def upload_url_answer(
+    services: Services, principal: Principal, body: bytes, request: Request
+) -> str:
+    """upload-url's answer, as JSON text (the route's, and ``lanes``' of it)."""
     # The base URL after the token's check: a bad token is a 401 whatever the Host says.
     answer = uploads.start_upload(
         services, principal, body, deps.base_url(request, services.settings)

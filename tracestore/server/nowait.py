@@ -1,0 +1,187 @@
+"""Writes that do not wait for SQLite's write lock, for the event loop's own thread
+(``Database.writes_now``, ``deps.short_write``).
+
+A write handed to a worker thread costs the hop and, under load, the GIL's hand-offs at every
+statement (the convoy ``deps.Caller.read`` describes): a third of an upload-url's CPU
+(docs/benchmarks.md). A short write of a local SQLite file can run on the loop instead,
+provided it never waits there: so it takes this process's writer lock only if it is free
+at once, and begins on a connection whose busy timeout is 0. If either is taken it raises
+``WriterBusy`` before any statement. The caller waits for this process's writer without
+blocking the loop (``writer_held``) and tries again; when another process writes, it runs
+the use case again in a thread, which waits as every write does. (Sending the write to a
+thread while this process's writer held the lock fed itself: every write that waited in a
+thread kept the lock taken for the next, and upload-url fell back to the hop's cost.)
+
+The kept connection makes no automatic WAL checkpoint at commit (an fsync of the database
+and the log, ~5 ms here, every thousand pages): ``checkpoint_due`` says when the writes made
+here have filled enough of the log, and ``checkpoint`` (for a worker thread) copies it back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+log = logging.getLogger("tracestore")
+
+# Commits made here between checkpoints. An upload-url writes ~37 pages to the log, so 24
+# of them about fill SQLite's own autocheckpoint threshold (1,000 pages).
+CHECKPOINT_EVERY = 24
+
+
+class WriterBusy(Exception):
+    """The write lock was taken: nothing was written. ``here`` when by another thread of
+    this process (wait for ``writer_held`` to clear and try again), else by another
+    process (run the use case where it may wait: SQLite's busy handler)."""
+
+    def __init__(self, *, here: bool) -> None:
+        super().__init__("this process's writer holds the lock" if here else "database is locked")
+        self.here = here
+
+
+class _ThreadWrites(threading.local):
+    depth = 0  # writes_now blocks open in this thread
+    began = False  # a write session began in the outermost one
+    connection: Connection | None = None
+
+
+class NoWaitWrites:
+    """The event loop thread's write sessions on one SQLite engine: a connection each
+    thread that asks keeps (out of the pool's count), begun only if the lock is free."""
+
+    def __init__(self, engine: Engine, writers: Any) -> None:
+        self._engine = engine
+        self._writers = writers  # the Database's RLock: this process's writers queue on it
+        self._thread = _ThreadWrites()
+        self._kept: list[Connection] = []
+        self._lock = threading.Lock()
+        self._commits = 0
+        self._checkpointing = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this thread is inside a ``block``."""
+        return self._thread.depth > 0
+
+    @contextmanager
+    def block(self) -> Iterator[None]:
+        thread = self._thread
+        thread.depth += 1
+        try:
+            yield
+        finally:
+            thread.depth -= 1
+            if not thread.depth:
+                thread.began = False
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A write session that begins now or raises WriterBusy; the block's only one (a
+        second would make the first's writes happen twice when the use case is run
+        again)."""
+        thread = self._thread
+        if thread.began:
+            raise RuntimeError("a writes_now block takes one write session")
+        thread.began = True
+        if not self._writers.acquire(blocking=False):
+            raise WriterBusy(here=True)
+        try:
+            connection = self._connection()
+            try:
+                transaction = connection.begin()  # BEGIN IMMEDIATE (the engine's begin hook)
+            except exc.OperationalError as error:
+                # "database is locked": another process writes. A failed BEGIN leaves the
+                # connection's state unsure; the next block makes another.
+                self._drop(connection)
+                raise WriterBusy(here=False) from error
+            try:
+                with Session(bind=connection, expire_on_commit=False) as session:
+                    yield session
+                    session.commit()  # its flush; the transaction is the connection's
+                transaction.commit()
+            except BaseException:
+                if transaction.is_active:
+                    transaction.rollback()
+                raise
+            with self._lock:
+                self._commits += 1
+        finally:
+            self._writers.release()
+
+    def writer_held(self) -> bool:
+        """Whether another thread of this process holds the write lock now (a worker
+        thread's write, or ``checkpoint``)."""
+        if not self._writers.acquire(blocking=False):
+            return True
+        self._writers.release()
+        return False
+
+    def checkpoint_due(self) -> bool:
+        """Whether enough commits were made here since the last checkpoint; the caller then
+        runs ``checkpoint`` in a worker thread (one at a time)."""
+        with self._lock:
+            if self._checkpointing or self._commits < CHECKPOINT_EVERY:
+                return False
+            self._checkpointing, self._commits = True, 0
+            return True
+
+    def checkpoint(self) -> None:
+        """Copy the log back into the database (PASSIVE: waits for no reader). Twice: the
+        bulk while writes go on, then what they added as this process's writer, briefly.
+        SQLite starts the log over at the next write only if no frame was added since a
+        whole checkpoint; under a steady stream of writes it would otherwise only grow."""
+        try:
+            self._checkpoint_once()
+            with self._writers:
+                self._checkpoint_once()
+        except Exception:
+            # A busy or closing database: the next due checkpoint, or SQLite's own at the
+            # next worker thread's commit, copies what this one did not.
+            log.warning("a WAL checkpoint was skipped", exc_info=True)
+        finally:
+            with self._lock:
+                self._checkpointing = False
+
+    def _checkpoint_once(self) -> None:
+        raw = self._engine.raw_connection()  # no BEGIN: pysqlite's autocommit mode
+        try:
+            raw.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").close()
+        finally:
+            raw.close()
+
+    def close(self) -> None:
+        with self._lock:
+            kept, self._kept = self._kept, []
+        for connection in kept:
+            connection.invalidate()
+            connection.close()
+
+    def _connection(self) -> Connection:
+        thread = self._thread
+        connection = thread.connection
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self._engine.connect()
+            connection.detach()  # out of the pool's count: closed by close() or _drop
+            raw = connection.connection.dbapi_connection
+            assert raw is not None
+            # On the DBAPI connection: a statement on the Connection would begin (and wait).
+            raw.execute("PRAGMA busy_timeout=0").close()
+            raw.execute("PRAGMA wal_autocheckpoint=0").close()
+            thread.connection = connection
+            with self._lock:
+                self._kept.append(connection)
+        return connection
+
+    def _drop(self, connection: Connection) -> None:
+        self._thread.connection = None
+        with self._lock:
+            if connection in self._kept:
+                self._kept.remove(connection)
+        connection.invalidate()
+        connection.close()
