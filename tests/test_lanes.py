@@ -1,9 +1,12 @@
-"""The hot reads' lanes (``lanes.read_lane``): every request a lane takes is answered as
+"""The hot requests' lanes (``lanes.lane_of``): every request a lane takes is answered as
 FastAPI's route answers it, status, headers and body (but the request id); requests no
 lane should take (other methods, other shapes of path) still reach the router."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +31,7 @@ def both(services: Services, admin_token: str) -> Iterator[tuple[TestClient, Tes
     with (
         TestClient(create_app(services=services), raise_server_exceptions=False) as laned,
         TestClient(
-            create_app(services=services, read_lanes=False), raise_server_exceptions=False
+            create_app(services=services, with_lanes=False), raise_server_exceptions=False
         ) as routed,
     ):
         yield laned, routed
@@ -153,3 +156,128 @@ def test_the_lanes_paths_are_the_only_routes_that_match_them(services: Services)
     under = [path for path in gets if path.startswith(lanes.ITEM_PREFIX)]
     assert [path for path in under if "/" not in path[len(lanes.ITEM_PREFIX) :]] == [item]
     assert not any(route.path.startswith("/api/") for route in web.router.routes)  # type: ignore[attr-defined]
+
+
+_IDS = re.compile(r"\b(ts|upload)_[0-9A-Za-z]{27}\b|signature=[0-9A-Za-z_-]+")
+
+
+def _upload_bodies(outsider_workspace: str) -> list[bytes | Iterator[bytes]]:
+    files = [{"name": f"rank_{i}.json", "size": 10, "role": "primary"} for i in range(2)]
+    good = {"name": "laned", "files": files, "workloadMetadata": {"shape": {"rankCount": 2}}}
+    return [
+        json.dumps(good).encode(),
+        json.dumps({**good, "workloadMetadata": {"shape": {"rankCount": 3}}}).encode(),
+        json.dumps({**good, "workspaceId": outsider_workspace}).encode(),
+        json.dumps({**good, "files": []}).encode(),
+        b'{"name": "laned", "files": [',
+        b"[]",
+        b"",
+        b"\xff\xfe",
+        json.dumps({**good, "name": "x" * 40_000}).encode(),
+        # No Content-Length (chunked): the limit is met while reading.
+        iter([b'{"name": "', b"x" * 40_000, b'"}']),
+    ]
+
+
+@pytest.fixture
+def small_bodies(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSON body limit a test can pass without 16 MiB bodies (read by create_app)."""
+    monkeypatch.setattr(services.settings, "max_json_body", 32 * 1024)
+
+
+def test_the_upload_url_lane_answers_what_its_route_answers(
+    small_bodies: None,
+    services: Services,
+    admin_token: str,
+    both: tuple[TestClient, TestClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    laned, routed = both
+    taken = []
+    through = lanes._upload_url
+
+    async def counted(*args: Any) -> str:
+        taken.append(1)
+        return await through(*args)
+
+    monkeypatch.setattr(lanes, "_upload_url", counted)
+    outsider = person(services, "outsider", "elsewhere", ["theirs"])
+    theirs_ws = outsider.workspace_ids[0]
+    headers: list[dict[str, str]] = [
+        {"Authorization": f"Bearer {admin_token}"},
+        outsider.auth,
+        {},
+        {"Authorization": "Bearer tst_nosuchtoken"},
+    ]
+    statuses = set()
+    for index, body in enumerate(_upload_bodies(theirs_ws)):
+        for header in headers:
+            answers = []
+            for client in (laned, routed):
+                content = (
+                    body if isinstance(body, bytes) else iter(_upload_bodies(theirs_ws)[index])
+                )
+                answers.append(
+                    client.post(
+                        lanes.UPLOAD_PATH,
+                        content=content,
+                        headers={**header, "Content-Type": "application/json"},
+                    )
+                )
+            ours, theirs = (_comparable(answer) for answer in answers)
+            assert (ours[0], ours[1], _IDS.sub("X", ours[2])) == (
+                theirs[0],
+                theirs[1],
+                _IDS.sub("X", theirs[2]),
+            ), (index, header)
+            statuses.add(answers[0].status_code)
+    assert statuses == {200, 400, 401, 403, 413}
+    # Every laned request but the 413s of a declared length (RequestContext's, before any
+    # lane) went through the lane.
+    assert len(taken) == (len(_upload_bodies(theirs_ws)) - 1) * len(headers)
+
+
+def test_the_upload_url_lane_answers_a_client_gone_mid_body_as_its_route(
+    services: Services, admin_token: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Driven over ASGI: the body's first chunk, then the client's disconnect."""
+
+    async def post(app: Any) -> tuple[int, bytes]:
+        messages = [
+            {"type": "http.request", "body": b'{"name": ', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+        sent: list[Any] = []
+
+        async def receive() -> Any:
+            return messages.pop(0)
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": lanes.UPLOAD_PATH,
+            "raw_path": lanes.UPLOAD_PATH.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", b"test"), (b"authorization", f"Bearer {admin_token}".encode())],
+            "client": ("127.0.0.1", 5000),
+            "server": ("127.0.0.1", 80),
+        }
+        await app(scope, receive, send)
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        return sent[0]["status"], re.sub(rb"req_[0-9a-f]{24}", b"req_X", body)
+
+    caplog.set_level(logging.INFO, "tracestore")
+    answers = [
+        asyncio.run(post(create_app(services=services, with_lanes=flag))) for flag in (True, False)
+    ]
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 400 and lanes.GONE_MID_BODY.encode() in answers[0][1]
+    gone = [r for r in caplog.records if "went away mid-body" in r.getMessage()]
+    assert len(gone) == 2

@@ -90,12 +90,12 @@ def _request_id(request: Request) -> str:
 class RequestContext:
     """Gives every request an id, and refuses JSON bodies over the limit before reading them
     whole (part uploads to the embedded store are exempt: their size is checked per part).
-    Answers ``GET /healthz`` and the hot reads' lanes (``lanes.read_lane``) itself."""
+    Answers ``GET /healthz`` and the hot requests' lanes (``lanes.lane_of``) itself."""
 
-    def __init__(self, app: ASGIApp, max_body: int, read_lanes: bool = True) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, lanes: bool = True) -> None:
         self.app = app
         self.max_body = max_body
-        self.read_lanes = read_lanes
+        self.lanes = lanes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -125,10 +125,6 @@ class RequestContext:
                 response = error_response(request_id, 413, PayloadTooLarge.code, _too_large(limit))
                 await response(scope, receive, send)
                 return
-        lane = lanes.read_lane(scope) if self.read_lanes else None
-        if lane is not None:
-            await _answer_lane(lane, scope, receive, send_with_id, request_id)
-            return
         received = 0
 
         async def limited_receive() -> Message:
@@ -140,6 +136,10 @@ class RequestContext:
                     raise PayloadTooLarge(_too_large(limit))
             return message
 
+        lane = lanes.lane_of(scope, limited_receive) if self.lanes else None
+        if lane is not None:
+            await _answer_lane(lane, scope, receive, send_with_id, request_id)
+            return
         await self.app(scope, limited_receive, send_with_id)
 
 
@@ -189,7 +189,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # A client that goes away mid-body (a dropped part PUT) is its own business, not a
         # server error: one line, no traceback. Nobody reads the answer.
         log.info("request %s: the client went away mid-body", _request_id(request))
-        gone = ValidationError("The connection closed before the request body was complete")
+        gone = ValidationError(lanes.GONE_MID_BODY)
         return await domain_error(request, gone)
 
     @app.exception_handler(Exception)
@@ -246,11 +246,11 @@ def _operation_id(route: APIRoute) -> str:
 
 
 def create_app(
-    settings: Settings | None = None, *, services: Services | None = None, read_lanes: bool = True
+    settings: Settings | None = None, *, services: Services | None = None, with_lanes: bool = True
 ) -> FastAPI:
     """The tracestore ASGI application. Builds its services from ``settings`` at start
     unless ``services`` are handed in (tests do, to share them or inject a clock). Without
-    ``read_lanes`` every request goes through FastAPI's routing (tests compare the two)."""
+    ``with_lanes`` every request goes through FastAPI's routing (tests compare the two)."""
     if settings is None and services is not None:
         settings = services.settings
     elif settings is None:  # a worker process started by uvicorn's factory
@@ -318,5 +318,5 @@ def create_app(
     app.include_router(web.router)
     app.mount(STATIC_URL, StaticModules(directory=STATIC_DIR), name="static")
     app.openapi = _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(RequestContext, max_body=settings.max_json_body, read_lanes=read_lanes)
+    app.add_middleware(RequestContext, max_body=settings.max_json_body, lanes=with_lanes)
     return app

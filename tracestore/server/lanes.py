@@ -1,6 +1,7 @@
-"""The reads clients poll hardest, a traceset by id and a page of the list, answered in
-plain ASGI ahead of FastAPI's routing and dependency solving (``app.RequestContext`` takes
-them, as it takes ``GET /healthz``).
+"""The requests clients send hardest, answered in plain ASGI ahead of FastAPI's routing and
+dependency solving (``app.RequestContext`` takes them, as it takes ``GET /healthz``): the
+reads clients poll (a traceset by id, a page of the list) and upload-url, which starts
+every upload.
 
 FastAPI's middleware, router and request handler cost as much as these routes' use cases
 themselves (bench/request_cpu.py; docs/benchmarks.md). A lane does what the route does (the
@@ -10,29 +11,43 @@ take. tests/test_lanes.py holds each lane's answers to the route's, byte for byt
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.datastructures import QueryParams
+from starlette.requests import Request
 
+from tracestore.errors import ValidationError
 from tracestore.server import tracesets
 from tracestore.server.deps import Caller, bearer_token
 from tracestore.server.routes.listing import page as list_page
+from tracestore.server.routes.uploads import upload_url_answer
 from tracestore.server.services import Services
 
 # The routes' paths (routes/listing.py, routes/tracesets.py under their /api/v1 prefix).
 LIST_PATH = "/api/v1/tracesets"
 ITEM_PREFIX = "/api/v1/tracesets/"
+UPLOAD_PATH = "/api/v1/tracesets/upload-url"  # routes/uploads.py
+log = logging.getLogger("tracestore")
+# What the route answers for it (app.install_error_handlers' ClientDisconnect handler).
+GONE_MID_BODY = "The connection closed before the request body was complete"
 
 Lane = Callable[[Services], Awaitable[str]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
-def read_lane(scope: MutableMapping[str, Any]) -> Lane | None:
+def lane_of(scope: MutableMapping[str, Any], receive: Receive) -> Lane | None:
     """The lane of a request, or None for FastAPI to route it: only a GET of the list or of
-    one traceset, with no root path (behind a mount the router would judge the path)."""
-    if scope.get("method") != "GET" or scope.get("root_path"):
+    one traceset, or a POST of upload-url, with no root path (behind a mount the router
+    would judge the path). ``receive`` is ``RequestContext``'s, which limits the body."""
+    method, path = scope.get("method"), scope.get("path", "")
+    if scope.get("root_path"):
         return None
-    path = scope.get("path", "")
+    if method == "POST" and path == UPLOAD_PATH:
+        return lambda services: _upload_url(services, scope, receive)
+    if method != "GET":
+        return None
     if path == LIST_PATH:
         # As Request.query_params reads them.
         parameters = QueryParams(scope.get("query_string", b"")).multi_items()
@@ -45,6 +60,27 @@ def read_lane(scope: MutableMapping[str, Any]) -> Lane | None:
                 tracesets.get_traceset, traceset_id
             )
     return None
+
+
+async def _upload_url(services: Services, scope: MutableMapping[str, Any], receive: Receive) -> str:
+    caller = _caller(services, scope)  # a missing token is a 401 before the body is read
+    body = await _body(scope, receive)
+    return await caller.write(upload_url_answer, body, Request(scope))
+
+
+async def _body(scope: MutableMapping[str, Any], receive: Receive) -> bytes:
+    """The request's body, as the route's ``request.body()`` reads it; a client gone
+    mid-body is the route's 400, logged as its handler logs it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            request_id = scope.get("state", {}).get("request_id")
+            log.info("request %s: the client went away mid-body", request_id)
+            raise ValidationError(GONE_MID_BODY)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def _caller(services: Services, scope: MutableMapping[str, Any]) -> Caller:
