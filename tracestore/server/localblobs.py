@@ -56,8 +56,7 @@ class LocalBlobStore:
     # --- staging ---
 
     def _staging_dir(self, upload_id: str, position: int) -> Path:
-        if not UPLOAD_ID.fullmatch(upload_id):
-            raise ValidationError(f"Invalid upload id {upload_id!r}")
+        _check_upload_id(upload_id)
         return self._staging / upload_id / str(position)
 
     def stage_file(
@@ -66,7 +65,7 @@ class LocalBlobStore:
         # Nothing on disk yet: the file's first part PUT makes its staging area
         # (``_staging_area``), so asking for an upload's URLs costs no file system work (it
         # was most of an upload-url of 8 files: a directory and a file each).
-        self._staging_dir(upload_id, position)  # checks the id
+        _check_upload_id(upload_id)
         return StagedFile(upload_id, position, size, part_size)
 
     def _staging_area(self, directory: Path, size: int) -> None:
@@ -317,3 +316,8 @@ def _hash_stream(
         if since_beat >= 256 * CHUNK:
             heartbeat()
             since_beat = 0
+
+
+def _check_upload_id(upload_id: str) -> None:
+    if not UPLOAD_ID.fullmatch(upload_id):
+        raise ValidationError(f"Invalid upload id {upload_id!r}")

@@ -157,8 +157,9 @@ def url_signer(settings: Settings, database: Database, clock: Clock = utcnow) ->
 
 def stores_bytes_locally(settings: Settings) -> bool:
     """Whether the bytes are in the embedded store (``file://``), whose part and content
-    URLs the service answers itself."""
-    return settings.resolved_blob_url.startswith("file://")
+    URLs the service answers itself. (Not by ``resolved_blob_url``: resolving the
+    default's path is a few system calls, and upload-url asks each time.)"""
+    return not settings.blob_url or settings.blob_url.startswith("file://")
 
 
 def open_blob_store(settings: Settings, signer: UrlSigner) -> BlobStore:

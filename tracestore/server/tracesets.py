@@ -49,10 +49,18 @@ def find_writable(session: Session, principal: Principal, traceset_id: str) -> d
 
 
 def store_metadata(traceset: db.Traceset, value: Any) -> None:
-    """Keep ``value`` as the traceset's workloadMetadata, in both columns: the exact text
+    """Keep ``value`` as the traceset's workloadMetadata (``metadata_columns``)."""
+    for key, column_value in metadata_columns(value).items():
+        setattr(traceset, key, column_value)
+
+
+def metadata_columns(value: Any) -> dict[str, Any]:
+    """The columns that keep ``value`` as a traceset's workloadMetadata: the exact text
     (what the API answers) and plain JSON (what listing filters query)."""
-    traceset.metadata_text = None if value is None else jsontext.dumps(value)
-    traceset.workload_metadata = jsontext.plain(value)
+    return {
+        "metadata_text": None if value is None else jsontext.dumps(value),
+        "workload_metadata": jsontext.plain(value),
+    }
 
 
 def _rank_provenances(inspection: Any) -> dict[str, Any]:
