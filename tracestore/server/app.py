@@ -27,7 +27,6 @@ from tracestore.errors import (
     InternalError,
     PayloadTooLarge,
     TracestoreError,
-    ValidationError,
 )
 from tracestore.server import lanes, presigned
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
@@ -186,11 +185,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ClientDisconnect)
     async def client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
-        # A client that goes away mid-body (a dropped part PUT) is its own business, not a
-        # server error: one line, no traceback. Nobody reads the answer.
-        log.info("request %s: the client went away mid-body", _request_id(request))
-        gone = ValidationError(lanes.GONE_MID_BODY)
-        return await domain_error(request, gone)
+        # A client that goes away mid-body (a dropped part PUT): nobody reads the answer.
+        return await domain_error(request, lanes.client_gone(_request_id(request)))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.datastructures import QueryParams
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from tracestore.errors import ValidationError
 from tracestore.server import tracesets
@@ -30,7 +30,6 @@ LIST_PATH = "/api/v1/tracesets"
 ITEM_PREFIX = "/api/v1/tracesets/"
 UPLOAD_PATH = "/api/v1/tracesets/upload-url"  # routes/uploads.py
 log = logging.getLogger("tracestore")
-# What the route answers for it (app.install_error_handlers' ClientDisconnect handler).
 GONE_MID_BODY = "The connection closed before the request body was complete"
 
 Lane = Callable[[Services], Awaitable[str]]
@@ -64,23 +63,19 @@ def lane_of(scope: MutableMapping[str, Any], receive: Receive) -> Lane | None:
 
 async def _upload_url(services: Services, scope: MutableMapping[str, Any], receive: Receive) -> str:
     caller = _caller(services, scope)  # a missing token is a 401 before the body is read
-    body = await _body(scope, receive)
-    return await caller.write(upload_url_answer, body, Request(scope))
+    request = Request(scope, receive)
+    try:
+        body = await request.body()
+    except ClientDisconnect:
+        raise client_gone(scope.get("state", {}).get("request_id")) from None
+    return await caller.write(upload_url_answer, body, request)
 
 
-async def _body(scope: MutableMapping[str, Any], receive: Receive) -> bytes:
-    """The request's body, as the route's ``request.body()`` reads it; a client gone
-    mid-body is the route's 400, logged as its handler logs it."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            request_id = scope.get("state", {}).get("request_id")
-            log.info("request %s: the client went away mid-body", request_id)
-            raise ValidationError(GONE_MID_BODY)
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+def client_gone(request_id: str | None) -> ValidationError:
+    """The error of a client gone mid-body (the route's, through app's ClientDisconnect
+    handler, and a lane's), logged in one line: its own business, not a server error."""
+    log.info("request %s: the client went away mid-body", request_id)
+    return ValidationError(GONE_MID_BODY)
 
 
 def _caller(services: Services, scope: MutableMapping[str, Any]) -> Caller:
