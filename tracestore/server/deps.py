@@ -158,7 +158,7 @@ async def short_write(services: Services, write: Callable[[], T]) -> T:
                     with services.db.writes_now():
                         result = write()
                 except WriterBusy as busy:
-                    if busy.here:  # taken since writer_held looked
+                    if busy.here:  # taken since writer_held looked; write() did not run
                         continue
                     break
                 if nowait.checkpoint_due():

@@ -71,14 +71,20 @@ class NoWaitWrites:
 
     @contextmanager
     def block(self) -> Iterator[None]:
+        """Holds this process's writer lock from the start (WriterBusy if another thread
+        has it), so that the use case is not begun only to find it taken at its write."""
         thread = self._thread
+        outermost = thread.depth == 0
+        if outermost and not self._writers.acquire(blocking=False):
+            raise WriterBusy(here=True)
         thread.depth += 1
         try:
             yield
         finally:
             thread.depth -= 1
-            if not thread.depth:
+            if outermost:
                 thread.began = False
+                self._writers.release()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
