@@ -30,9 +30,12 @@ from sqlalchemy.orm import Session
 
 log = logging.getLogger("tracestore")
 
-# Commits made here between checkpoints. An upload-url writes ~37 pages to the log, so 24
-# of them about fill SQLite's own autocheckpoint threshold (1,000 pages).
-CHECKPOINT_EVERY = 24
+# Commits made here between checkpoints. An upload-url writes ~37 pages to the log, so 64 of
+# them make ~2,400 pages (~10 MB at 4 KiB), a little over twice SQLite's own autocheckpoint
+# threshold (1,000 pages): a checkpoint copies the pages written more than once only once,
+# and the worker thread's share of upload-url's CPU fell from ~8% (every 24) to ~4%
+# (docs/benchmarks.md).
+CHECKPOINT_EVERY = 64
 
 
 class WriterBusy(Exception):
