@@ -298,10 +298,10 @@ def test_a_list_shape_made_again_is_not_compiled_again(
     compiled = 0
     real_of = Prepared.of
 
-    def counting(statement: Any, dialect: Any) -> Prepared:
+    def counting(statement: Any, dialect: Any, column_keys: Any = None) -> Prepared:
         nonlocal compiled
         compiled += 1
-        return real_of(statement, dialect)
+        return real_of(statement, dialect, column_keys)
 
     listing_sql.statement.cache_clear()
     with pytest.MonkeyPatch.context() as patch:

@@ -11,16 +11,17 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, inspect, make_url, text
+from sqlalchemy import create_engine, event, exc, inspect, make_url, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql import Insert
 
 from tracestore.server.nowait import NoWaitWrites
 from tracestore.server.reads import PreparedCache, Reads
@@ -169,6 +170,37 @@ class Database:
             return
         with self.read_engine.connect() as connection:
             yield Reads(connection=connection, prepared=self._prepared)
+
+    def insert(
+        self, session: Session, statement: Insert, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Insert ``rows`` (the same keys each) in ``session``'s transaction. On SQLite on
+        the DBAPI cursor, the insert compiled once for those columns (``reads.Prepared``):
+        upload-url's three inserts cost ~0.2 ms through ``Connection.execute``, a sixth of
+        its CPU, and the request ~0.17 ms less this way (docs/benchmarks.md). A driver's error is raised as
+        SQLAlchemy's (``exc.DBAPIError``), as ``Connection.execute`` would raise it. On a
+        server database, ``Connection.execute``."""
+        if not rows:
+            return
+        connection = session.connection()
+        if self.dialect != "sqlite":
+            connection.execute(statement, list(rows))
+            return
+        # The write engine's dialect is configured as the read engine's, whose cache this is.
+        prepared = self._prepared.get(statement, column_keys=tuple(rows[0]))
+        # (``dbapi_connection``: a detached connection's ``driver_connection`` is None.)
+        driver = connection.connection.dbapi_connection
+        assert driver is not None
+        cursor = driver.cursor()
+        dbapi_error = self.engine.dialect.loaded_dbapi.Error
+        try:
+            prepared.run_many(cursor, rows)
+        except dbapi_error as error:
+            raise exc.DBAPIError.instance(
+                prepared.sql, None, error, dbapi_error, dialect=self.engine.dialect
+            ) from error
+        finally:
+            cursor.close()
 
     @contextmanager
     def inline_reads(self) -> Iterator[None]:

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.sql import Executable, Select
+from sqlalchemy.sql import Executable, Insert, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
-# Statements kept compiled per database: the GET's two, a part PUT's, the list's summary,
-# and the list's by shape (listing_sql keeps 512 shapes' selects), with room to spare.
+# Statements kept compiled per database: the GET's two, a part PUT's, upload-url's three
+# inserts, the list's summary, and the list's by shape (listing_sql keeps 512 shapes'
+# selects), with room to spare.
 PREPARED_LIMIT = 640
 # Expansions kept per expanding statement (one per count of items: a page's ids, up to
 # the page size; a caller's workspaces).
@@ -35,7 +36,8 @@ _Processor = Callable[[Any], Any]
 
 @dataclass(frozen=True)
 class Prepared:
-    """One select compiled for one dialect."""
+    """One select compiled for one dialect, or one insert of rows with the same columns
+    (``run_many``)."""
 
     compiled: SQLCompiler
     sql: str
@@ -53,8 +55,22 @@ class Prepared:
     )
 
     @classmethod
-    def of(cls, statement: Select[Any], dialect: Dialect) -> Prepared:
-        compiled = statement.compile(dialect=dialect)
+    def of(
+        cls,
+        statement: Select[Any] | Insert,
+        dialect: Dialect,
+        column_keys: Sequence[str] | None = None,
+    ) -> Prepared:
+        """``statement`` compiled; an insert for the columns ``column_keys`` (its rows'
+        keys), as ``Connection.execute`` compiles it for rows with those keys."""
+        if isinstance(statement, Insert):
+            if column_keys is None or statement._returning:
+                raise TypeError("an insert is prepared for its rows' columns, returning none")
+            compiled = statement.compile(dialect=dialect, column_keys=list(column_keys))
+            selected: list[Any] = []
+        else:
+            compiled = statement.compile(dialect=dialect)
+            selected = list(statement.selected_columns)
         assert isinstance(compiled, SQLCompiler)
         binders = {
             name: binder
@@ -69,7 +85,7 @@ class Prepared:
             binders=binders,
             results=tuple(
                 (index, process)
-                for index, column in enumerate(statement.selected_columns)
+                for index, column in enumerate(selected)
                 if (process := column.type.dialect_impl(dialect).result_processor(dialect, None))
             ),
             expanding=tuple(compiled.bind_names[bind] for bind in compiled.post_compile_params),
@@ -109,6 +125,20 @@ class Prepared:
                     converted[index] = process(converted[index])
                 rows[number] = converted
         return rows
+
+    def run_many(self, cursor: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run an insert of ``rows`` (each with the keys it was prepared for) on a DBAPI
+        cursor, in one ``executemany``."""
+        if self.expanding or self.literal:
+            raise TypeError("run_many runs a statement of plain parameters")
+        binders, names = self.binders, self.names
+        cursor.executemany(
+            self.sql,
+            [
+                [binders[name](row[name]) if name in binders else row[name] for name in names]
+                for row in rows
+            ],
+        )
 
     def _expansion(self, params: Mapping[str, Any]) -> tuple[str, tuple[_Source, ...]]:
         """The SQL of an expanding statement for as many items as ``params`` hold, and the
@@ -232,14 +262,21 @@ class PreparedCache:
         self._statements: OrderedDict[Hashable, Prepared] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, statement: Select[Any], key: Hashable | None = None) -> Prepared:
-        key = statement if key is None else key
+    def get(
+        self,
+        statement: Select[Any] | Insert,
+        key: Hashable | None = None,
+        column_keys: Sequence[str] | None = None,
+    ) -> Prepared:
+        """``statement`` prepared; an insert for the columns ``column_keys``."""
+        if key is None:
+            key = statement if column_keys is None else (statement, tuple(column_keys))
         with self._lock:
             prepared = self._statements.get(key)
             if prepared is not None:
                 self._statements.move_to_end(key)
                 return prepared
-        prepared = Prepared.of(statement, self._dialect)
+        prepared = Prepared.of(statement, self._dialect, column_keys)
         with self._lock:
             self._statements[key] = prepared
             while len(self._statements) > PREPARED_LIMIT:

@@ -129,12 +129,11 @@ def start_upload(
             # the request) nor the ORM's bulk insert (a fifth of what was left) is needed
             # for rows this function writes whole; the answer is built from the session
             # object and each file's name and staged file.
-            # On the session's connection: Core statements need none of the ORM's
-            # execution around them (a tenth of the use case).
-            connection = session.connection()
-            connection.execute(_INSERT_TRACESET, [traceset])
-            connection.execute(_INSERT_FILES, files)
-            connection.execute(_INSERT_SESSION, [_row(upload)])
+            # In the session's transaction, without the ORM's execution around Core
+            # statements (a tenth of the use case), nor on SQLite Core's (``insert``).
+            services.db.insert(session, _INSERT_TRACESET, [traceset])
+            services.db.insert(session, _INSERT_FILES, files)
+            services.db.insert(session, _INSERT_SESSION, [_row(upload)])
             named = [(spec.name, stage) for spec, stage in zip(request.files, staged, strict=True)]
             return _session_view(services, upload, named, base_url, with_received=False)
     except BaseException:
