@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from tests.uploading import UPLOAD_URL, record_counts
-from tracestore.server import db, nowait, uploads
+from tracestore.server import db, nowait, reads, uploads
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 
@@ -89,15 +89,22 @@ def test_a_failed_write_on_the_loop_writes_nothing_and_frees_the_lock(
 ) -> None:
     from tracestore.errors import Conflict
 
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise Conflict("refused after the inserts")
+    run_many = reads.Prepared.run_many
+    inserts: list[str] = []
+
+    def refuse_the_third(prepared: reads.Prepared, cursor: Any, rows: Any) -> None:
+        inserts.append(prepared.sql)
+        if len(inserts) == 3:
+            raise Conflict("refused after two inserts")
+        run_many(prepared, cursor, rows)
 
     before = record_counts(services)
     with monkeypatch.context() as patch:
-        patch.setattr(uploads, "_session_view", refuse)  # inside the write session
+        patch.setattr(reads.Prepared, "run_many", refuse_the_third)  # inside the transaction
         answer = http.post(UPLOAD_URL, json=BODY)
     assert answer.status_code == 409
-    assert answer.json()["error"]["message"] == "refused after the inserts"
+    assert answer.json()["error"]["message"] == "refused after two inserts"
+    assert [sql.split()[2] for sql in inserts] == ["tracesets", "traceset_files", "upload_sessions"]
     assert record_counts(services) == before  # rolled back
     assert http.post(UPLOAD_URL, json=BODY).status_code == 200  # the lock was given back
     assert on_loop == [True, True]

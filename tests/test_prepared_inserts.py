@@ -1,7 +1,8 @@
-"""``Database.insert`` on SQLite: rows inserted on the DBAPI cursor, the insert compiled once
-(``reads.Prepared.run_many``), are stored as SQLAlchemy's ``Connection.execute`` stores them,
-value for value and storage class for storage class, and a driver's error comes out as
-SQLAlchemy's. Two fresh databases side by side; no service around them."""
+"""``Database.insert_rows`` on SQLite: rows inserted on the DBAPI connection, each insert
+compiled once (``reads.Prepared.run_many``), are stored as SQLAlchemy's ``Connection.execute``
+stores them, value for value and storage class for storage class; a driver's error comes out
+as SQLAlchemy's and the transaction is rolled back whole. Two fresh databases side by side; no
+service around them. (Inside ``writes_now``: tests/test_nowait_writes.py.)"""
 
 from __future__ import annotations
 
@@ -127,9 +128,7 @@ def test_rows_inserted_on_the_cursor_are_stored_as_sqlalchemys_execution_stores_
     ours, theirs = pair
     for suffix in ("", "_again"):  # the second time from the compiled inserts kept
         rows = _rows(suffix)
-        with ours.session() as session:
-            for table, given in rows.items():
-                ours.insert(session, insert(TABLES[table]), given)
+        ours.insert_rows([(insert(TABLES[table]), given) for table, given in rows.items()])
         with theirs.session() as session:
             for table, given in rows.items():
                 session.connection().execute(insert(TABLES[table]), given)
@@ -143,17 +142,17 @@ def test_a_driver_error_is_raised_as_sqlalchemys_and_writes_nothing(
     pair: tuple[Database, Database],
 ) -> None:
     ours, _ = pair
-    with ours.session() as session:
-        ours.insert(session, insert(TABLES["tracesets"]), [_traceset(1, None)])
-    unique = "UNIQUE constraint failed: tracesets[.]id"
-    with pytest.raises(exc.IntegrityError, match=unique), ours.session() as session:
-        ours.insert(session, insert(TABLES["tracesets"]), [_traceset(2, None)])
-        ours.insert(session, insert(TABLES["tracesets"]), [_traceset(1, None)])
-    # The failed block rolled back whole: the row before the duplicate is not kept.
+    tracesets = insert(TABLES["tracesets"])
+    ours.insert_rows([(tracesets, [_traceset(1, None)])])
+    with pytest.raises(exc.IntegrityError, match=r"UNIQUE constraint failed: tracesets\.id"):
+        ours.insert_rows([(tracesets, [_traceset(2, None)]), (tracesets, [_traceset(1, None)])])
+    # Rolled back whole: the row before the duplicate is not kept ...
     assert [row[0] for row in _stored(ours, "tracesets")] == ["ts_1"]
-    foreign = pytest.raises(exc.IntegrityError, match="FOREIGN KEY constraint failed")
-    with foreign, ours.session() as session:
-        ours.insert(session, insert(TABLES["tracesets"]), [_traceset(3, None, tenant_id="x")])
+    with pytest.raises(exc.IntegrityError, match="FOREIGN KEY constraint failed"):
+        ours.insert_rows([(tracesets, [_traceset(3, None, tenant_id="x")])])
+    # ... and the connection went back with no transaction open, the lock free.
+    ours.insert_rows([(tracesets, [_traceset(4, None)])])
+    assert [row[0] for row in _stored(ours, "tracesets")] == ["ts_1", "ts_4"]
 
 
 def test_an_insert_is_prepared_for_its_rows_columns_only() -> None:

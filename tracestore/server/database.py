@@ -171,36 +171,70 @@ class Database:
         with self.read_engine.connect() as connection:
             yield Reads(connection=connection, prepared=self._prepared)
 
-    def insert(
-        self, session: Session, statement: Insert, rows: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """Insert ``rows`` (the same keys each) in ``session``'s transaction. On SQLite on
-        the DBAPI cursor, the insert compiled once for those columns (``reads.Prepared``):
-        upload-url's three inserts cost ~0.2 ms through ``Connection.execute``, a sixth of
-        its CPU, and the request ~0.17 ms less this way (docs/benchmarks.md). A driver's error is raised as
-        SQLAlchemy's (``exc.DBAPIError``), as ``Connection.execute`` would raise it. On a
-        server database, ``Connection.execute``."""
-        if not rows:
-            return
-        connection = session.connection()
+    def insert_rows(self, inserts: Sequence[tuple[Insert, Sequence[Mapping[str, Any]]]]) -> None:
+        """One write transaction that inserts these rows and does nothing else: each
+        statement's rows (with the same keys each), in order. On SQLite on the DBAPI
+        connection, each insert compiled once for its rows' columns (``reads.Prepared``),
+        without a ``Connection`` or an ORM session around it: through those, upload-url's
+        three inserts and their transaction cost ~0.4 ms more, two fifths of its CPU
+        in-process (docs/benchmarks.md).
+        Inside ``writes_now`` the transaction begins at once or raises ``WriterBusy``, as
+        ``session`` does there. A driver's error is raised as SQLAlchemy's
+        (``exc.DBAPIError``), as ``Connection.execute`` raises it; on a server database it is
+        ``Connection.execute`` in a ``session``."""
+        shared = _SHARED_READS.get()
+        if shared is not None and shared.database is self:
+            shared.end()  # reads after this write see it
         if self.dialect != "sqlite":
-            connection.execute(statement, list(rows))
+            with self.session() as session:
+                connection = session.connection()
+                for statement, rows in inserts:
+                    if rows:
+                        connection.execute(statement, list(rows))
             return
+        with self._driver_errors():
+            if self.nowait is not None and self.nowait.active:
+                with self.nowait.transaction() as raw:
+                    self._run_inserts(raw, inserts)
+                return
+            with self._writers:
+                pooled = self.engine.raw_connection()  # pysqlite's autocommit: BEGIN is ours
+                try:
+                    driver: Any = pooled.dbapi_connection
+                    driver.execute("BEGIN IMMEDIATE").close()
+                    try:
+                        self._run_inserts(driver, inserts)
+                        driver.execute("COMMIT").close()
+                    except BaseException:
+                        if driver.in_transaction:
+                            driver.rollback()
+                        raise
+                finally:
+                    pooled.close()
+
+    def _run_inserts(
+        self, raw: Any, inserts: Sequence[tuple[Insert, Sequence[Mapping[str, Any]]]]
+    ) -> None:
         # The write engine's dialect is configured as the read engine's, whose cache this is.
-        prepared = self._prepared.get(statement, column_keys=tuple(rows[0]))
-        # (``dbapi_connection``: a detached connection's ``driver_connection`` is None.)
-        driver = connection.connection.dbapi_connection
-        assert driver is not None
-        cursor = driver.cursor()
-        dbapi_error = self.engine.dialect.loaded_dbapi.Error
+        cursor = raw.cursor()
         try:
-            prepared.run_many(cursor, rows)
-        except dbapi_error as error:
-            raise exc.DBAPIError.instance(
-                prepared.sql, None, error, dbapi_error, dialect=self.engine.dialect
-            ) from error
+            for statement, rows in inserts:
+                if rows:
+                    prepared = self._prepared.get(statement, column_keys=tuple(rows[0]))
+                    prepared.run_many(cursor, rows)
         finally:
             cursor.close()
+
+    @contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        """The DBAPI's errors raised in this block raised as SQLAlchemy raises them."""
+        dbapi_error = self.engine.dialect.loaded_dbapi.Error
+        try:
+            yield
+        except dbapi_error as error:
+            raise exc.DBAPIError.instance(
+                None, None, error, dbapi_error, dialect=self.engine.dialect
+            ) from error
 
     @contextmanager
     def inline_reads(self) -> Iterator[None]:

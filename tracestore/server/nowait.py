@@ -19,6 +19,7 @@ here have filled enough of the log, and ``checkpoint`` (for a worker thread) cop
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,14 +95,7 @@ class NoWaitWrites:
         """A write session that begins now or raises WriterBusy; the block's only one (a
         second would make the first's writes happen twice when the use case is run
         again)."""
-        thread = self._thread
-        if thread.began:
-            raise RuntimeError("a writes_now block takes one write session")
-        thread.began = True
-        if not self._writers.acquire(blocking=False):
-            raise WriterBusy(here=True)
-        try:
-            connection = self._connection()
+        with self._turn() as connection:
             try:
                 transaction = connection.begin()  # BEGIN IMMEDIATE (the engine's begin hook)
             except exc.OperationalError as error:
@@ -118,6 +112,40 @@ class NoWaitWrites:
                 if transaction.is_active:
                     transaction.rollback()
                 raise
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """As ``session``, a write transaction on the DBAPI connection itself, committed
+        when the block ends (``Database.insert_rows``: no Connection or ORM session around
+        statements that only insert)."""
+        with self._turn() as connection:
+            raw = connection.connection.dbapi_connection
+            assert isinstance(raw, sqlite3.Connection)
+            try:
+                raw.execute("BEGIN IMMEDIATE").close()
+            except sqlite3.OperationalError as error:
+                self._drop(connection)
+                raise WriterBusy(here=False) from error
+            try:
+                yield raw
+                raw.execute("COMMIT").close()
+            except BaseException:
+                if raw.in_transaction:
+                    raw.rollback()
+                raise
+
+    @contextmanager
+    def _turn(self) -> Iterator[Connection]:
+        """The block's one write, on this thread's kept connection, holding this process's
+        writer lock (WriterBusy if another thread has it); counted when it ends well."""
+        thread = self._thread
+        if thread.began:
+            raise RuntimeError("a writes_now block takes one write session")
+        thread.began = True
+        if not self._writers.acquire(blocking=False):
+            raise WriterBusy(here=True)
+        try:
+            yield self._connection()
             with self._lock:
                 self._commits += 1
         finally:

@@ -4,10 +4,10 @@ completing ``completion.py``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
-from typing import Any, cast
+from datetime import datetime, timedelta
+from typing import NamedTuple, Protocol, cast
 
-from sqlalchemy import Table, insert, inspect
+from sqlalchemy import Table, insert
 
 from tracestore import metadata, schemas
 from tracestore.errors import Conflict, NotFound, PayloadTooLarge, ValidationError, quoted
@@ -81,75 +81,67 @@ def start_upload(
                     spec.content_type,
                 )
             )
-        with services.db.session() as session:
-            # Plain rows, not ORM objects: nothing but the insert reads them.
-            traceset = {
-                "id": traceset_id,
-                "tenant_id": principal.tenant_id,
-                "workspace_id": workspace_id,
-                "created_by": principal.user_id,
-                "name": request.name,
-                "description": request.description,
-                "tags": list(request.tags),
-                "status": "uploading",
-                "scope": "workspace",
-                "created_at": now,
-                "updated_at": now,
-                "expires_at": now + timedelta(days=ttl_days),
-                "ttl_days": ttl_days,
-                "rank_count": rank_count,
-                "total_size": sum(f.size for f in request.files),
-                "file_count": len(request.files),
-                "hash": None,
-                **metadata_columns(request.workload_metadata),
+        # Plain rows, not ORM objects: nothing but the insert reads them.
+        traceset = {
+            "id": traceset_id,
+            "tenant_id": principal.tenant_id,
+            "workspace_id": workspace_id,
+            "created_by": principal.user_id,
+            "name": request.name,
+            "description": request.description,
+            "tags": list(request.tags),
+            "status": "uploading",
+            "scope": "workspace",
+            "created_at": now,
+            "updated_at": now,
+            "expires_at": now + timedelta(days=ttl_days),
+            "ttl_days": ttl_days,
+            "rank_count": rank_count,
+            "total_size": sum(f.size for f in request.files),
+            "file_count": len(request.files),
+            "hash": None,
+            **metadata_columns(request.workload_metadata),
+        }
+        files = [
+            {
+                "traceset_id": traceset_id,
+                "position": position,
+                "name": spec.name,
+                "size": spec.size,
+                "role": spec.role,
+                "content_type": spec.content_type,
+                "expected_sha256": spec.sha256,
+                "staging_handle": stage.handle,
+                "metadata_status": "pending",
             }
-            files = [
-                {
-                    "traceset_id": traceset_id,
-                    "position": position,
-                    "name": spec.name,
-                    "size": spec.size,
-                    "role": spec.role,
-                    "content_type": spec.content_type,
-                    "expected_sha256": spec.sha256,
-                    "staging_handle": stage.handle,
-                    "metadata_status": "pending",
-                }
-                for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True))
+            for position, (spec, stage) in enumerate(zip(request.files, staged, strict=True))
+        ]
+        upload = _NewSession(
+            id=upload_id,
+            traceset_id=traceset_id,
+            part_size=settings.part_size,
+            expires_at=now + settings.session_ttl,
+        )
+        session_row = {**upload._asdict(), "state": "open", "created_at": now}
+        # The answer first: it reads nothing stored, and if it fails nothing is written.
+        named = [(spec.name, stage) for spec, stage in zip(request.files, staged, strict=True)]
+        answer = _session_view(services, upload, named, base_url, with_received=False)
+        # One transaction of three inserts, one per table: neither the unit of work's
+        # flushes (a fifth of the request) nor the ORM's bulk insert (a fifth of what was
+        # left) is needed for rows this function writes whole, nor on SQLite Core's
+        # execution around the statements (``Database.insert_rows``).
+        services.db.insert_rows(
+            [
+                (_INSERT_TRACESET, [traceset]),
+                (_INSERT_FILES, files),
+                (_INSERT_SESSION, [session_row]),
             ]
-            upload = db.UploadSession(
-                id=upload_id,
-                traceset_id=traceset_id,
-                state="open",
-                part_size=settings.part_size,
-                created_at=now,
-                expires_at=now + settings.session_ttl,
-            )
-            # One Core INSERT per table: neither the unit of work's flushes (a fifth of
-            # the request) nor the ORM's bulk insert (a fifth of what was left) is needed
-            # for rows this function writes whole; the answer is built from the session
-            # object and each file's name and staged file.
-            # In the session's transaction, without the ORM's execution around Core
-            # statements (a tenth of the use case), nor on SQLite Core's (``insert``).
-            services.db.insert(session, _INSERT_TRACESET, [traceset])
-            services.db.insert(session, _INSERT_FILES, files)
-            services.db.insert(session, _INSERT_SESSION, [_row(upload)])
-            named = [(spec.name, stage) for spec, stage in zip(request.files, staged, strict=True)]
-            return _session_view(services, upload, named, base_url, with_received=False)
+        )
+        return answer
     except BaseException:
         for stage in staged:
             services.store.discard_staging(stage)
         raise
-
-
-def _row(record: db.Base) -> dict[str, Any]:
-    """The columns ``record`` was made with, as a Core insert of its table takes them
-    (every mapped attribute here is named as its column)."""
-    return {
-        column.key: getattr(record, column.key)
-        for column in inspect(record).mapper.column_attrs
-        if column.key in record.__dict__
-    }
 
 
 def resume_upload(
@@ -188,9 +180,31 @@ def resume_upload(
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
 
 
+class _NewSession(NamedTuple):
+    """What ``_session_view`` reads of a session: a new one's, before it is stored."""
+
+    id: str
+    traceset_id: str
+    part_size: int
+    expires_at: datetime
+
+
+class _SessionFields(Protocol):
+    """What ``_session_view`` reads of a session (a stored one, or a ``_NewSession``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def traceset_id(self) -> str: ...
+    @property
+    def part_size(self) -> int: ...
+    @property
+    def expires_at(self) -> datetime: ...
+
+
 def _session_view(
     services: Services,
-    upload: db.UploadSession,
+    upload: _SessionFields,
     files: Sequence[tuple[str, StagedFile]],
     base_url: str,
     *,
