@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Insert
 
+from tracestore.server.keptreads import SHARED_READS, HeldReads, SharedReads
 from tracestore.server.nowait import NoWaitWrites
 from tracestore.server.reads import PreparedCache, Reads
 
@@ -103,7 +102,7 @@ class Database:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
         self._prepared = PreparedCache(self.read_engine.dialect)
-        self._held = _HeldReads(self.read_engine)
+        self._held = HeldReads(self.read_engine)
         # The event loop's writes that do not wait (``writes_now``), where reads may be
         # inline too: a SQLite file.
         self.nowait: NoWaitWrites | None = (
@@ -125,7 +124,7 @@ class Database:
     def session(self, *, write: bool = True) -> Iterator[Session]:
         """A unit of work: committed when the block ends, rolled back on error. Inside
         ``shared_reads`` the read sessions are one (see there)."""
-        shared = _SHARED_READS.get()
+        shared = SHARED_READS.get()
         if shared is not None and shared.database is self:
             if not write:
                 with shared.session() as session:
@@ -148,7 +147,7 @@ class Database:
         SQLite, a pooled DBAPI connection without SQLAlchemy's execution around it
         (``reads.Reads``); on a server database a bare ``Connection``, without the ORM
         session (~30 us a request). The read transaction ends with the block."""
-        shared = _SHARED_READS.get()
+        shared = SHARED_READS.get()
         if shared is not None and shared.database is self and shared.holds_session:
             with shared.session() as session:
                 yield Reads(connection=session.connection(), prepared=self._prepared)
@@ -182,7 +181,7 @@ class Database:
         ``session`` does there. A driver's error is raised as SQLAlchemy's
         (``exc.DBAPIError``), as ``Connection.execute`` raises it; on a server database it is
         ``Connection.execute`` in a ``session``."""
-        shared = _SHARED_READS.get()
+        shared = SHARED_READS.get()
         if shared is not None and shared.database is self:
             shared.end()  # reads after this write see it
         if self.dialect != "sqlite":
@@ -267,12 +266,12 @@ class Database:
         pooled connection where there were two, and no read transaction held open longer
         than before. A write session ends a handed-over session first, so the reads after
         a write see it; nested read blocks share their outer one."""
-        shared = _SharedReads(self)
-        token = _SHARED_READS.set(shared)
+        shared = SharedReads(self, self._read_sessions)
+        token = SHARED_READS.set(shared)
         try:
             yield
         finally:
-            _SHARED_READS.reset(token)
+            SHARED_READS.reset(token)
             shared.end()
 
     def migrate(self) -> None:
@@ -294,131 +293,6 @@ class Database:
             self.nowait.close()
         self.engine.dispose()
         self.read_engine.dispose()
-
-
-class _Held:
-    """One thread's kept read connection (a DBAPI connection), closed when the thread's
-    state goes (its end) or by ``_HeldReads.close_all``; weakly referenced there."""
-
-    __slots__ = ("__weakref__", "busy", "connection")
-
-    def __init__(self, connection: Any) -> None:
-        self.connection = connection
-        self.busy = False
-
-    def close(self) -> None:
-        connection, self.connection = self.connection, None
-        if connection is not None:
-            with suppress(Exception):
-                connection.close()
-
-    __del__ = close
-
-
-class _ThreadReads(threading.local):
-    inline = 0  # inline_reads blocks open in this thread
-    held: _Held | None = None
-
-
-class _HeldReads:
-    """The connections ``Database.inline_reads`` keeps, one per thread that asks: made by
-    the read engine's pool (its connect hook's PRAGMAs and functions applied), then
-    detached from it. ``close_all`` (``Database.dispose``) closes every thread's; a thread
-    makes another at its next read."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._thread = _ThreadReads()
-        self._lock = threading.Lock()
-        self._every: weakref.WeakSet[_Held] = weakref.WeakSet()
-
-    def inline(self, step: int) -> None:
-        self._thread.inline += step
-
-    def take(self) -> _Held | None:
-        """This thread's connection for one read block, or None for a pooled one (outside
-        ``inline_reads``, or while an outer read block uses it)."""
-        thread = self._thread
-        if not thread.inline:
-            return None
-        held = thread.held
-        if held is None or held.connection is None:
-            fairy = self._engine.raw_connection()
-            connection = fairy.dbapi_connection
-            fairy.detach()  # the pool makes another in its place; this one is ours to close
-            held = thread.held = _Held(connection)
-            with self._lock:
-                self._every.add(held)
-        elif held.busy:
-            return None
-        held.busy = True
-        return held
-
-    def give_back(self, held: _Held, *, ended: bool) -> None:
-        """The read block is over; a connection whose read transaction could not be ended
-        is closed, and the next read makes another."""
-        held.busy = False
-        if not ended:
-            held.close()
-
-    def close_all(self) -> None:
-        with self._lock:
-            every = list(self._every)
-        for held in every:
-            held.close()
-
-
-class _SharedReads:
-    """The read session a ``Database.shared_reads`` block hands from one read to the next."""
-
-    def __init__(self, database: Database) -> None:
-        self.database = database
-        self._session: Session | None = None
-        self._depth = 0  # read blocks using it now
-        self._hand_over = True  # the first read block to end leaves it open for the next
-
-    @property
-    def holds_session(self) -> bool:
-        return self._session is not None
-
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        if self._session is None:
-            self._session = self.database._read_sessions()
-            self._session.begin()
-        self._depth += 1
-        try:
-            yield self._session
-        except BaseException:
-            self._depth -= 1
-            # As a session of its own would have been: rolled back, the next read afresh.
-            self.end(failed=True)
-            raise
-        self._depth -= 1
-        if self._depth == 0:
-            if self._hand_over:
-                self._hand_over = False
-            else:
-                self.end()
-
-    def end(self, *, failed: bool = False) -> None:
-        """End the read transaction unless a read block still uses it."""
-        session, self._session = self._session, None
-        if session is None:
-            return
-        if self._depth:
-            self._session = session
-            return
-        try:
-            if failed:
-                session.rollback()
-            else:
-                session.commit()
-        finally:
-            session.close()
-
-
-_SHARED_READS: ContextVar[_SharedReads | None] = ContextVar("tracestore_shared_reads", default=None)
 
 
 def serialize(connection: Session | Connection) -> None:
