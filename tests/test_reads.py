@@ -260,6 +260,7 @@ def test_a_timestamp_as_sqlite_stores_it_is_sliced_to_the_answers_text(value: da
     assert isinstance(stored, str)
     assert db.timestamp_text(stored) == format_timestamp(value)
     assert db.timestamp_value(stored) == value
+    assert db.sqlite_timestamp_text(value) == stored  # what the list's cursor compares
 
 
 @pytest.mark.parametrize(

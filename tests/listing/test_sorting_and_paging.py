@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -207,3 +209,69 @@ def test_walking_every_page_of_5000_tracesets_gets_each_exactly_once(
         items = list_all(world.clients["admin"], {"sort": sort}, limit=100)
         ids = [item["id"] for item in items]
         assert len(ids) == 5000 and set(ids) == expected, sort
+
+
+# Timestamps as SQLite may hold them when a row was written by other means than this
+# service (an import by SQL, ``CURRENT_TIMESTAMP``): each a shape UTCDateTime never writes.
+FOREIGN_TIMESTAMPS = [
+    "{day} 12:00:00",  # CURRENT_TIMESTAMP's
+    "{day} 12:00:00.5",
+    "{day}T12:00:00Z",
+    "{day}T12:00:00+00:00",
+    "{day} 12:00:00.000000+00:00",
+]
+
+
+@pytest.mark.parametrize("sort", ["created:desc", "created:asc", "name:asc,created:desc"])
+def test_pages_walk_rows_whose_stored_timestamps_are_in_other_shapes(
+    world: World, clock: FakeClock, sort: str
+) -> None:
+    """The cursor compared the canonical text of a page's last timestamp with the stored
+    text: a row stored as ``2026-01-01 12:00:00`` sorts before ``...12:00:00.000000``, so
+    in created:desc it came after its own cursor again, and the pages never ended."""
+    if world.services.db.dialect != "sqlite":
+        pytest.skip("PostgreSQL stores a timestamptz, not text")
+    day = clock().date().isoformat()
+    ours = {add(world, name="same") for _ in range(3)}  # canonical, the same instant
+    foreign = set()
+    for shape in FOREIGN_TIMESTAMPS * 2:
+        traceset_id = add(world, name="same")
+        with world.services.db.engine.begin() as connection:
+            connection.exec_driver_sql(
+                "UPDATE tracesets SET created_at = ? WHERE id = ?",
+                (shape.format(day=day), traceset_id),
+            )
+        foreign.add(traceset_id)
+    for limit in (1, 2, 3):
+        items = list_all(world.clients["admin"], {"sort": sort}, limit=limit)
+        ids = [item["id"] for item in items]
+        assert len(ids) == len(set(ids)) == len(ours | foreign), (sort, limit)
+        assert set(ids) == ours | foreign
+
+
+def test_a_cursor_of_the_instants_text_pages_as_a_cursor_of_the_stored_text(
+    world: World, clock: FakeClock
+) -> None:
+    """Cursors made before the stored text was kept (the instant's ISO text, as on
+    PostgreSQL) still page to the same next page."""
+    for i in range(6):
+        add(world, name=f"n{i % 2}")
+        clock.advance(microseconds=i % 2)
+    client = world.clients["admin"]
+    for sort in ("created:desc", "name:asc,created:asc"):
+        page = client.get(LIST, params={"sort": sort, "limit": 2}).json()
+        cursor = page["pagination"]["nextCursor"]
+        body = cursor.partition(".")[0]
+        payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        values = [
+            db.timestamp_value(v["s"]).isoformat() if isinstance(v, dict) else v
+            for v in payload["k"]
+        ]
+        if world.services.db.dialect == "sqlite":
+            assert values != payload["k"]  # the stored text was in it
+        older = encode_cursor(world.services.signer.key, payload["b"], values)
+        params = {"sort": sort, "limit": 2}
+        assert (
+            client.get(LIST, params={**params, "next": older}).json()["items"]
+            == client.get(LIST, params={**params, "next": cursor}).json()["items"]
+        )

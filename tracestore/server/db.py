@@ -73,6 +73,13 @@ def stored_timestamp(column: Any, dialect: str) -> Any:
     return type_coerce(column, Text).label(column.key)
 
 
+def sqlite_timestamp_text(value: datetime) -> str:
+    """The text ``UTCDateTime`` stores on SQLite for the instant ``value`` (SQLAlchemy's
+    ``YYYY-MM-DD HH:MM:SS.ffffff`` of its UTC time), for a select that compares stored text
+    (the list's cursor)."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
 def timestamp_value(value: datetime | str) -> datetime:
     """A timestamp column's value, read as ``UTCDateTime`` reads it or as SQLite's stored
     text (a select that coerced the column to Text, as the list page does)."""

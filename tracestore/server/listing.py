@@ -13,7 +13,6 @@ import hashlib
 import hmac
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -84,26 +83,26 @@ def cursor_payload(key: bytes, cursor: str, binding: str) -> Any:
     return body.get("k")
 
 
-def decode_cursor(key: bytes, cursor: str, binding: str, sort: tuple[SortKey, ...]) -> list[Any]:
-    """The keyset values a cursor holds (see ``cursor_payload``)."""
+def decode_cursor(
+    key: bytes, cursor: str, binding: str, sort: tuple[SortKey, ...], dialect: str
+) -> list[Any]:
+    """The keyset values a cursor holds (see ``cursor_payload``), as ``dialect``'s select
+    compares them (``_cursor_value``)."""
     values = cursor_payload(key, cursor, binding)
     if not isinstance(values, list) or len(values) != len(sort) + 1:
         raise ValidationError(BAD_CURSOR)
     out: list[Any] = []
     for key_, value in zip(sort, values, strict=False):
-        out.append(_cursor_value(key_.field, value))
+        out.append(_cursor_value(key_.field, value, dialect))
     if not isinstance(values[-1], str):
         raise ValidationError(BAD_CURSOR)
     out.append(values[-1])
     return out
 
 
-def _cursor_value(field: str, value: Any) -> Any:
-    if field == "created" and isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            raise ValidationError(BAD_CURSOR) from None
+def _cursor_value(field: str, value: Any, dialect: str) -> Any:
+    if field == "created":
+        return _cursor_created(value, dialect)
     if field in ("name", "status") and isinstance(value, str):
         return value
     if field == "size" and isinstance(value, int) and not isinstance(value, bool):
@@ -115,13 +114,35 @@ def _cursor_value(field: str, value: Any) -> Any:
     raise ValidationError(BAD_CURSOR)
 
 
+def _cursor_created(value: Any, dialect: str) -> Any:
+    """A cursor's creation time as the select compares it (``listing_sql``'s ``a`` marks):
+    on SQLite the text as stored, elsewhere the instant. A cursor made on SQLite carries the
+    stored text itself (``{"s": text}``): a row written by other means than this service may
+    hold a shape ``UTCDateTime`` never writes (``CURRENT_TIMESTAMP``'s, without a fraction),
+    and the canonical text of the same instant sorts after it, so the row came after its own
+    cursor again and the pages never ended. A cursor of the instant's ISO text (as all were
+    before, and as PostgreSQL's are) is compared as ``UTCDateTime`` stores that instant."""
+    if isinstance(value, dict) and set(value) == {"s"} and isinstance(value["s"], str):
+        if dialect == "sqlite":
+            return value["s"]
+        value = value["s"]  # a SQLite service's cursor, its key kept across a move
+    if not isinstance(value, str):
+        raise ValidationError(BAD_CURSOR)
+    try:
+        instant = db.timestamp_value(value)
+    except ValueError:
+        raise ValidationError(BAD_CURSOR) from None
+    return db.sqlite_timestamp_text(instant) if dialect == "sqlite" else instant
+
+
 def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
     # The row is listing_sql.statement's: id, name, status, scope, workspace_id, file_count,
     # total_size, rank_count, created_at (stored text on SQLite), then workload members.
     values: list[Any] = []
     for key in sort:
         if key.field == "created":
-            values.append(db.timestamp_value(row[8]).isoformat())
+            created = row[8]
+            values.append({"s": created} if isinstance(created, str) else created.isoformat())
         elif key.field == "name":
             values.append(row[1])
         elif key.field == "status":
@@ -146,7 +167,11 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
         principal.require_member(query.workspace_id)
     key = services.signer.key
     binding = _binding(principal, query)
-    after = None if query.cursor is None else decode_cursor(key, query.cursor, binding, query.sort)
+    after = (
+        None
+        if query.cursor is None
+        else decode_cursor(key, query.cursor, binding, query.sort, services.db.dialect)
+    )
     shape, values = listing_plan.plan(principal, query, services.db.dialect, after)
     # Core rows on a connection, no ORM session: its result machinery cost more than the
     # queries.

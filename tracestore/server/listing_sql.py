@@ -55,15 +55,18 @@ class _Atom:
     label: str
     expr: ColumnElement[Any] | InstrumentedAttribute[Any]
     descending: bool
+    mark: Any = None  # the type the cursor's value binds as, when not the column's
 
 
-def _atoms(sort: tuple[SortKey, ...], source: Any) -> list[_Atom]:
+def _atoms(sort: tuple[SortKey, ...], source: Any, dialect: str) -> list[_Atom]:
     """The sort's atoms over ``source``'s columns (the table's, or the chosen page's)."""
     atoms: list[_Atom] = []
     for index, key in enumerate(sort):
         label = f"k{index}"
         if key.field == "created":
-            atoms.append(_Atom(label, source.created_at, key.descending))
+            # On SQLite the cursor holds the stored text (``listing._cursor_created``).
+            mark = Text() if dialect == "sqlite" else None
+            atoms.append(_Atom(label, source.created_at, key.descending, mark))
         elif key.field == "name":  # the database's collation: byte order on SQLite
             atoms.append(_Atom(label, source.name, key.descending))
         elif key.field == "status":
@@ -80,7 +83,9 @@ def _atoms(sort: tuple[SortKey, ...], source: Any) -> list[_Atom]:
 
 def _after(atoms: list[_Atom]) -> ColumnElement[bool]:
     """Rows strictly after the cursor ``a0, a1, ...`` in the atoms' order."""
-    marks: list[BindParameter[Any]] = [bindparam(f"a{i}") for i in range(len(atoms))]
+    marks: list[BindParameter[Any]] = [
+        bindparam(f"a{i}", type_=atom.mark) for i, atom in enumerate(atoms)
+    ]
     alternatives = []
     for i, atom in enumerate(atoms):
         equal = [atoms[j].expr == marks[j] for j in range(i)]
@@ -234,7 +239,7 @@ def statement(shape: Shape) -> Select[Any]:
     # The chosen rows again in the sort's order: a join keeps no order of its own.
     order = [
         atom.expr.desc() if atom.descending else atom.expr.asc()
-        for atom in _atoms(shape.sort, page.c)
+        for atom in _atoms(shape.sort, page.c, shape.dialect)
     ]
     return (
         select(
@@ -265,7 +270,7 @@ PAGE_COLUMNS = (
 def _chosen(shape: Shape) -> Select[Any]:
     """The page's rows: the PAGE_COLUMNS of at most ``fetch`` tracesets, in the sort's
     order. The union's arms also carry the sort's atoms, labelled, for the outer ORDER BY."""
-    atoms = _atoms(shape.sort, T)
+    atoms = _atoms(shape.sort, T, shape.dialect)
     conditions = _conditions(shape)
     if shape.after:
         conditions.append(_after(atoms))
