@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import func, select
 
+from tests.conftest import TEST_BASE
 from tracestore import schemas
 from tracestore.client import Client
 from tracestore.server import completion, db
 from tracestore.server.auth import authenticate_api_token
+from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.staging import DATA_FILE
 
@@ -51,6 +54,24 @@ def put_parts(
                 {"partNumber": part["partNumber"], "etag": response.headers["etag"]}
             )
     return etags
+
+
+def one_part_upload(http: httpx.Client, data: bytes) -> dict[str, Any]:
+    """A one-file, one-part upload started: upload-url's answer."""
+    response = request_upload(http, {"r.et": (data, "primary")}, {"shape": {"rankCount": 1}})
+    assert response.status_code == 200
+    return dict(response.json())
+
+
+def read_back(http: httpx.Client, services: Services, sha256: str) -> bytes:
+    """A stored blob's bytes, through the local store's download URL."""
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    expires = services.now() + timedelta(minutes=5)
+    url = store.download_url(sha256, filename="x", expires_at=expires, base_url=TEST_BASE)
+    response = http.get(url)
+    assert response.status_code == 200, response.text
+    return bytes(response.content)
 
 
 def one_part_session(client: Client, data: bytes) -> tuple[str, str]:
