@@ -19,8 +19,7 @@ import psycopg
 
 from tests.ports import free_port
 from tests.processes import stop_process
-from tests.s3server import AWS_ENV, MotoServer
-from tests.test_replicas import (  # noqa: F401 - the postgres and s3 fixtures
+from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
     admin_token,
     fresh_database,
     postgres,
@@ -29,6 +28,7 @@ from tests.test_replicas import (  # noqa: F401 - the postgres and s3 fixtures
     replicas,
     s3,
 )
+from tests.s3server import AWS_ENV, MotoServer
 from tracestore.client import Client
 
 LEASE_SECONDS = 2
