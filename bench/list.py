@@ -7,7 +7,8 @@ queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` fi
 (``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries) and an
 inspected world-size range (``minWorldSize``/``maxWorldSize``). Prints p50/p99 per size, the
 large/baseline ratio of each p50 (targets: p50 <= 20 ms at 1M on PostgreSQL, ratio <= 3)
-and the EXPLAIN of each query at the large size.
+and the EXPLAIN of each query at the large size. The store it loads is
+``listbench/store.py``'s, the EXPLAIN capture ``listbench/plans.py``'s.
 
     .venv/bin/python bench/list.py --count 1000000          # the full run
     .venv/bin/python bench/list.py --count 100000 --engines sqlite
@@ -20,38 +21,29 @@ from pathlib import Path
 
 # Run as a script, bench/ is sys.path[0]; the repository root is what this script imports from.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import random  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from datetime import UTC, datetime, timedelta  # noqa: E402
-from typing import Any  # noqa: E402
 
-from sqlalchemy import event, text  # noqa: E402
+from listbench.plans import explain  # noqa: E402
+from listbench.store import MEMBER_OF, load  # noqa: E402
 
 from tests.pgserver import PostgresServer  # noqa: E402
-from tracestore.server import listing, reads  # noqa: E402
+from tracestore.server import listing  # noqa: E402
 from tracestore.server.auth import Principal  # noqa: E402
 from tracestore.server.database import Database  # noqa: E402
-from tracestore.server.ids import new_id  # noqa: E402
 from tracestore.server.listing_query import parse_list_query  # noqa: E402
 from tracestore.server.presigned import UrlSigner  # noqa: E402
 from tracestore.server.services import Services  # noqa: E402
 from tracestore.server.settings import Settings  # noqa: E402
 
 BASELINE = 10_000
-TENANTS = {"tenant_a": 20, "tenant_b": 5}  # workspaces per tenant
-MEMBER_OF = [f"ws_tenant_a_{i}" for i in range(5)]
-FAMILIES = ["llama", "gpt", "mixtral", "deepseek", "qwen", "gemma", "falcon", "mpt", "bloom", "t5"]
-FAMILY_WEIGHTS = [20, 15, 10, 10, 10, 10, 8, 7, 5, 5]
-SIZES = ["7b", "13b", "34b", "70b", "175b"]
-PRECISIONS = ["bf16", "fp16", "fp8", "fp32"]
-BATCHES = [256, 512, 1024, 2048, 4096]
 QUERIES = {
     "first page": {},
     "page 100 by cursor": {},
@@ -76,203 +68,6 @@ EXTRA_QUERIES = {
         "inspected.world_size": "8",
     },
 }
-# GPU models inspection would find (deviceProperties names), with their weights; "" is none.
-GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB", "NVIDIA B200", ""]
-GPU_WEIGHTS = [40, 40, 10, 1, 9]
-COLUMNS = [
-    "id",
-    "tenant_id",
-    "workspace_id",
-    "created_by",
-    "name",
-    "description",
-    "tags",
-    "status",
-    "scope",
-    "created_at",
-    "updated_at",
-    "expires_at",
-    "deleted_at",
-    "ttl_days",
-    "rank_count",
-    "total_size",
-    "file_count",
-    "hash",
-    "metadata_text",
-    "workload_metadata",
-    "inspection",
-    "inspected_world_size",
-]
-FACT_COLUMNS = ["fact", "value", "traceset_id"]
-
-
-def _facts(rng: random.Random, traceset_id: str) -> list[tuple[str, str, str]]:
-    """The traceset_facts rows of one traceset, as inspection would record them."""
-    gpu = rng.choices(GPUS, GPU_WEIGHTS)[0]
-    if not gpu:
-        return []
-    found = {("gpu_model", gpu.lower()), ("backend", "nccl"), ("format", "kineto_json")}
-    found.update(("gpu_model", word.lower()) for word in gpu.split())
-    return [(fact, value, traceset_id) for fact, value in sorted(found)]
-
-
-def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[str, str, str]]]]:
-    """Each traceset's row (``COLUMNS``) and its facts (``FACT_COLUMNS``)."""
-    rng = random.Random(seed)
-    start = datetime(2025, 1, 1, tzinfo=UTC)
-    step = 365 * 86400 / count
-    workspaces = [(t, f"ws_{t}_{i}") for t, n in TENANTS.items() for i in range(n)]
-    for i in range(count):
-        created = start + timedelta(seconds=i * step + rng.random() * step)
-        tenant, workspace = rng.choice(workspaces)
-        family = rng.choices(FAMILIES, FAMILY_WEIGHTS)[0]
-        size = rng.choice(SIZES)
-        tp, dp, pp = (
-            rng.choice([1, 2, 4, 8]),
-            rng.choice([1, 2, 4, 8, 16, 32]),
-            rng.choice([1, 2, 4]),
-        )
-        metadata = {
-            "workload_family": family,
-            "workload_name": f"{family}-{size}",
-            "precision": rng.choice(PRECISIONS),
-            "shape": {"rankCount": tp * dp * pp, "global_batch_size": rng.choice(BATCHES)},
-            "parallelism": {"tp": tp, "dp": dp, "pp": pp},
-        }
-        text_ = json.dumps(metadata, separators=(",", ":"))
-        roll = rng.random()
-        scope = "workspace" if roll < 0.85 else "tenant" if roll < 0.95 else "public"
-        roll = rng.random()
-        status = (
-            "ready"
-            if roll < 0.92
-            else "uploading"
-            if roll < 0.96
-            else ("upload_failed" if roll < 0.98 else "deleted")
-        )
-        traceset_id = new_id("ts", now=created.timestamp())
-        facts = _facts(rng, traceset_id)
-        row = (
-            traceset_id,
-            tenant,
-            workspace,
-            "user_bench",
-            f"{family}-{size}-{metadata['precision']}-run{rng.getrandbits(24):06x}",
-            None,
-            "[]",
-            status,
-            scope,
-            created,
-            created,
-            None,
-            None,
-            7,
-            tp * dp * pp,
-            rng.randrange(1, 1 << 40),
-            rng.randrange(1, 512),
-            None,
-            text_,
-            text_,
-            None,
-            tp * dp * pp if facts else None,  # what inspection found, when it found anything
-        )
-        yield row, facts
-
-
-def _seed_principals(database: Database) -> None:
-    with database.engine.begin() as conn:
-        now = datetime.now(UTC)
-        for tenant, n in TENANTS.items():
-            conn.execute(
-                text("INSERT INTO tenants (id, name, created_at) VALUES (:i, :i, :n)"),
-                {"i": tenant, "n": now},
-            )
-            for i in range(n):
-                conn.execute(
-                    text(
-                        "INSERT INTO workspaces (id, tenant_id, name, created_at) "
-                        "VALUES (:w, :t, :w, :n)"
-                    ),
-                    {"w": f"ws_{tenant}_{i}", "t": tenant, "n": now},
-                )
-        conn.execute(
-            text(
-                "INSERT INTO users (id, tenant_id, name, is_tenant_admin, created_at) "
-                "VALUES ('user_bench', 'tenant_a', 'bench', false, :n)"
-            ),
-            {"n": now},
-        )
-
-
-def _index_definitions(database: Database) -> list[tuple[str, str]]:
-    with database.engine.connect() as conn:
-        if database.dialect == "postgresql":
-            query = (
-                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'tracesets' "
-                "AND indexname <> 'tracesets_pkey'"
-            )
-        else:
-            query = (
-                "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
-                "AND tbl_name = 'tracesets' AND sql IS NOT NULL"
-            )
-        return [(r[0], r[1]) for r in conn.execute(text(query))]
-
-
-def load(database: Database, count: int, seed: int) -> float:
-    """Insert ``count`` tracesets with the migration's secondary indexes dropped, then rebuild
-    them from their own definitions (much faster than maintaining them row by row)."""
-    started = time.perf_counter()
-    _seed_principals(database)
-    indexes = _index_definitions(database)
-    with database.engine.begin() as conn:
-        for name, _ in indexes:
-            conn.exec_driver_sql(f"DROP INDEX {name}")
-    raw = database.engine.raw_connection()
-    try:
-        if database.dialect == "postgresql":
-            with raw.cursor() as cursor:  # type: ignore[attr-defined]
-                columns = ", ".join(COLUMNS)
-                facts: list[tuple[str, str, str]] = []
-                with cursor.copy(f"COPY tracesets ({columns}) FROM STDIN") as copy:
-                    for row, held in rows(count, seed):
-                        copy.write_row(row)
-                        facts.extend(held)
-                fact_columns = ", ".join(FACT_COLUMNS)
-                with cursor.copy(f"COPY traceset_facts ({fact_columns}) FROM STDIN") as copy:
-                    for fact in facts:
-                        copy.write_row(fact)
-        else:
-            fmt = "%Y-%m-%d %H:%M:%S.%f"
-            marks = ", ".join("?" * len(COLUMNS))
-            sql = f"INSERT INTO tracesets ({', '.join(COLUMNS)}) VALUES ({marks})"
-            cursor = raw.cursor()
-            cursor.execute("BEGIN")
-            batch: list[tuple[Any, ...]] = []
-            fact_batch: list[tuple[str, str, str]] = []
-            fact_sql = f"INSERT INTO traceset_facts ({', '.join(FACT_COLUMNS)}) VALUES (?, ?, ?)"
-            for row, held in rows(count, seed):
-                stamp = row[9].strftime(fmt)
-                batch.append((*row[:9], stamp, stamp, *row[11:]))
-                fact_batch.extend(held)
-                if len(batch) == 50_000:
-                    cursor.executemany(sql, batch)
-                    cursor.executemany(fact_sql, fact_batch)
-                    batch, fact_batch = [], []
-            cursor.executemany(sql, batch)
-            cursor.executemany(fact_sql, fact_batch)
-            cursor.execute("COMMIT")
-        raw.commit()
-    finally:
-        raw.close()
-    with database.engine.begin() as conn:
-        for _, definition in indexes:
-            conn.exec_driver_sql(definition)
-        # PostgreSQL's autovacuum gathers statistics; nothing runs SQLite's ANALYZE, so the
-        # SQLite store is measured without statistics, as its users' planner sees it.
-        if database.dialect == "postgresql":
-            conn.exec_driver_sql("ANALYZE tracesets, traceset_facts")
-    return time.perf_counter() - started
 
 
 @dataclass
@@ -335,61 +130,6 @@ def measure(sized: dict[int, Services], repeats: int) -> dict[int, dict[str, Mea
                 explain=explain(sized[count].db, runs[count]),
             )
     return results
-
-
-class _Recording:
-    """A DBAPI cursor that notes each statement it is given (``reads.Prepared.run`` sends
-    SQLite's selects straight to the cursor, past SQLAlchemy's events)."""
-
-    def __init__(self, cursor: Any, notes: Callable[[str, Any], None]) -> None:
-        self._cursor, self._notes = cursor, notes
-
-    def execute(self, statement: str, parameters: Any) -> Any:
-        self._notes(statement, parameters)
-        return self._cursor.execute(statement, parameters)
-
-    def fetchall(self) -> Any:
-        return self._cursor.fetchall()
-
-
-def explain(database: Database, run: Callable[[], int]) -> str:
-    """EXPLAIN of the SELECT the use case sends (captured from the cursor, then re-sent)."""
-    captured: list[tuple[str, Any]] = []
-
-    def note(statement: str, parameters: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "tracesets" in statement:
-            # A positional list as exec_driver_sql takes it (a tuple).
-            captured.append(
-                (statement, tuple(parameters) if isinstance(parameters, list) else parameters)
-            )
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        note(statement, parameters)
-
-    def prepared_run(self: reads.Prepared, cursor: Any, params: Any) -> Any:
-        return sent(self, _Recording(cursor, note), params)
-
-    sent = reads.Prepared.run
-    reads.Prepared.run = prepared_run  # type: ignore[method-assign]
-    for engine in {database.engine, database.read_engine}:
-        event.listen(engine, "before_cursor_execute", capture)
-    try:
-        run()
-    finally:
-        reads.Prepared.run = sent  # type: ignore[method-assign]
-        for engine in {database.engine, database.read_engine}:
-            event.remove(engine, "before_cursor_execute", capture)
-    statement, parameters = captured[0]  # the page; the summary query follows it
-    prefix = (
-        "EXPLAIN (ANALYZE, BUFFERS) "
-        if database.dialect == "postgresql"
-        else ("EXPLAIN QUERY PLAN ")
-    )
-    with database.read_engine.connect() as conn:
-        result = conn.exec_driver_sql(prefix + statement, parameters).all()
-    if database.dialect == "postgresql":
-        return "\n".join(str(r[0]) for r in result)
-    return "\n".join(f"{'  ' * 0}{r[-1]}" for r in result)
 
 
 def bench_engine(

@@ -10,16 +10,12 @@ file is ``unknown``, a truncated or malformed one ``failed`` with a reason. Typi
 
 from __future__ import annotations
 
-from tracestore.inspect.census import (
-    RankCensus,
-    parallelism_degrees,
-    rank_census,
-    validation_checks,
-)
+from tracestore.inspect.census import RankCensus, rank_census, validation_checks
 from tracestore.inspect.census_files import RankRange
 from tracestore.inspect.files import Opener, inspect_file, inspect_path, sniff_format
 from tracestore.inspect.groups import FoundGroup
 from tracestore.inspect.model import CensusCheck, FileInspection, ProcessGroup, TimeSpan
+from tracestore.inspect.parallelism import parallelism_degrees
 from tracestore.inspect.streams import BinaryReader
 
 __all__ = [

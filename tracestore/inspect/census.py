@@ -3,15 +3,16 @@
 Ranks come only from what inspection established (Kineto ``distributedInfo``, execution-trace
 ``record_param_comms`` rows, Chakra file names, a Kineto/ET partner's pid; see ``pairing``); a
 file without one is *unranked*, never rank 0. Archive members count as files of their own,
-named ``archive:member``; members that are not traces (README, configs) are left out. Two
+named ``archive:member``; members that are not traces (README, configs) are left out. Three
 checks come out, each with a message naming files and ranks: ``rank_count_matches`` (the
-validate check ``rank_census``) and ``parallelism_consistent`` (``parallelism_consistency``).
+validate check ``rank_census``), ``parallelism_consistent`` (``parallelism_consistency``,
+made by ``parallelism``) and ``process_groups_match`` (made by ``groups``).
 docs/inspection.md lists every message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,15 +24,14 @@ from tracestore.inspect.census_files import (
 )
 from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
 from tracestore.inspect.chakra import rank_from_name
-from tracestore.inspect.groups import (
-    FoundGroup,
-    parallelism_values,
-    process_group_check,
-    process_groups,
-)
+from tracestore.inspect.groups import FoundGroup, process_group_check, process_groups
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, CensusCheck, FileInspection
 from tracestore.inspect.pairing import Pairing, RankedFile, RankEntry, pair, ranked_file
-from tracestore.metadata import DEGREES
+from tracestore.inspect.parallelism import (
+    parallelism_check,
+    parallelism_degrees,
+    parallelism_product,
+)
 
 MAX_DUPLICATES_SHOWN = 5
 ExpectedFrom = Literal["declared", "worldSize", "ranks"]
@@ -125,11 +125,6 @@ def validation_checks(census: Mapping[str, Any]) -> list[dict[str, Any]]:
         for key, name in VALIDATION_CHECK_NAMES.items()
         if key in checks
     ]
-
-
-def parallelism_degrees(workload_metadata: object) -> dict[str, int]:
-    """The degrees dp, tp, sp, ep, pp given in ``workloadMetadata.parallelism`` (ints ≥ 1)."""
-    return parallelism_values(workload_metadata, DEGREES)
 
 
 @dataclass
@@ -243,7 +238,7 @@ def rank_census(
     found = sorted(by_rank)
     declared = declared_rank_count
     degrees = parallelism_degrees(workload_metadata)
-    product = _product(degrees.values()) if degrees else None
+    product = parallelism_product(degrees.values()) if degrees else None
     expected, expected_from = _expected(declared, seen.world_sizes, found)
     missing = _missing(found, expected)
     unexpected = [r for r in found if expected is not None and r >= expected]
@@ -317,7 +312,7 @@ def rank_census(
         rank_count_matches=_rank_check(
             problems, notes, found, expected, expected_from, files, declared
         ),
-        parallelism_consistent=_parallelism_check(
+        parallelism_consistent=parallelism_check(
             degrees, product, declared, seen.world_sizes, found, by_rank
         ),
         ranks=pairing.entries(),
@@ -330,13 +325,6 @@ def rank_census(
             ranks_found=len([r for r in found if expected is None or r < expected]),
         ),
     )
-
-
-def _product(values: Iterable[int]) -> int:
-    result = 1
-    for value in values:
-        result *= value
-    return result
 
 
 def _expected(
@@ -403,33 +391,3 @@ def _rank_check(
         True,
         f"ranks 0..{expected - 1} each recorded by one file, matching the {declared_text}{tail}",
     )
-
-
-def _parallelism_check(
-    degrees: Mapping[str, int],
-    product: int | None,
-    declared: int | None,
-    world_sizes: Mapping[int, list[str]],
-    found: list[int],
-    by_rank: Mapping[int, list[str]],
-) -> CensusCheck:
-    if product is None:
-        return CensusCheck(True, f"no parallelism degrees ({', '.join(DEGREES)}) declared")
-    formula = " × ".join(f"{k} {v}" for k, v in degrees.items())
-    what = f"parallelism product {product} ({formula})"
-    problems: list[str] = []
-    if declared is not None and declared != product:
-        problems.append(f"{what} differs from the declared rank count {declared}")
-    for size, names in sorted(world_sizes.items()):
-        if size != product:
-            problems.append(f"{what} differs from world_size {size} in {describe_files(names)}")
-    if not world_sizes and found and found[-1] + 1 != product:
-        top = found[-1]
-        problems.append(
-            f"{what} differs from the {top + 1} ranks the files evidence "
-            f"(highest rank {top} in {describe_files(by_rank[top])})"
-        )
-    if problems:
-        return CensusCheck(False, "; ".join(problems))
-    evidence = "the files' world_size" if world_sizes else "the ranks found"
-    return CensusCheck(True, f"{what} matches the declared rank count and {evidence}")

@@ -1,0 +1,223 @@
+"""The store ``bench/list.py`` lists: tracesets with varied metadata (workload families, sizes,
+precisions, parallelism degrees, scopes and statuses drawn from a seeded generator) and the
+``traceset_facts`` rows inspection would record for them, loaded in bulk (``COPY`` on
+PostgreSQL, batched inserts on SQLite) with the secondary indexes rebuilt after."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+
+from tracestore.server.database import Database
+from tracestore.server.ids import new_id
+
+TENANTS = {"tenant_a": 20, "tenant_b": 5}  # workspaces per tenant
+MEMBER_OF = [f"ws_tenant_a_{i}" for i in range(5)]
+FAMILIES = ["llama", "gpt", "mixtral", "deepseek", "qwen", "gemma", "falcon", "mpt", "bloom", "t5"]
+FAMILY_WEIGHTS = [20, 15, 10, 10, 10, 10, 8, 7, 5, 5]
+SIZES = ["7b", "13b", "34b", "70b", "175b"]
+PRECISIONS = ["bf16", "fp16", "fp8", "fp32"]
+BATCHES = [256, 512, 1024, 2048, 4096]
+# GPU models inspection would find (deviceProperties names), with their weights; "" is none.
+GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB", "NVIDIA B200", ""]
+GPU_WEIGHTS = [40, 40, 10, 1, 9]
+COLUMNS = [
+    "id",
+    "tenant_id",
+    "workspace_id",
+    "created_by",
+    "name",
+    "description",
+    "tags",
+    "status",
+    "scope",
+    "created_at",
+    "updated_at",
+    "expires_at",
+    "deleted_at",
+    "ttl_days",
+    "rank_count",
+    "total_size",
+    "file_count",
+    "hash",
+    "metadata_text",
+    "workload_metadata",
+    "inspection",
+    "inspected_world_size",
+]
+FACT_COLUMNS = ["fact", "value", "traceset_id"]
+
+
+def _facts(rng: random.Random, traceset_id: str) -> list[tuple[str, str, str]]:
+    """The traceset_facts rows of one traceset, as inspection would record them."""
+    gpu = rng.choices(GPUS, GPU_WEIGHTS)[0]
+    if not gpu:
+        return []
+    found = {("gpu_model", gpu.lower()), ("backend", "nccl"), ("format", "kineto_json")}
+    found.update(("gpu_model", word.lower()) for word in gpu.split())
+    return [(fact, value, traceset_id) for fact, value in sorted(found)]
+
+
+def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[str, str, str]]]]:
+    """Each traceset's row (``COLUMNS``) and its facts (``FACT_COLUMNS``)."""
+    rng = random.Random(seed)
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    step = 365 * 86400 / count
+    workspaces = [(t, f"ws_{t}_{i}") for t, n in TENANTS.items() for i in range(n)]
+    for i in range(count):
+        created = start + timedelta(seconds=i * step + rng.random() * step)
+        tenant, workspace = rng.choice(workspaces)
+        family = rng.choices(FAMILIES, FAMILY_WEIGHTS)[0]
+        size = rng.choice(SIZES)
+        tp, dp, pp = (
+            rng.choice([1, 2, 4, 8]),
+            rng.choice([1, 2, 4, 8, 16, 32]),
+            rng.choice([1, 2, 4]),
+        )
+        metadata = {
+            "workload_family": family,
+            "workload_name": f"{family}-{size}",
+            "precision": rng.choice(PRECISIONS),
+            "shape": {"rankCount": tp * dp * pp, "global_batch_size": rng.choice(BATCHES)},
+            "parallelism": {"tp": tp, "dp": dp, "pp": pp},
+        }
+        text_ = json.dumps(metadata, separators=(",", ":"))
+        roll = rng.random()
+        scope = "workspace" if roll < 0.85 else "tenant" if roll < 0.95 else "public"
+        roll = rng.random()
+        status = (
+            "ready"
+            if roll < 0.92
+            else "uploading"
+            if roll < 0.96
+            else ("upload_failed" if roll < 0.98 else "deleted")
+        )
+        traceset_id = new_id("ts", now=created.timestamp())
+        facts = _facts(rng, traceset_id)
+        row = (
+            traceset_id,
+            tenant,
+            workspace,
+            "user_bench",
+            f"{family}-{size}-{metadata['precision']}-run{rng.getrandbits(24):06x}",
+            None,
+            "[]",
+            status,
+            scope,
+            created,
+            created,
+            None,
+            None,
+            7,
+            tp * dp * pp,
+            rng.randrange(1, 1 << 40),
+            rng.randrange(1, 512),
+            None,
+            text_,
+            text_,
+            None,
+            tp * dp * pp if facts else None,  # what inspection found, when it found anything
+        )
+        yield row, facts
+
+
+def _seed_principals(database: Database) -> None:
+    with database.engine.begin() as conn:
+        now = datetime.now(UTC)
+        for tenant, n in TENANTS.items():
+            conn.execute(
+                text("INSERT INTO tenants (id, name, created_at) VALUES (:i, :i, :n)"),
+                {"i": tenant, "n": now},
+            )
+            for i in range(n):
+                conn.execute(
+                    text(
+                        "INSERT INTO workspaces (id, tenant_id, name, created_at) "
+                        "VALUES (:w, :t, :w, :n)"
+                    ),
+                    {"w": f"ws_{tenant}_{i}", "t": tenant, "n": now},
+                )
+        conn.execute(
+            text(
+                "INSERT INTO users (id, tenant_id, name, is_tenant_admin, created_at) "
+                "VALUES ('user_bench', 'tenant_a', 'bench', false, :n)"
+            ),
+            {"n": now},
+        )
+
+
+def _index_definitions(database: Database) -> list[tuple[str, str]]:
+    with database.engine.connect() as conn:
+        if database.dialect == "postgresql":
+            query = (
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'tracesets' "
+                "AND indexname <> 'tracesets_pkey'"
+            )
+        else:
+            query = (
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                "AND tbl_name = 'tracesets' AND sql IS NOT NULL"
+            )
+        return [(r[0], r[1]) for r in conn.execute(text(query))]
+
+
+def load(database: Database, count: int, seed: int) -> float:
+    """Insert ``count`` tracesets with the migration's secondary indexes dropped, then rebuild
+    them from their own definitions (much faster than maintaining them row by row)."""
+    started = time.perf_counter()
+    _seed_principals(database)
+    indexes = _index_definitions(database)
+    with database.engine.begin() as conn:
+        for name, _ in indexes:
+            conn.exec_driver_sql(f"DROP INDEX {name}")
+    raw = database.engine.raw_connection()
+    try:
+        if database.dialect == "postgresql":
+            with raw.cursor() as cursor:  # type: ignore[attr-defined]
+                columns = ", ".join(COLUMNS)
+                facts: list[tuple[str, str, str]] = []
+                with cursor.copy(f"COPY tracesets ({columns}) FROM STDIN") as copy:
+                    for row, held in rows(count, seed):
+                        copy.write_row(row)
+                        facts.extend(held)
+                fact_columns = ", ".join(FACT_COLUMNS)
+                with cursor.copy(f"COPY traceset_facts ({fact_columns}) FROM STDIN") as copy:
+                    for fact in facts:
+                        copy.write_row(fact)
+        else:
+            fmt = "%Y-%m-%d %H:%M:%S.%f"
+            marks = ", ".join("?" * len(COLUMNS))
+            sql = f"INSERT INTO tracesets ({', '.join(COLUMNS)}) VALUES ({marks})"
+            cursor = raw.cursor()
+            cursor.execute("BEGIN")
+            batch: list[tuple[Any, ...]] = []
+            fact_batch: list[tuple[str, str, str]] = []
+            fact_sql = f"INSERT INTO traceset_facts ({', '.join(FACT_COLUMNS)}) VALUES (?, ?, ?)"
+            for row, held in rows(count, seed):
+                stamp = row[9].strftime(fmt)
+                batch.append((*row[:9], stamp, stamp, *row[11:]))
+                fact_batch.extend(held)
+                if len(batch) == 50_000:
+                    cursor.executemany(sql, batch)
+                    cursor.executemany(fact_sql, fact_batch)
+                    batch, fact_batch = [], []
+            cursor.executemany(sql, batch)
+            cursor.executemany(fact_sql, fact_batch)
+            cursor.execute("COMMIT")
+        raw.commit()
+    finally:
+        raw.close()
+    with database.engine.begin() as conn:
+        for _, definition in indexes:
+            conn.exec_driver_sql(definition)
+        # PostgreSQL's autovacuum gathers statistics; nothing runs SQLite's ANALYZE, so the
+        # SQLite store is measured without statistics, as its users' planner sees it.
+        if database.dialect == "postgresql":
+            conn.exec_driver_sql("ANALYZE tracesets, traceset_facts")
+    return time.perf_counter() - started
