@@ -232,3 +232,19 @@ def test_the_loops_commits_are_checkpointed_by_a_worker_thread(
     # Checkpointed every CHECKPOINT_EVERY writes, the log restarts from its beginning: it
     # stays near that many writes' pages, far under all of them.
     assert sizes[-1] < 3 * nowait.CHECKPOINT_EVERY * per_write < count * per_write
+
+
+def test_a_write_cut_off_after_begin_leaves_no_transaction_behind(
+    sqlite_file: Path, services: Services, locked: sqlite3.Connection
+) -> None:
+    """An exception between BEGIN and the rollback's reach (an interrupt) used to leave the
+    kept connection, which no pool resets, holding SQLite's write lock."""
+    kept = services.db.nowait
+    assert kept is not None
+    with pytest.raises(KeyboardInterrupt), services.db.writes_now(), kept._turn() as connection:
+        connection.connection.dbapi_connection.execute("BEGIN IMMEDIATE").close()  # type: ignore[union-attr]
+        raise KeyboardInterrupt
+    locked.execute("BEGIN IMMEDIATE")  # another writer gets the lock at once ...
+    locked.execute("ROLLBACK")
+    with services.db.writes_now():  # ... and so does the loop's next write
+        services.db.insert_rows([])

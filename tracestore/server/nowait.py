@@ -22,7 +22,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from sqlalchemy import exc
@@ -144,12 +144,23 @@ class NoWaitWrites:
         thread.began = True
         if not self._writers.acquire(blocking=False):
             raise WriterBusy(here=True)
+        connection: Connection | None = None
         try:
-            yield self._connection()
+            connection = self._connection()
+            yield connection
             with self._lock:
                 self._commits += 1
         finally:
-            self._writers.release()
+            try:
+                # Kept out of any pool, nothing else would reset it: an exception between
+                # BEGIN and the rollback's reach (an interrupt) would leave it holding
+                # SQLite's lock for every writer, until the next BEGIN here failed.
+                if connection is not None and not connection.closed:
+                    raw = connection.connection.dbapi_connection
+                    if raw is not None and raw.in_transaction:
+                        self._drop(connection)
+            finally:
+                self._writers.release()
 
     def writer_held(self) -> bool:
         """Whether another thread of this process holds the write lock now (a worker
@@ -196,8 +207,7 @@ class NoWaitWrites:
         with self._lock:
             kept, self._kept = self._kept, []
         for connection in kept:
-            connection.invalidate()
-            connection.close()
+            _close(connection)
 
     def _connection(self) -> Connection:
         thread = self._thread
@@ -220,5 +230,16 @@ class NoWaitWrites:
         with self._lock:
             if connection in self._kept:
                 self._kept.remove(connection)
-        connection.invalidate()
-        connection.close()
+        _close(connection)
+
+
+def _close(connection: Connection) -> None:
+    """Close a kept connection and its DBAPI connection now (SQLite rolls back what it
+    held): a detached connection's ``invalidate`` lets go of the DBAPI connection without
+    closing it, which then kept any transaction, and its lock, until garbage collection."""
+    raw = None if connection.closed else connection.connection.dbapi_connection
+    connection.invalidate()
+    connection.close()
+    if raw is not None:
+        with suppress(Exception):
+            raw.close()
