@@ -9,6 +9,7 @@ an advisory lock (``serialize``), on SQLite under its write lock.
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Insert
 
 from tracestore.server.keptreads import SHARED_READS, HeldReads, SharedReads
-from tracestore.server.nowait import NoWaitWrites
+from tracestore.server.nowait import NoWaitWrites, committed
 from tracestore.server.reads import PreparedCache, Reads
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -181,9 +182,6 @@ class Database:
         ``session`` does there. A driver's error is raised as SQLAlchemy's
         (``exc.DBAPIError``), as ``Connection.execute`` raises it; on a server database it is
         ``Connection.execute`` in a ``session``."""
-        shared = SHARED_READS.get()
-        if shared is not None and shared.database is self:
-            shared.end()  # reads after this write see it
         if self.dialect != "sqlite":
             with self.session() as session:
                 connection = session.connection()
@@ -191,6 +189,9 @@ class Database:
                     if rows:
                         connection.execute(statement, list(rows))
             return
+        shared = SHARED_READS.get()
+        if shared is not None and shared.database is self:
+            shared.end()  # reads after this write see it, as after session's
         with self._driver_errors():
             if self.nowait is not None and self.nowait.active:
                 with self.nowait.transaction() as raw:
@@ -199,20 +200,16 @@ class Database:
             with self._writers:
                 pooled = self.engine.raw_connection()  # pysqlite's autocommit: BEGIN is ours
                 try:
-                    driver: Any = pooled.dbapi_connection
+                    driver = pooled.dbapi_connection
+                    assert isinstance(driver, sqlite3.Connection)
                     driver.execute("BEGIN IMMEDIATE").close()
-                    try:
+                    with committed(driver):
                         self._run_inserts(driver, inserts)
-                        driver.execute("COMMIT").close()
-                    except BaseException:
-                        if driver.in_transaction:
-                            driver.rollback()
-                        raise
                 finally:
                     pooled.close()
 
     def _run_inserts(
-        self, raw: Any, inserts: Sequence[tuple[Insert, Sequence[Mapping[str, Any]]]]
+        self, raw: sqlite3.Connection, inserts: Sequence[tuple[Insert, Sequence[Mapping[str, Any]]]]
     ) -> None:
         # The write engine's dialect is configured as the read engine's, whose cache this is.
         cursor = raw.cursor()

@@ -126,13 +126,8 @@ class NoWaitWrites:
             except sqlite3.OperationalError as error:
                 self._drop(connection)
                 raise WriterBusy(here=False) from error
-            try:
+            with committed(raw):
                 yield raw
-                raw.execute("COMMIT").close()
-            except BaseException:
-                if raw.in_transaction:
-                    raw.rollback()
-                raise
 
     @contextmanager
     def _turn(self) -> Iterator[Connection]:
@@ -231,6 +226,19 @@ class NoWaitWrites:
             if connection in self._kept:
                 self._kept.remove(connection)
         _close(connection)
+
+
+@contextmanager
+def committed(raw: sqlite3.Connection) -> Iterator[None]:
+    """The rest of a transaction the caller began on ``raw`` (pysqlite's autocommit mode:
+    the BEGIN is ours): committed when the block ends, rolled back if it raises."""
+    try:
+        yield
+        raw.execute("COMMIT").close()
+    except BaseException:
+        if raw.in_transaction:
+            raw.rollback()
+        raise
 
 
 def _close(connection: Connection) -> None:
