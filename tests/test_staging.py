@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from tests.uploading import complete, request_upload
 from tracestore.server import localblobs
+from tracestore.server.blobs import StagedFile
 from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
@@ -124,7 +125,42 @@ def test_a_part_written_in_place_adds_names_not_inodes(
     store = services.store
     assert isinstance(store, LocalBlobStore)
     staged = store.root / "staging" / answer["uploadId"] / "0"
-    part = staged / "00001"
     inode = (staged / "data").stat().st_ino
-    assert sorted(p.name for p in part.iterdir()) == sorted(["claim", etag])
-    assert {p.stat().st_ino for p in part.iterdir()} == {inode}
+    # Nor a directory per part: the part's names sit beside the data.
+    assert sorted(p.name for p in staged.iterdir()) == sorted(
+        ["data", "00001.claim", f"00001.{etag}"]
+    )
+    assert {p.stat().st_ino for p in staged.iterdir()} == {inode}
+
+
+def test_staging_of_the_layout_before_is_read_as_it_is(
+    http: TestClient, services: Services
+) -> None:
+    # An upload under way when the service was upgraded: its parts were recorded in a
+    # directory per part (``NNNNN/claim``, ``NNNNN/<etag>``). They still count, a re-send
+    # still goes to a file of its own, and completion takes what it names.
+    data = random.Random(10).randbytes(11 * MIB)  # three parts
+    answer = _start(http, data)
+    etags = {n: _put(http, answer, data, n) for n in (1, 2, 3)}
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    staged = store.root / "staging" / answer["uploadId"] / "0"
+    for number in (1, 2):
+        key, etag = f"{number:05d}", etags[number].strip('"')
+        (staged / key).mkdir()
+        (staged / f"{key}.claim").rename(staged / key / "claim")
+        (staged / f"{key}.{etag}").rename(staged / key / etag)
+    # A new process: no running digest, so completion hashes what the records name.
+    services.store = store = LocalBlobStore(store.root, store.signer)
+    stage = StagedFile(answer["uploadId"], 0, len(data), answer["partSize"])
+    assert {n: p.etag for n, p in store.list_parts(stage).items()} == {
+        n: e.strip('"') for n, e in etags.items()
+    }
+    changed = data[: 5 * MIB] + bytes(5 * MIB) + data[10 * MIB :]
+    etags[2] = _put(http, answer, changed, 2)
+    # The old claim held: the re-send has a file of its own, the old record is gone.
+    assert sorted(p.name for p in (staged / "00002").iterdir()) == sorted(
+        ["claim", etags[2].strip('"') + ".part"]
+    )
+    assert store.list_parts(stage)[2].etag == etags[2].strip('"')
+    assert _complete(http, answer, etags) == "sha256:" + hashlib.sha256(changed).hexdigest()

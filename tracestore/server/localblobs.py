@@ -29,10 +29,12 @@ from tracestore.server.presigned import PartGrant, UrlSigner
 from tracestore.server.staging import (
     CLAIM_FILE,
     DATA_FILE,
+    ETAG,
     SEPARATE_SUFFIX,
     PartWriter,
     StagedDigests,
-    stored_part,
+    part_key,
+    stored_parts,
     take_claim,
 )
 
@@ -68,21 +70,29 @@ class LocalBlobStore:
         _check_upload_id(upload_id)
         return StagedFile(upload_id, position, size, part_size)
 
-    def _staging_area(self, directory: Path, size: int) -> None:
-        """Make a staged file's directory and its ``data`` unless they are there: the
-        file's bytes land in ``data``, each part at its offset (sparse until written); the
-        blob is this file linked, so its mode is the blob's. Parts of one file may arrive
-        at once: each may make it, none spoils another's bytes (the size only grows)."""
+    def _open_data(self, directory: Path, size: int) -> int:
+        """The staged file's ``data``, open for writing; made first, with its directory,
+        unless they are there: the file's bytes land in ``data``, each part at its offset
+        (sparse until written); the blob is this file linked, so its mode is the blob's.
+        Parts of one file may arrive at once: each may make it, none spoils another's bytes
+        (the size only grows)."""
         data = directory / DATA_FILE
-        if data.is_file():
-            return
-        private_directory(directory)
+        with contextlib.suppress(FileNotFoundError):
+            return os.open(data, os.O_WRONLY)
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:  # the upload's first file: its directory too
+            private_directory(directory)
         fd = os.open(data, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd
 
     def part_url(
         self, staged: StagedFile, part_number: int, expires_at: datetime, *, base_url: str
@@ -98,18 +108,12 @@ class LocalBlobStore:
         return base_url + self.signer.part_path(grant)
 
     def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
-        found: dict[int, StoredPart] = {}
         directory = self._staging_dir(staged.upload_id, staged.position)
-        if not directory.is_dir():
+        try:
+            parts = stored_parts(directory, staged.part_count, staged.part_length)
+        except (FileNotFoundError, NotADirectoryError):
             return {}
-        for entry in os.scandir(directory):
-            if entry.is_dir() and entry.name.isdigit():
-                number = int(entry.name)
-                if 1 <= number <= staged.part_count:
-                    part = stored_part(Path(entry.path), number, staged.part_length(number))
-                    if part is not None:
-                        found[number] = StoredPart(number, *part)
-        return found
+        return {number: StoredPart(number, *part) for number, part in sorted(parts.items())}
 
     def open_part_writer(
         self, staged: StagedFile, part_number: int, *, length_known: bool
@@ -119,41 +123,36 @@ class LocalBlobStore:
         length, goes to a file of its own, so a failed send never spoils a part received
         before."""
         directory = self._staging_dir(staged.upload_id, staged.position)
-        self._staging_area(directory, staged.size)
-        part_dir = directory / f"{part_number:05d}"
-        part_dir.mkdir(mode=0o700, exist_ok=True)
+        # The data file is opened before the claim is taken: a seal that rebuilt the file
+        # (seal_file) claimed every part first, so a writer that takes a claim after it
+        # cannot hold the rebuilt file, which becomes the blob.
+        data_fd = self._open_data(directory, staged.size)
         expected = staged.part_length(part_number)
-        if length_known:
-            claim = part_dir / CLAIM_FILE
-            # The data file is opened before the claim is taken: a seal that rebuilt the
-            # file (seal_file) claimed every part first, so a writer that takes a claim
-            # after it cannot hold the rebuilt file, which becomes the blob.
-            data_fd = os.open(directory / DATA_FILE, os.O_WRONLY)
-            try:
-                claimed = take_claim(part_dir)
-            except BaseException:
-                os.close(data_fd)
-                raise
-            if not claimed:
-                os.close(data_fd)  # sent before, or being sent now: a file of its own
-            else:
-                try:
-                    digest = self._digests.of(directory, staged.size, staged.part_size)
-                    return PartWriter(
-                        part_dir,
-                        part_number,
-                        expected,
-                        offset=(part_number - 1) * staged.part_size,
-                        data_fd=data_fd,
-                        claim=claim,
-                        transfer=digest.transfer(part_number),
-                    )
-                except BaseException:
-                    # No writer holds them: the next send of this part may write in place.
-                    os.close(data_fd)
-                    claim.unlink(missing_ok=True)
-                    raise
-        return PartWriter(part_dir, part_number, expected)
+        try:
+            claimed = length_known and take_claim(directory, part_number)
+        except BaseException:
+            os.close(data_fd)
+            raise
+        if not claimed:
+            os.close(data_fd)  # sent before, being sent now, or of unknown length
+            return PartWriter(directory, part_number, expected)
+        claim = directory / f"{part_key(part_number)}.{CLAIM_FILE}"
+        try:
+            digest = self._digests.of(directory, staged.size, staged.part_size)
+            return PartWriter(
+                directory,
+                part_number,
+                expected,
+                offset=(part_number - 1) * staged.part_size,
+                data_fd=data_fd,
+                claim=claim,
+                transfer=digest.transfer(part_number),
+            )
+        except BaseException:
+            # No writer holds them: the next send of this part may write in place.
+            os.close(data_fd)
+            claim.unlink(missing_ok=True)
+            raise
 
     def seal_file(
         self,
@@ -169,24 +168,21 @@ class LocalBlobStore:
         separates: dict[int, Path] = {}
         for number in range(1, staged.part_count + 1):
             etag = normalise_etag(etags[number])
-            part_dir = directory / f"{number:05d}"
-            separate = part_dir / f"{etag}{SEPARATE_SUFFIX}"
-            if separate.is_file():
-                sent, expected = separate.stat().st_size, staged.part_length(number)
+            record = _part_record(directory, number, etag)
+            if record is None:
+                raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
+            if record.name.endswith(SEPARATE_SUFFIX):
+                sent, expected = record.stat().st_size, staged.part_length(number)
                 if sent > expected:
                     raise FileLargerThanDeclared(staged.size - expected + sent)
-                separates[number] = separate
-            elif not (part_dir / etag).is_file():
-                raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
+                separates[number] = record
         if separates:
             # A part sent again: its bytes go over the first send's, in a copy of the file
             # that replaces it. The first send of such a part may still be writing in place
             # (a body that stalled): it writes into the old file, never into this one, which
             # becomes the blob. Every part is claimed first, so no later send writes in place.
             for number in range(1, staged.part_count + 1):
-                part_dir = directory / f"{number:05d}"
-                part_dir.mkdir(mode=0o700, exist_ok=True)
-                take_claim(part_dir)
+                take_claim(directory, number)
             self._digests.forget(directory)
             rebuilt = directory / f"{DATA_FILE}.{secrets.token_hex(6)}"
             try:
@@ -238,7 +234,7 @@ class LocalBlobStore:
     def discard_staging(self, staged: StagedFile) -> None:
         directory = self._staging_dir(staged.upload_id, staged.position)
         self._digests.forget(directory)
-        shutil.rmtree(directory, ignore_errors=True)
+        _remove_staged(directory)
         with contextlib.suppress(OSError):  # other files of the upload may remain
             (self._staging / staged.upload_id).rmdir()
 
@@ -294,6 +290,41 @@ class LocalBlobStore:
             for entry in os.scandir(upload_dir):
                 self._digests.forget(Path(entry.path))
         shutil.rmtree(upload_dir, ignore_errors=True)
+
+
+def _part_record(directory: Path, number: int, etag: str) -> Path | None:
+    """The record of part ``number`` sent as ``etag``, if the staged file holds it: its name
+    beside ``data`` (written in place), its re-send's file, or the layout before's name."""
+    if not ETAG.fullmatch(etag):
+        return None
+    key = part_key(number)
+    for record in (
+        directory / f"{key}.{etag}",
+        directory / key / f"{etag}{SEPARATE_SUFFIX}",
+        directory / key / etag,
+    ):
+        if record.is_file():
+            return record
+    return None
+
+
+def _remove_staged(directory: Path) -> None:
+    """Remove a staged file's directory: its names one by one (cheaper than ``rmtree``'s
+    checks for a directory that is mostly names), a part's directory with ``rmtree``."""
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    try:
+        os.rmdir(directory)
+    except OSError:  # a part arriving meanwhile made a name: rmtree as before
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _hash_stream(

@@ -2,11 +2,16 @@
 
 Each staged file is a directory ``staging/<upload>/<position>/``, made by the file's first
 part PUT, holding ``data`` (the file's bytes, each part at its offset, sparse until
-written) and one small directory per part, ``NNNNN/``: a ``claim`` taken by the first send
-of the part, which writes in place into ``data``, and the part's record, ``<etag>`` once
-that send is whole (both hard links to ``data``: names, not files of their own). A later
-send of the same part goes to ``<etag>.part`` of its own (renamed into place when whole),
-so a failed send never spoils a part received before.
+written) and, per part, names beside it: ``NNNNN.claim``, taken by the first send of the
+part, which writes in place into ``data``, and ``NNNNN.<etag>``, the part's record once that
+send is whole (both hard links to ``data``: names, not files of their own, and no directory
+per part: a new inode cost the kernel up to a millisecond on a VM's ext4). A later send of
+the same part goes to ``NNNNN/<etag>.part``, a file of its own in the part's directory
+(made by the first re-send; renamed into place when whole), so a failed send never spoils a
+part received before.
+
+Staging written before this layout (every part in its directory: ``NNNNN/claim``,
+``NNNNN/<etag>``) is read as it is: such a part's claim holds, and its record counts.
 
 While parts are written in place, a ``FileDigest`` per staged file hashes them as they
 arrive (tracestore/filedigest.py), so completion usually has the file's SHA-256 without
@@ -26,7 +31,7 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from tracestore.errors import PayloadTooLarge, ValidationError, quoted
@@ -36,16 +41,23 @@ DATA_FILE = "data"
 CLAIM_FILE = "claim"
 
 
-def take_claim(part_dir: Path) -> bool:
-    """Take the part's claim (the right to write its first send in place); False when it
-    was taken before. The claim is a hard link to the staged file's ``data``: a name made
+def part_key(number: int) -> str:
+    """The prefix of a part's names, and its directory's name: ``00001`` for part 1."""
+    return f"{number:05d}"
+
+
+def take_claim(directory: Path, number: int) -> bool:
+    """Take part ``number``'s claim (the right to write its first send in place); False when
+    it was taken before. The claim is a hard link to the staged file's ``data``: a name made
     atomically, like an exclusive create, but without a new inode (a file's inode cost a
     millisecond of the kernel's time on a VM's ext4, as much as writing a MiB)."""
+    key = part_key(number)
     try:
-        os.link(part_dir.parent / DATA_FILE, part_dir / CLAIM_FILE)
+        os.link(directory / DATA_FILE, directory / f"{key}.{CLAIM_FILE}")
     except FileExistsError:
         return False
-    return True
+    # Staging of the layout before: the part's claim was in its directory.
+    return not os.path.lexists(directory / key / CLAIM_FILE)
 
 
 SEPARATE_SUFFIX = ".part"
@@ -101,32 +113,48 @@ def _reader(path: Path) -> ReadBack:
     return read_back
 
 
-def stored_part(part_dir: Path, number: int, length: int) -> tuple[int, str] | None:
-    """The part recorded in ``part_dir`` as (size, etag): an ``<etag>`` entry for bytes
-    written in place, or ``<etag>.part`` holding a re-send's bytes; the newest if
-    there are two."""
-    newest: tuple[int, tuple[int, str]] | None = None
-    for entry in os.scandir(part_dir):
-        etag, _, suffix = entry.name.partition(".")
-        if not ETAG.fullmatch(etag) or suffix not in ("", SEPARATE_SUFFIX[1:]):
-            continue
+def stored_parts(
+    directory: Path, part_count: int, part_length: Callable[[int], int]
+) -> dict[int, tuple[int, str]]:
+    """The parts recorded in a staged file's ``directory``, as (size, etag): ``NNNNN.<etag>``
+    for bytes written in place (the part's length), ``NNNNN/<etag>.part`` holding a
+    re-send's bytes (its own size), or, staged by the layout before, ``NNNNN/<etag>``
+    written in place; the newest if a part has two."""
+    found: dict[int, tuple[int, tuple[int, str]]] = {}
+
+    def consider(number: int, etag: str, entry: os.DirEntry[str], separate: bool) -> None:
+        if not 1 <= number <= part_count:
+            return
         stat = entry.stat()
-        part = (stat.st_size if suffix else length, etag)
-        if newest is None or stat.st_mtime_ns >= newest[0]:
-            newest = (stat.st_mtime_ns, part)
-    return newest[1] if newest else None
+        if number not in found or stat.st_mtime_ns >= found[number][0]:
+            size = stat.st_size if separate else part_length(number)
+            found[number] = (stat.st_mtime_ns, (size, etag))
+
+    for entry in os.scandir(directory):
+        key, _, etag = entry.name.partition(".")
+        if len(key) != len(part_key(1)) or not key.isdigit():
+            continue
+        if ETAG.fullmatch(etag):
+            consider(int(key), etag, entry, False)
+        elif not etag and entry.is_dir(follow_symlinks=False):
+            for inner in os.scandir(entry.path):
+                name, _, suffix = inner.name.partition(".")
+                if ETAG.fullmatch(name) and suffix in ("", SEPARATE_SUFFIX[1:]):
+                    consider(int(key), name, inner, bool(suffix))
+    return {number: part for number, (_, part) in found.items()}
 
 
 class PartWriter:
-    """Receives one part into its directory. In place (``offset``, the staged file's
-    ``data_fd`` and the part's ``claim`` given; the writer closes the handle): bytes go
-    straight into the staged file, are hashed into the file's running digest when given
-    one, and an ``<etag>`` entry records the part once complete. Otherwise bytes go to a
-    temporary file renamed to ``<etag>.part`` once complete."""
+    """Receives one part of the file staged in ``directory``. In place (``offset``, the
+    staged file's ``data_fd`` and the part's ``claim`` given; the writer closes the handle):
+    bytes go straight into the staged file, are hashed into the file's running digest when
+    given one, and an ``NNNNN.<etag>`` name records the part once complete. Otherwise bytes
+    go to a temporary file in the part's directory, renamed to ``<etag>.part`` once
+    complete."""
 
     def __init__(
         self,
-        part_dir: Path,
+        directory: Path,
         part_number: int,
         expected_size: int,
         *,
@@ -135,7 +163,7 @@ class PartWriter:
         claim: Path | None = None,
         transfer: PartTransfer | None = None,
     ) -> None:
-        self.part_dir = part_dir
+        self.directory = directory
         self.part_number = part_number
         self.expected_size = expected_size
         self.received = 0
@@ -144,6 +172,8 @@ class PartWriter:
         self._claim = claim
         self._transfer = transfer
         if offset is None:
+            part_dir = directory / part_key(part_number)
+            part_dir.mkdir(mode=0o700, exist_ok=True)
             self._tmp: Path | None = part_dir / f"tmp{secrets.token_hex(6)}"
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         elif data_fd is None or claim is None:
@@ -197,22 +227,32 @@ class PartWriter:
                 )
         os.close(self._fd)
         etag = secrets.token_hex(16)
+        key = part_key(self.part_number)
+        part_dir = self.directory / key
         # Two sends of one part may finish at once (in this process or another): each
-        # records itself and removes the records before it under the part directory's
-        # lock, or each could remove the other's and leave the part with none.
-        lock = os.open(self.part_dir, os.O_RDONLY | os.O_DIRECTORY)
+        # records itself and removes the records before it under the staged file's lock,
+        # or each could remove the other's and leave the part with none.
+        lock = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self._tmp is None:
-                final = self.part_dir / etag
-                os.link(self.part_dir / CLAIM_FILE, final)  # a name only, like the claim
+                final = self.directory / f"{key}.{etag}"
+                os.link(self.directory / f"{key}.{CLAIM_FILE}", final)  # a name, like the claim
             else:
-                final = self.part_dir / f"{etag}{SEPARATE_SUFFIX}"
+                final = part_dir / f"{etag}{SEPARATE_SUFFIX}"
                 os.replace(self._tmp, final)
-            for entry in os.scandir(self.part_dir):
-                stale = entry.name.partition(".")[0]
-                if entry.path != str(final) and ETAG.fullmatch(stale):
-                    os.unlink(entry.path)
+                # The first send's record: a name beside the others (rarely sent again,
+                # so this scan of the file's names is rare too).
+                for entry in os.scandir(self.directory):
+                    stale_key, _, stale = entry.name.partition(".")
+                    if stale_key == key and ETAG.fullmatch(stale):
+                        os.unlink(entry.path)
+            # Re-sends' records, and the layout before's, are in the part's directory.
+            with contextlib.suppress(FileNotFoundError):
+                for entry in os.scandir(part_dir):
+                    stale = entry.name.partition(".")[0]
+                    if entry.path != str(final) and ETAG.fullmatch(stale):
+                        os.unlink(entry.path)
         finally:
             os.close(lock)  # releases the lock
         self._claim = None  # the claim stays: later sends of this part are re-sends
