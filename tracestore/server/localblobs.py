@@ -33,6 +33,7 @@ from tracestore.server.staging import (
     SEPARATE_SUFFIX,
     PartWriter,
     StagedDigests,
+    locked,
     part_key,
     stored_parts,
     take_claim,
@@ -197,7 +198,13 @@ class LocalBlobStore:
                         with open(separate, "rb") as part:
                             data.seek((number - 1) * staged.part_size)
                             shutil.copyfileobj(part, data, CHUNK)
-                os.replace(rebuilt, data_path)
+                # A first send that failed meanwhile released its claim (PartWriter.abort,
+                # under this lock, which keeps a claim once the file is replaced): claimed
+                # again before the replacement, so no send writes in place into the blob.
+                with locked(directory):
+                    for number in range(1, staged.part_count + 1):
+                        take_claim(directory, number)
+                    os.replace(rebuilt, data_path)
             finally:
                 rebuilt.unlink(missing_ok=True)
         total = data_path.stat().st_size

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from tracestore.errors import PayloadTooLarge, ValidationError, quoted
+from tracestore.errors import Conflict, PayloadTooLarge, ValidationError, quoted
 from tracestore.filedigest import FileDigest, PartTransfer, ReadBack
 
 DATA_FILE = "data"
@@ -130,18 +130,34 @@ def stored_parts(
             size = stat.st_size if separate else part_length(number)
             found[number] = (stat.st_mtime_ns, (size, etag))
 
-    for entry in os.scandir(directory):
-        key, _, etag = entry.name.partition(".")
-        if len(key) != len(part_key(1)) or not key.isdigit():
-            continue
-        if ETAG.fullmatch(etag):
-            consider(int(key), etag, entry, False)
-        elif not etag and entry.is_dir(follow_symlinks=False):
-            for inner in os.scandir(entry.path):
-                name, _, suffix = inner.name.partition(".")
-                if ETAG.fullmatch(name) and suffix in ("", SEPARATE_SUFFIX[1:]):
-                    consider(int(key), name, inner, bool(suffix))
+    # Under the lock a finish records itself with (shared: listings do not wait on each
+    # other), so no finish is half done: a record it replaces is not gone under the scan.
+    with locked(directory, fcntl.LOCK_SH):
+        for entry in os.scandir(directory):
+            key, _, etag = entry.name.partition(".")
+            if len(key) != len(part_key(1)) or not key.isdigit():
+                continue
+            if ETAG.fullmatch(etag):
+                consider(int(key), etag, entry, False)
+            elif not etag and entry.is_dir(follow_symlinks=False):
+                for inner in os.scandir(entry.path):
+                    name, _, suffix = inner.name.partition(".")
+                    if ETAG.fullmatch(name) and suffix in ("", SEPARATE_SUFFIX[1:]):
+                        consider(int(key), name, inner, bool(suffix))
     return {number: part for number, (_, part) in found.items()}
+
+
+@contextlib.contextmanager
+def locked(directory: Path, operation: int = fcntl.LOCK_EX) -> Iterator[None]:
+    """``flock`` of a staged file's directory while the block runs: what records a part,
+    releases a claim or replaces ``data`` holds it exclusively. FileNotFoundError when the
+    staging is gone."""
+    lock = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, operation)
+        yield
+    finally:
+        os.close(lock)  # releases the lock
 
 
 class PartWriter:
@@ -181,6 +197,8 @@ class PartWriter:
         else:
             self._tmp = None
             self._fd = data_fd  # opened before the claim was taken (open_part_writer)
+        # The staged file written into: a seal that took a re-sent part replaced it.
+        self._inode = os.fstat(self._fd).st_ino if self._tmp is None else None
 
     def write(self, chunks: Sequence[bytes | memoryview], *, checksum: bool) -> None:
         """Write ``chunks`` (in order) after the bytes received so far."""
@@ -225,49 +243,78 @@ class PartWriter:
                     f"Part {self.part_number}: x-amz-checksum-sha256 {quoted(given)} "
                     f"does not match the received bytes ({actual})"
                 )
-        os.close(self._fd)
+        fd, self._fd = self._fd, -1  # closed once: abort must not close a reused number
+        os.close(fd)
         etag = secrets.token_hex(16)
-        key = part_key(self.part_number)
-        part_dir = self.directory / key
         # Two sends of one part may finish at once (in this process or another): each
         # records itself and removes the records before it under the staged file's lock,
         # or each could remove the other's and leave the part with none.
-        lock = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if self._tmp is None:
-                final = self.directory / f"{key}.{etag}"
-                os.link(self.directory / f"{key}.{CLAIM_FILE}", final)  # a name, like the claim
-            else:
-                final = part_dir / f"{etag}{SEPARATE_SUFFIX}"
-                os.replace(self._tmp, final)
-                # The first send's record: a name beside the others (rarely sent again,
-                # so this scan of the file's names is rare too).
-                for entry in os.scandir(self.directory):
-                    stale_key, _, stale = entry.name.partition(".")
-                    if stale_key == key and ETAG.fullmatch(stale):
-                        os.unlink(entry.path)
-            # Re-sends' records, and the layout before's, are in the part's directory.
-            with contextlib.suppress(FileNotFoundError):
-                for entry in os.scandir(part_dir):
-                    stale = entry.name.partition(".")[0]
-                    if entry.path != str(final) and ETAG.fullmatch(stale):
-                        os.unlink(entry.path)
-        finally:
-            os.close(lock)  # releases the lock
+            with locked(self.directory):
+                self._record(etag)
+        except FileNotFoundError:  # the staged file's directory, its claim or the file
+            raise Conflict(
+                f"Part {self.part_number} arrived after its upload was completed or "
+                "abandoned; its bytes were not kept"
+            ) from None
         self._claim = None  # the claim stays: later sends of this part are re-sends
         if self._transfer is not None:
             self._transfer.finish(etag)
         return etag
 
+    def _record(self, etag: str) -> None:
+        """Record this send as the part's ``etag`` and remove the records before it (under
+        the staged file's lock)."""
+        key = part_key(self.part_number)
+        part_dir = self.directory / key
+        if self._tmp is None:
+            if not self._writes_staged_file():
+                raise Conflict(
+                    f"Part {self.part_number} was written into a copy of its file that "
+                    "completion replaced (the part was sent again meanwhile); its bytes "
+                    "were not kept"
+                )
+            final = self.directory / f"{key}.{etag}"
+            os.link(self.directory / f"{key}.{CLAIM_FILE}", final)  # a name, like the claim
+        else:
+            final = part_dir / f"{etag}{SEPARATE_SUFFIX}"
+            os.replace(self._tmp, final)
+            # The first send's record: a name beside the others (rarely sent again, so
+            # this scan of the file's names is rare too).
+            for entry in os.scandir(self.directory):
+                stale_key, _, stale = entry.name.partition(".")
+                if stale_key == key and ETAG.fullmatch(stale):
+                    with contextlib.suppress(FileNotFoundError):  # a discard's
+                        os.unlink(entry.path)
+        # Re-sends' records, and the layout before's, are in the part's directory.
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(part_dir):
+                stale = entry.name.partition(".")[0]
+                if entry.path != str(final) and ETAG.fullmatch(stale):
+                    os.unlink(entry.path)
+
+    def _writes_staged_file(self) -> bool:
+        """Whether ``data`` is still the file this writer writes in place (under the lock)."""
+        try:
+            return os.stat(self.directory / DATA_FILE).st_ino == self._inode
+        except FileNotFoundError:
+            return False
+
     def abort(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self._transfer is not None:
             self._transfer.abort()
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
         if self._claim is not None:
-            # A failed first send: the next send of this part may write in place again.
-            self._claim.unlink(missing_ok=True)
-            self._claim = None
+            claim, self._claim = self._claim, None
+            # A failed first send: the next send of this part may write in place again,
+            # unless a seal replaced the file meanwhile (the claim it keeps stops any send
+            # from writing in place into the blob-to-be). Under the lock, so the check and
+            # the seal's replacement cannot interleave.
+            with contextlib.suppress(FileNotFoundError), locked(self.directory):
+                if self._writes_staged_file():
+                    claim.unlink(missing_ok=True)

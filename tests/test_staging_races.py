@@ -1,0 +1,186 @@
+"""The embedded store's staging under unlucky timing, driven on the store itself: a first
+send that stalls while its part is sent again and the file is sealed, listings while parts
+finish, a part that finishes after its staging is gone."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracestore.errors import Conflict
+from tracestore.server.blobs import StagedFile
+from tracestore.server.localblobs import LocalBlobStore
+from tracestore.server.presigned import UrlSigner
+from tracestore.server.staging import PartWriter
+
+PART = 64 * 1024
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalBlobStore:
+    return LocalBlobStore(tmp_path / "blobs", UrlSigner(b"k" * 32))
+
+
+def _staged(parts: int = 2) -> StagedFile:
+    return StagedFile("upload_abc", 0, parts * PART, PART)
+
+
+def _send(store: LocalBlobStore, staged: StagedFile, number: int, data: bytes) -> PartWriter:
+    writer = store.open_part_writer(staged, number, length_known=True)
+    writer.write([data], checksum=False)
+    return writer
+
+
+def _sealed_with_a_stalled_first_send(
+    store: LocalBlobStore, staged: StagedFile
+) -> tuple[PartWriter, str, str]:
+    """Part 1 whole; part 2's first send stalled after a few bytes, written in place; its
+    re-send whole; the file sealed (which rebuilt it): the stalled writer, the two ETags."""
+    first = _send(store, staged, 1, b"1" * PART).finish(None)
+    stalled = _send(store, staged, 2, b"A" * 10)
+    resent = _send(store, staged, 2, b"B" * PART).finish(None)
+    blob = store.seal_file(staged, {1: first, 2: resent})
+    assert blob.sha256 == hashlib.sha256(b"1" * PART + b"B" * PART).hexdigest()
+    return stalled, first, resent
+
+
+def test_a_stalled_first_send_that_fails_after_the_seal_keeps_the_part_claimed(
+    store: LocalBlobStore,
+) -> None:
+    # Its failure released the claim, so a later send wrote in place into the rebuilt
+    # file, which is the blob: a blob whose bytes were not its name.
+    staged = _staged()
+    stalled, first, resent = _sealed_with_a_stalled_first_send(store, staged)
+    stalled.abort()
+    late = store.open_part_writer(staged, 2, length_known=True)
+    assert late._tmp is not None, "a send after the seal wrote in place"
+    blob = store.seal_file(staged, {1: first, 2: resent})
+    store.place_file(staged, blob)
+    late.write([b"C" * PART], checksum=False)
+    late.finish(None)
+    stored = store.blob_path(blob.sha256).read_bytes()
+    assert hashlib.sha256(stored).hexdigest() == blob.sha256
+
+
+def test_a_first_send_that_fails_while_the_seal_copies_leaves_no_way_in(
+    store: LocalBlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failure lands between the seal's first claims and its replacement of the file,
+    # and releases the claim (the file is still the one it wrote): the seal claims again
+    # before the replacement, so no send writes in place into the new file.
+    staged = _staged()
+    first = _send(store, staged, 1, b"1" * PART).finish(None)
+    stalled = _send(store, staged, 2, b"A" * 10)
+    resent = _send(store, staged, 2, b"B" * PART).finish(None)
+    real_copy = shutil.copyfileobj
+
+    def fail_then_copy(*args: Any, **kwargs: Any) -> None:
+        stalled.abort()
+        real_copy(*args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfileobj", fail_then_copy)
+    store.seal_file(staged, {1: first, 2: resent})
+    late = store.open_part_writer(staged, 2, length_known=True)
+    assert late._tmp is not None, "a send after the seal wrote in place"
+    late.abort()
+
+
+def test_a_first_send_that_fails_as_the_file_is_replaced_leaves_no_way_in(
+    store: LocalBlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failure races the replacement itself: its release of the claim waits for the
+    # seal's lock, then finds the file replaced and keeps the claim.
+    staged = _staged()
+    first = _send(store, staged, 1, b"1" * PART).finish(None)
+    stalled = _send(store, staged, 2, b"A" * 10)
+    resent = _send(store, staged, 2, b"B" * PART).finish(None)
+    real_replace = os.replace
+
+    def fail_then_replace(source: str | Path, target: str | Path) -> None:
+        if Path(target).name == "data" and stalled._claim is not None:
+            stalled.abort()
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", fail_then_replace)
+    # abort waits for the seal's lock, so it runs on a thread of its own
+    threads: list[threading.Thread] = []
+    original_abort = stalled.abort
+
+    def abort_on_a_thread() -> None:
+        thread = threading.Thread(target=original_abort)
+        threads.append(thread)
+        thread.start()
+
+    monkeypatch.setattr(stalled, "abort", abort_on_a_thread)
+    store.seal_file(staged, {1: first, 2: resent})
+    for thread in threads:
+        thread.join(timeout=10)
+    assert threads and not threads[0].is_alive()
+    late = store.open_part_writer(staged, 2, length_known=True)
+    assert late._tmp is not None, "a send after the seal wrote in place"
+    late.abort()
+
+
+def test_a_stalled_first_send_that_finishes_after_the_seal_is_refused(
+    store: LocalBlobStore,
+) -> None:
+    # It recorded itself against the old file's bytes and removed the re-send's record,
+    # so the completion's retry naming the re-send failed, and one naming it sealed the
+    # re-send's bytes under its ETag.
+    staged = _staged()
+    stalled, first, resent = _sealed_with_a_stalled_first_send(store, staged)
+    stalled.write([b"A" * (PART - 10)], checksum=False)
+    with pytest.raises(Conflict, match="completion replaced"):
+        stalled.finish(None)
+    stalled.abort()
+    assert store.list_parts(staged)[2].etag == resent
+    blob = store.seal_file(staged, {1: first, 2: resent})
+    assert blob.sha256 == hashlib.sha256(b"1" * PART + b"B" * PART).hexdigest()
+
+
+def test_listing_while_a_part_is_sent_again_never_loses_the_others(
+    store: LocalBlobStore,
+) -> None:
+    # A finish removed the record it replaced under the listing's scan: the listing said
+    # the file had no part at all ("part 2 was never received").
+    staged = _staged()
+    for number in (1, 2):
+        _send(store, staged, number, b"x" * PART).finish(None)
+    stop = threading.Event()
+
+    def send_again() -> None:
+        while not stop.is_set():
+            _send(store, staged, 1, b"y" * PART).finish(None)
+
+    sender = threading.Thread(target=send_again)
+    sender.start()
+    try:
+        listings = [set(store.list_parts(staged)) for _ in range(3000)]
+    finally:
+        stop.set()
+        sender.join()
+    assert all(parts == {1, 2} for parts in listings)
+
+
+def test_a_part_finishing_after_its_staging_is_gone_is_refused_and_closes_once(
+    store: LocalBlobStore,
+) -> None:
+    # Its finish closed the file and failed; the abort after it closed the same number
+    # again, by then another file's.
+    staged = _staged(1)
+    writer = _send(store, staged, 1, b"1" * PART)
+    store.discard_staging(staged)
+    with pytest.raises(Conflict, match="completed or abandoned"):
+        writer.finish(None)
+    other = os.open(__file__, os.O_RDONLY)
+    try:
+        writer.abort()
+        os.fstat(other)  # still open
+    finally:
+        os.close(other)
