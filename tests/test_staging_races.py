@@ -37,14 +37,19 @@ def _send(store: LocalBlobStore, staged: StagedFile, number: int, data: bytes) -
     return writer
 
 
+def _stalled_and_resent(store: LocalBlobStore, staged: StagedFile) -> tuple[PartWriter, str, str]:
+    """Part 1 whole; part 2's first send stalled after a few bytes, written in place; its
+    re-send whole: the stalled writer, the two ETags."""
+    first = _send(store, staged, 1, b"1" * PART).finish(None)
+    stalled = _send(store, staged, 2, b"A" * 10)
+    return stalled, first, _send(store, staged, 2, b"B" * PART).finish(None)
+
+
 def _sealed_with_a_stalled_first_send(
     store: LocalBlobStore, staged: StagedFile
 ) -> tuple[PartWriter, str, str]:
-    """Part 1 whole; part 2's first send stalled after a few bytes, written in place; its
-    re-send whole; the file sealed (which rebuilt it): the stalled writer, the two ETags."""
-    first = _send(store, staged, 1, b"1" * PART).finish(None)
-    stalled = _send(store, staged, 2, b"A" * 10)
-    resent = _send(store, staged, 2, b"B" * PART).finish(None)
+    """``_stalled_and_resent``, then the file sealed (which rebuilt it)."""
+    stalled, first, resent = _stalled_and_resent(store, staged)
     blob = store.seal_file(staged, {1: first, 2: resent})
     assert blob.sha256 == hashlib.sha256(b"1" * PART + b"B" * PART).hexdigest()
     return stalled, first, resent
@@ -75,9 +80,7 @@ def test_a_first_send_that_fails_while_the_seal_copies_leaves_no_way_in(
     # and releases the claim (the file is still the one it wrote): the seal claims again
     # before the replacement, so no send writes in place into the new file.
     staged = _staged()
-    first = _send(store, staged, 1, b"1" * PART).finish(None)
-    stalled = _send(store, staged, 2, b"A" * 10)
-    resent = _send(store, staged, 2, b"B" * PART).finish(None)
+    stalled, first, resent = _stalled_and_resent(store, staged)
     real_copy = shutil.copyfileobj
 
     def fail_then_copy(*args: Any, **kwargs: Any) -> None:
@@ -97,9 +100,7 @@ def test_a_first_send_that_fails_as_the_file_is_replaced_leaves_no_way_in(
     # The failure races the replacement itself: its release of the claim waits for the
     # seal's lock, then finds the file replaced and keeps the claim.
     staged = _staged()
-    first = _send(store, staged, 1, b"1" * PART).finish(None)
-    stalled = _send(store, staged, 2, b"A" * 10)
-    resent = _send(store, staged, 2, b"B" * PART).finish(None)
+    stalled, first, resent = _stalled_and_resent(store, staged)
     real_replace = os.replace
 
     def fail_then_replace(source: str | Path, target: str | Path) -> None:
