@@ -55,6 +55,13 @@ def _sealed_with_a_stalled_first_send(
     return stalled, first, resent
 
 
+def _a_later_send(store: LocalBlobStore, staged: StagedFile) -> PartWriter:
+    """A send of part 2 after the seal, which must go to a file of its own."""
+    late = store.open_part_writer(staged, 2, length_known=True)
+    assert late._tmp is not None, "a send after the seal wrote in place"
+    return late
+
+
 def test_a_stalled_first_send_that_fails_after_the_seal_keeps_the_part_claimed(
     store: LocalBlobStore,
 ) -> None:
@@ -63,8 +70,7 @@ def test_a_stalled_first_send_that_fails_after_the_seal_keeps_the_part_claimed(
     staged = _staged()
     stalled, first, resent = _sealed_with_a_stalled_first_send(store, staged)
     stalled.abort()
-    late = store.open_part_writer(staged, 2, length_known=True)
-    assert late._tmp is not None, "a send after the seal wrote in place"
+    late = _a_later_send(store, staged)
     blob = store.seal_file(staged, {1: first, 2: resent})
     store.place_file(staged, blob)
     late.write([b"C" * PART], checksum=False)
@@ -89,9 +95,7 @@ def test_a_first_send_that_fails_while_the_seal_copies_leaves_no_way_in(
 
     monkeypatch.setattr(shutil, "copyfileobj", fail_then_copy)
     store.seal_file(staged, {1: first, 2: resent})
-    late = store.open_part_writer(staged, 2, length_known=True)
-    assert late._tmp is not None, "a send after the seal wrote in place"
-    late.abort()
+    _a_later_send(store, staged).abort()
 
 
 def test_a_first_send_that_fails_as_the_file_is_replaced_leaves_no_way_in(
@@ -102,30 +106,22 @@ def test_a_first_send_that_fails_as_the_file_is_replaced_leaves_no_way_in(
     staged = _staged()
     stalled, first, resent = _stalled_and_resent(store, staged)
     real_replace = os.replace
+    aborts: list[threading.Thread] = []
 
     def fail_then_replace(source: str | Path, target: str | Path) -> None:
-        if Path(target).name == "data" and stalled._claim is not None:
-            stalled.abort()
+        if Path(target).name == "data" and not aborts:
+            # The body gives up now, on its own thread; with the seal's lock held its
+            # abort waits (released unlocked, the claim would be gone before this replace).
+            aborts.append(threading.Thread(target=stalled.abort))
+            aborts[0].start()
+            aborts[0].join(timeout=0.2)
         real_replace(source, target)
 
     monkeypatch.setattr(os, "replace", fail_then_replace)
-    # abort waits for the seal's lock, so it runs on a thread of its own
-    threads: list[threading.Thread] = []
-    original_abort = stalled.abort
-
-    def abort_on_a_thread() -> None:
-        thread = threading.Thread(target=original_abort)
-        threads.append(thread)
-        thread.start()
-
-    monkeypatch.setattr(stalled, "abort", abort_on_a_thread)
     store.seal_file(staged, {1: first, 2: resent})
-    for thread in threads:
-        thread.join(timeout=10)
-    assert threads and not threads[0].is_alive()
-    late = store.open_part_writer(staged, 2, length_known=True)
-    assert late._tmp is not None, "a send after the seal wrote in place"
-    late.abort()
+    aborts[0].join(timeout=10)
+    assert not aborts[0].is_alive()
+    _a_later_send(store, staged).abort()
 
 
 def test_a_stalled_first_send_that_finishes_after_the_seal_is_refused(
