@@ -27,14 +27,16 @@ from tracestore.server.blobs import (
 )
 from tracestore.server.presigned import PartGrant, UrlSigner
 from tracestore.server.staging import (
-    CLAIM_FILE,
     DATA_FILE,
     ETAG,
     SEPARATE_SUFFIX,
     PartWriter,
     StagedDigests,
+    claim_path,
     locked,
     part_key,
+    record_path,
+    separate_path,
     stored_parts,
     take_claim,
 )
@@ -137,7 +139,7 @@ class LocalBlobStore:
         if not claimed:
             os.close(data_fd)  # sent before, being sent now, or of unknown length
             return PartWriter(directory, part_number, expected)
-        claim = directory / f"{part_key(part_number)}.{CLAIM_FILE}"
+        claim = claim_path(directory, part_number)
         try:
             digest = self._digests.of(directory, staged.size, staged.part_size)
             return PartWriter(
@@ -304,11 +306,10 @@ def _part_record(directory: Path, number: int, etag: str) -> Path | None:
     beside ``data`` (written in place), its re-send's file, or the layout before's name."""
     if not ETAG.fullmatch(etag):
         return None
-    key = part_key(number)
     for record in (
-        directory / f"{key}.{etag}",
-        directory / key / f"{etag}{SEPARATE_SUFFIX}",
-        directory / key / etag,
+        record_path(directory, number, etag),
+        separate_path(directory, number, etag),
+        directory / part_key(number) / etag,
     ):
         if record.is_file():
             return record

@@ -46,21 +46,36 @@ def part_key(number: int) -> str:
     return f"{number:05d}"
 
 
+def claim_path(directory: Path, number: int) -> Path:
+    """Part ``number``'s claim in the staged file's ``directory``: ``NNNNN.claim``."""
+    return directory / f"{part_key(number)}.{CLAIM_FILE}"
+
+
+def record_path(directory: Path, number: int, etag: str) -> Path:
+    """The record of part ``number`` written in place as ``etag``: ``NNNNN.<etag>``."""
+    return directory / f"{part_key(number)}.{etag}"
+
+
+def separate_path(directory: Path, number: int, etag: str) -> Path:
+    """A re-send of part ``number`` recorded as ``etag``: ``NNNNN/<etag>.part``."""
+    return directory / part_key(number) / f"{etag}{SEPARATE_SUFFIX}"
+
+
 def take_claim(directory: Path, number: int) -> bool:
     """Take part ``number``'s claim (the right to write its first send in place); False when
     it was taken before. The claim is a hard link to the staged file's ``data``: a name made
     atomically, like an exclusive create, but without a new inode (a file's inode cost a
     millisecond of the kernel's time on a VM's ext4, as much as writing a MiB)."""
-    key = part_key(number)
     try:
-        os.link(directory / DATA_FILE, directory / f"{key}.{CLAIM_FILE}")
+        os.link(directory / DATA_FILE, claim_path(directory, number))
     except FileExistsError:
         return False
     # Staging of the layout before: the part's claim was in its directory.
-    return not os.path.lexists(directory / key / CLAIM_FILE)
+    return not os.path.lexists(directory / part_key(number) / CLAIM_FILE)
 
 
 SEPARATE_SUFFIX = ".part"
+_KEY_LENGTH = len(part_key(1))
 ETAG = re.compile(r"[0-9a-f]{32}")
 READ_BACK_CHUNK = 4 * 1024 * 1024
 
@@ -135,7 +150,7 @@ def stored_parts(
     with locked(directory, fcntl.LOCK_SH):
         for entry in os.scandir(directory):
             key, _, etag = entry.name.partition(".")
-            if len(key) != len(part_key(1)) or not key.isdigit():
+            if len(key) != _KEY_LENGTH or not key.isdigit():
                 continue
             if ETAG.fullmatch(etag):
                 consider(int(key), etag, entry, False)
@@ -274,10 +289,10 @@ class PartWriter:
                     "completion replaced (the part was sent again meanwhile); its bytes "
                     "were not kept"
                 )
-            final = self.directory / f"{key}.{etag}"
-            os.link(self.directory / f"{key}.{CLAIM_FILE}", final)  # a name, like the claim
+            final = record_path(self.directory, self.part_number, etag)
+            os.link(claim_path(self.directory, self.part_number), final)  # a name, as the claim
         else:
-            final = part_dir / f"{etag}{SEPARATE_SUFFIX}"
+            final = separate_path(self.directory, self.part_number, etag)
             os.replace(self._tmp, final)
             # The first send's record: a name beside the others (rarely sent again, so
             # this scan of the file's names is rare too).
