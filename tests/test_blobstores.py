@@ -103,7 +103,7 @@ class Harness:
 
     def commit(self, staged: StagedFile, etags: dict[int, str]) -> str:
         """What completion does: check the parts the store lists, seal, place; the SHA-256."""
-        listed = self.store.list_parts(staged)
+        listed = self.store.list_parts([staged])[0]
         assert {n: normalise_etag(p.etag) for n, p in listed.items()} == {
             n: normalise_etag(e) for n, e in etags.items()
         }
@@ -170,7 +170,7 @@ def test_parts_out_of_order_are_listed_and_committed_content_addressed(harness: 
     (staged,) = harness.stage(len(data))
     assert staged.part_count == 3
     etags = harness.put_all(staged, data, order=[3, 1, 2])
-    listed = harness.store.list_parts(staged)
+    listed = harness.store.list_parts([staged])[0]
     assert sorted(listed) == [1, 2, 3]
     assert [listed[n].size for n in (1, 2, 3)] == [PART, PART, 12345]
     sha256 = harness.commit(staged, etags)
@@ -183,7 +183,7 @@ def test_parts_out_of_order_are_listed_and_committed_content_addressed(harness: 
     answer = harness.download(sha256)
     assert answer.status_code == 200 and answer.content == data
     assert answer.headers["content-disposition"] == "attachment; filename*=UTF-8''rank%200.et"
-    harness.store.discard_staging(staged)
+    harness.store.discard_staging([staged])
     assert harness.keys("staging") == []
     assert harness.store.blob_exists(sha256)
 
@@ -207,7 +207,7 @@ def test_a_commit_retried_after_a_crash_gives_the_same_blob(harness: Harness, si
     assert harness.commit(staged, etags) == sha256
     with harness.store.open_blob(sha256) as blob:
         assert blob.read() == data
-    harness.store.discard_staging(staged)
+    harness.store.discard_staging([staged])
     assert harness.keys("staging") == []
     assert len(harness.keys("blobs")) == 1
 
@@ -216,11 +216,11 @@ def test_discard_staging_removes_every_staged_byte(harness: Harness) -> None:
     data = _bytes(PART + 1)
     (staged,) = harness.stage(len(data))
     harness.put_all(staged, data, order=[2])
-    assert sorted(harness.store.list_parts(staged)) == [2]
-    harness.store.discard_staging(staged)
-    assert harness.store.list_parts(staged) == {}
+    assert sorted(harness.store.list_parts([staged])[0]) == [2]
+    harness.store.discard_staging([staged])
+    assert harness.store.list_parts([staged])[0] == {}
     assert harness.keys("staging") == []
-    harness.store.discard_staging(staged)  # twice is harmless
+    harness.store.discard_staging([staged])  # twice is harmless
     assert harness.keys("blobs") == []
 
 
@@ -228,7 +228,7 @@ def test_a_zero_byte_file_has_one_empty_part(harness: Harness) -> None:
     (staged,) = harness.stage(0)
     assert (staged.part_count, staged.part_length(1)) == (1, 0)
     etags = harness.put_all(staged, b"")
-    assert harness.store.list_parts(staged)[1].size == 0
+    assert harness.store.list_parts([staged])[0][1].size == 0
     sha256 = harness.commit(staged, etags)
     assert sha256 == hashlib.sha256(b"").hexdigest()
     with harness.store.open_blob(sha256) as blob:
@@ -241,7 +241,7 @@ def test_a_part_of_the_wrong_size_is_never_taken_for_the_right_one(harness: Harn
     (staged,) = harness.stage(PART + 100)
     for wrong in (b"x" * 101, b"x" * 99):
         answer = harness.put(staged, 2, wrong)
-        listed = harness.store.list_parts(staged)
+        listed = harness.store.list_parts([staged])[0]
         if answer.status_code == 200:
             # A store that takes it (moto checks no signature) must list its true size, so
             # completion refuses it; real S3 refuses the PUT (its Content-Length is signed).
@@ -265,7 +265,7 @@ def test_committing_more_bytes_than_declared_is_refused(harness: Harness) -> Non
     with pytest.raises(FileLargerThanDeclared) as refused:
         harness.store.seal_file(staged, {1: answer.headers["etag"]})
     assert refused.value.size == 11  # the true byte count, for completion's message
-    harness.store.discard_staging(staged)
+    harness.store.discard_staging([staged])
     assert harness.keys("staging") == [] and harness.keys("blobs") == []
 
 
@@ -294,8 +294,7 @@ def test_staged_uploads_names_the_sessions_holding_staged_bytes(harness: Harness
     harness.put_all(second[0], _bytes(PART + 1))
     upload_ids = {first[0].upload_id, second[0].upload_id}
     assert set(store.staged_uploads()) == upload_ids
-    for staged in first + second:
-        store.discard_staging(staged)
+    store.discard_staging(first + second)  # files of two uploads in one call
     assert set(store.staged_uploads()) == set()
 
 
@@ -307,9 +306,9 @@ def test_discard_upload_removes_an_upload_known_only_by_its_id(harness: Harness)
     harness.put_all(kept[0], _bytes(10))
     store.discard_upload(orphan[0].upload_id)
     assert set(store.staged_uploads()) == {kept[0].upload_id}
-    assert all(store.list_parts(staged) == {} for staged in orphan)
+    assert all(store.list_parts([staged])[0] == {} for staged in orphan)
     store.discard_upload(orphan[0].upload_id)  # harmless when there is nothing left
-    store.discard_staging(kept[0])
+    store.discard_staging([kept[0]])
     harness.store.check()
 
 
@@ -342,11 +341,11 @@ def test_s3_commit_cut_off_after_completing_the_multipart_upload(
         harness.commit(staged, etags)
     monkeypatch.setattr(store, crash_in, original)
     # S3 forgot the parts when the upload completed; the manifest still answers for them.
-    assert {n: p.size for n, p in store.list_parts(staged).items()} == {1: PART, 2: 3}
+    assert {n: p.size for n, p in store.list_parts([staged])[0].items()} == {1: PART, 2: 3}
     sha256 = harness.commit(staged, etags)
     assert sha256 == hashlib.sha256(data).hexdigest()
     assert harness.download(sha256).content == data
-    harness.store.discard_staging(staged)
+    harness.store.discard_staging([staged])
     assert harness.keys("staging") == []
     assert len(harness.keys("blobs")) == 1
 

@@ -65,5 +65,5 @@ def test_a_part_put_opens_its_staging_area_with_its_first_bytes(
     staging = services.settings.data_dir / "blobs" / "staging" / started["uploadId"]
     assert not staging.exists()
     writer.write((b"a" * 1000,), checksum=False)
-    assert (staging / "0" / "data").is_file()
+    assert (staging / "0.data").is_file()
     assert ETAG.fullmatch(writer.finish(None))

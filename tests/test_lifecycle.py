@@ -210,9 +210,10 @@ def test_finished_sessions_leftover_staging_is_cleaned(
         upload_id = session.scalar(
             select(db.UploadSession.id).where(db.UploadSession.traceset_id == ts["id"])
         )
-    leftover = services.settings.data_dir / "blobs" / "staging" / str(upload_id) / "0"
+    leftover = services.settings.data_dir / "blobs" / "staging" / str(upload_id)
     leftover.mkdir(parents=True)
-    (leftover / "00001.abc").write_bytes(b"stale")
+    (leftover / "0.data").write_bytes(b"stale")
+    os.link(leftover / "0.data", leftover / "0.00001.claim")
     assert sweep(services).cleaned_staging == 1
     assert not leftover.exists()
 

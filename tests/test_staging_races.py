@@ -109,7 +109,7 @@ def test_a_first_send_that_fails_as_the_file_is_replaced_leaves_no_way_in(
     aborts: list[threading.Thread] = []
 
     def fail_then_replace(source: str | Path, target: str | Path) -> None:
-        if Path(target).name == "data" and not aborts:
+        if Path(target).name.endswith("data") and not aborts:
             # The body gives up now, on its own thread; with the seal's lock held its
             # abort waits (released unlocked, the claim would be gone before this replace).
             aborts.append(threading.Thread(target=stalled.abort))
@@ -136,7 +136,7 @@ def test_a_stalled_first_send_that_finishes_after_the_seal_is_refused(
     with pytest.raises(Conflict, match="completion replaced"):
         stalled.finish(None)
     stalled.abort()
-    assert store.list_parts(staged)[2].etag == resent
+    assert store.list_parts([staged])[0][2].etag == resent
     blob = store.seal_file(staged, {1: first, 2: resent})
     assert blob.sha256 == hashlib.sha256(b"1" * PART + b"B" * PART).hexdigest()
 
@@ -158,7 +158,7 @@ def test_listing_while_a_part_is_sent_again_never_loses_the_others(
     sender = threading.Thread(target=send_again)
     sender.start()
     try:
-        listings = [set(store.list_parts(staged)) for _ in range(3000)]
+        listings = [set(store.list_parts([staged])[0]) for _ in range(3000)]
     finally:
         stop.set()
         sender.join()
@@ -172,7 +172,7 @@ def test_a_part_finishing_after_its_staging_is_gone_is_refused_and_closes_once(
     # again, by then another file's.
     staged = _staged(1)
     writer = _send(store, staged, 1, b"1" * PART)
-    store.discard_staging(staged)
+    store.discard_staging([staged])
     with pytest.raises(Conflict, match="completed or abandoned"):
         writer.finish(None)
     other = os.open(__file__, os.O_RDONLY)
@@ -181,3 +181,32 @@ def test_a_part_finishing_after_its_staging_is_gone_is_refused_and_closes_once(
         os.fstat(other)  # still open
     finally:
         os.close(other)
+
+
+def test_a_file_whose_staging_directory_was_left_empty_is_staged_in_it(
+    store: LocalBlobStore,
+) -> None:
+    # A version before made a file's directory, ``<position>/``, then its ``data``: killed
+    # in between, it left the directory empty. Its parts go into that directory (where
+    # listing and sealing look), not beside it, where nothing would ever find them.
+    staged = _staged()
+    own = store.root / "staging" / staged.upload_id / "0"
+    own.mkdir(parents=True)
+    etags = {n: _send(store, staged, n, bytes([n]) * PART).finish(None) for n in (1, 2)}
+    assert sorted(p.name for p in own.parent.iterdir()) == ["0"]
+    assert {n: p.etag for n, p in store.list_parts([staged])[0].items()} == etags
+    blob = store.seal_file(staged, etags)
+    assert blob.sha256 == hashlib.sha256(b"\1" * PART + b"\2" * PART).hexdigest()
+
+
+@pytest.mark.parametrize("stray", ["².data", "٣.data", "03.data", "x.data"])
+def test_names_no_position_of_the_service_would_make_are_left_alone(
+    store: LocalBlobStore, stray: str
+) -> None:
+    staged = StagedFile("upload_abc", 3, PART, PART)
+    etag = _send(store, staged, 1, b"3" * PART).finish(None)
+    upload_dir = store.root / "staging" / staged.upload_id
+    (upload_dir / stray).write_bytes(b"not ours")
+    assert {n: p.etag for n, p in store.list_parts([staged])[0].items()} == {1: etag}
+    store.discard_staging([staged])
+    assert sorted(p.name for p in upload_dir.iterdir()) == [stray]

@@ -107,6 +107,25 @@ def test_completion_names_missing_and_unexpected_files_and_parts(http: TestClien
     assert complete(http, answer["uploadId"], etags).status_code == 201
 
 
+def test_a_request_naming_parts_no_file_has_is_refused_before_the_store_is_asked(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the request alone shows wrong is answered without listing any file's parts (an
+    # object store's listing is a request per file): a 400, even with the store down.
+    files = {f"f{i}.bin": (b"x" * 10, "supporting") for i in range(5)}
+    answer = request_upload(http, files, {"shape": {"rankCount": 1}}).json()
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the store is down")
+
+    monkeypatch.setattr(services.store, "list_parts", down)
+    for number in (1, 2):  # missing parts of f4.bin; part 2 of a one-part file
+        parts = {name: [{"partNumber": 1, "etag": "0" * 32}] for name in files}
+        parts["f4.bin"] = [{"partNumber": n, "etag": "0" * 32} for n in range(2, number + 1)]
+        response = complete(http, answer["uploadId"], parts)
+        assert response.status_code == 400, response.text
+
+
 def test_two_concurrent_completes_do_the_work_once(http: TestClient, services: Services) -> None:
     files = {f"rank_{i}.et": (os.urandom(3 * MIB), "primary") for i in range(4)}
     answer = request_upload(http, files, {"shape": {"rankCount": 4}}).json()
@@ -207,13 +226,13 @@ def test_record_counts_waits_for_the_background_removal_of_staging(
     upload(http, files, {"shape": {"rankCount": 1}})
     services.wait_for_background()
     settled = record_counts(services)
-    staging = services.settings.data_dir / "blobs" / "staging" / "upload_late" / "0"
+    staging = services.settings.data_dir / "blobs" / "staging" / "upload_late"
     staging.mkdir(parents=True)
-    (staging / "data").write_bytes(b"x")
+    (staging / "0.data").write_bytes(b"x")
 
     def remove_later() -> None:
         time.sleep(0.3)  # still at work when the count starts
-        (staging / "data").unlink()
+        (staging / "0.data").unlink()
 
     services.run_in_background(remove_later)
     assert record_counts(services)["files on disk"] == settled["files on disk"]

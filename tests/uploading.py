@@ -158,7 +158,7 @@ def record_counts(services: Services) -> dict[str, int]:
                 session.scalar(select(func.count()).select_from(table)) or 0
             )
     root = services.settings.data_dir / "blobs"
-    staged_data = (root / "staging").glob(f"*/*/{DATA_FILE}")
+    staged_data = (root / "staging").glob(f"*/*.{DATA_FILE}")
     counts["files on disk"] = (
         sum(1 for p in root.rglob("*") if p.is_file()) - sum(1 for _ in staged_data)
         if root.exists()

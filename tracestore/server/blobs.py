@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -89,8 +89,9 @@ class StagingArea(Protocol):
         an object store, answering its own, ignores it)."""
         ...
 
-    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
-        """The parts received so far, by number."""
+    def list_parts(self, staged: Sequence[StagedFile]) -> list[dict[int, StoredPart]]:
+        """The parts received so far of each file, by number (of one upload's files, the
+        store reads what holds them once: completion lists every file of an upload)."""
         ...
 
     def seal_file(
@@ -101,8 +102,8 @@ class StagingArea(Protocol):
         ``FileLargerThanDeclared`` when the bytes exceed the file's size."""
         ...
 
-    def discard_staging(self, staged: StagedFile) -> None:
-        """Remove every staged byte of the file; harmless when there are none."""
+    def discard_staging(self, staged: Sequence[StagedFile]) -> None:
+        """Remove every staged byte of the files; harmless when there are none."""
         ...
 
     def staged_uploads(self) -> Iterator[str]:

@@ -113,8 +113,7 @@ def complete_upload(
 
 def _discard_staging(services: Services, upload_id: str, stages: Sequence[StagedFile]) -> None:
     try:
-        for stage in stages:
-            services.store.discard_staging(stage)
+        services.store.discard_staging(stages)
     except Exception:
         log.exception("removing the staged bytes of %s failed", upload_id)
 
@@ -212,7 +211,8 @@ def _commit_files(
     """Move every file's staged bytes into blobs; the SHA-256 per file position. Raises
     PayloadTooLarge when a file holds more bytes than it declared."""
     store = services.store
-    # Check every file's parts before moving any bytes.
+    # Check every file's parts before moving any bytes: first what the request alone shows
+    # (no store call for a request that cannot complete), then against one listing of all.
     for file in files:
         stage = stages[file.position]
         given = etags[file.position]
@@ -224,8 +224,11 @@ def _commit_files(
             )
         if set(given) != expected_numbers:
             raise ValidationError(f"Missing parts for file '{file.name}'")
-        stored = store.list_parts(stage)
-        for number in sorted(expected_numbers):
+    listed = store.list_parts([stages[file.position] for file in files])
+    for file, stored in zip(files, listed, strict=True):
+        stage = stages[file.position]
+        given = etags[file.position]
+        for number in range(1, stage.part_count + 1):
             part = stored.get(number)
             if part is None:
                 raise ValidationError(
@@ -368,5 +371,6 @@ def _fail_session(
     upload.lease_until = None
     traceset.status = "upload_failed"
     traceset.updated_at = services.now()
-    for file in files_of(session, traceset.id):
-        services.store.discard_staging(staged_file(upload, file))
+    services.store.discard_staging(
+        [staged_file(upload, file) for file in files_of(session, traceset.id)]
+    )

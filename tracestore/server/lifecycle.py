@@ -159,8 +159,7 @@ def expire_sessions(
             stages = [staged_file(upload, f) for f in files_of(session, upload.traceset_id)]
             done += 1
         # Bytes go after the commit: no store call runs while the write lock is held.
-        for stage in stages:
-            services.store.discard_staging(stage)
+        services.store.discard_staging(stages)
     return done
 
 
@@ -186,8 +185,7 @@ def clean_leftover_staging(services: Services, now: datetime) -> int:
         if stages is None:
             staging.discard_upload(upload_id)
         else:
-            for stage in stages:
-                staging.discard_staging(stage)
+            staging.discard_staging(stages)
         cleaned += 1
     return cleaned
 

@@ -4,11 +4,13 @@ URLs served by the service itself (the protocols it implements are in ``blobs.py
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -32,11 +34,9 @@ from tracestore.server.staging import (
     SEPARATE_SUFFIX,
     PartWriter,
     StagedDigests,
-    claim_path,
+    StagedPlace,
     locked,
-    part_key,
-    record_path,
-    separate_path,
+    recorded_parts,
     stored_parts,
     take_claim,
 )
@@ -45,8 +45,9 @@ from tracestore.server.staging import (
 class LocalBlobStore:
     """Blobs in a directory; the service itself serves the presigned part and download URLs.
 
-    Layout: ``blobs/ab/cd/<sha256>`` for content, ``staging/<upload>/<position>/`` for a
-    file being received, made by its first part PUT (server/staging.py says what it holds).
+    Layout: ``blobs/ab/cd/<sha256>`` for content, ``staging/<upload>/`` for an upload's
+    files being received, each file's names beginning ``<position>.``, made by its first
+    part PUT (server/staging.py says what they are).
     """
 
     def __init__(self, root: Path, signer: UrlSigner) -> None:
@@ -60,9 +61,18 @@ class LocalBlobStore:
 
     # --- staging ---
 
-    def _staging_dir(self, upload_id: str, position: int) -> Path:
+    def _upload_dir(self, upload_id: str) -> Path:
         _check_upload_id(upload_id)
-        return self._staging / upload_id / str(position)
+        return self._staging / upload_id
+
+    def _place(self, staged: StagedFile) -> StagedPlace:
+        """Where the file's names are: beside its upload's other files', or, staged by a
+        version before, in a directory of its own."""
+        upload_dir = self._upload_dir(staged.upload_id)
+        own = upload_dir / str(staged.position)
+        if own.is_dir():
+            return StagedPlace(own)
+        return StagedPlace(upload_dir, f"{staged.position}.")
 
     def stage_file(
         self, upload_id: str, position: int, size: int, part_size: int, content_type: str | None
@@ -73,29 +83,33 @@ class LocalBlobStore:
         _check_upload_id(upload_id)
         return StagedFile(upload_id, position, size, part_size)
 
-    def _open_data(self, directory: Path, size: int) -> int:
-        """The staged file's ``data``, open for writing; made first, with its directory,
-        unless they are there: the file's bytes land in ``data``, each part at its offset
-        (sparse until written); the blob is this file linked, so its mode is the blob's.
-        Parts of one file may arrive at once: each may make it, none spoils another's bytes
-        (the size only grows)."""
-        data = directory / DATA_FILE
+    def _open_data(self, staged: StagedFile) -> tuple[StagedPlace, int]:
+        """Where the file is staged, and its ``data`` open for writing; made first (and the
+        upload's directory) unless it is there: the file's bytes land in ``data``, each part
+        at its offset (sparse until written); the blob is this file linked, so its mode is
+        the blob's. Parts of one file may arrive at once: each may make it, none spoils
+        another's bytes (the size only grows)."""
+        upload_dir = self._upload_dir(staged.upload_id)
+        place = StagedPlace(upload_dir, f"{staged.position}.")
         with contextlib.suppress(FileNotFoundError):
-            return os.open(data, os.O_WRONLY)
+            return place, os.open(place.data, os.O_WRONLY)
+        own = StagedPlace(upload_dir / str(staged.position))  # staged by a version before
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            return own, os.open(own.data, os.O_WRONLY)
+        if own.directory.is_dir():  # made by a version before, which stopped before data
+            place = own
         try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            pass
+            fd = os.open(place.data, os.O_WRONLY | os.O_CREAT, 0o600)
         except FileNotFoundError:  # the upload's first file: its directory too
-            private_directory(directory)
-        fd = os.open(data, os.O_WRONLY | os.O_CREAT, 0o600)
+            private_directory(upload_dir)
+            fd = os.open(place.data, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
+            if os.fstat(fd).st_size < staged.size:
+                os.ftruncate(fd, staged.size)
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return place, fd
 
     def part_url(
         self, staged: StagedFile, part_number: int, expires_at: datetime, *, base_url: str
@@ -110,13 +124,46 @@ class LocalBlobStore:
         )
         return base_url + self.signer.part_path(grant)
 
-    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
-        directory = self._staging_dir(staged.upload_id, staged.position)
-        try:
-            parts = stored_parts(directory, staged.part_count, staged.part_length)
-        except (FileNotFoundError, NotADirectoryError):
-            return {}
-        return {number: StoredPart(number, *part) for number, part in sorted(parts.items())}
+    def list_parts(self, staged: Sequence[StagedFile]) -> list[dict[int, StoredPart]]:
+        # One scan of each upload's directory for all its files (completion lists every
+        # file of an upload: a scan per file would read the upload's names once per file).
+        found: list[dict[int, tuple[int, str]] | None] = [None] * len(staged)
+        by_upload: defaultdict[str, list[int]] = defaultdict(list)
+        for index, stage in enumerate(staged):
+            by_upload[stage.upload_id].append(index)
+        for upload_id, indexes in by_upload.items():
+            upload_dir = self._upload_dir(upload_id)
+            names: defaultdict[int, list[tuple[str, os.DirEntry[str]]]] = defaultdict(list)
+            own: set[int] = set()
+            try:
+                with locked(upload_dir, fcntl.LOCK_SH):
+                    for entry in os.scandir(upload_dir):
+                        position, dot, name = _position_of(entry.name)
+                        if position is None:
+                            continue
+                        if dot:
+                            names[position].append((name, entry))
+                        elif entry.is_dir(follow_symlinks=False):
+                            own.add(position)
+                    for index in indexes:
+                        stage = staged[index]
+                        if stage.position not in own:
+                            found[index] = recorded_parts(
+                                names[stage.position], stage.part_count, stage.part_length
+                            )
+            except FileNotFoundError:
+                pass
+            for index in indexes:  # staged by a version before, each under its own lock
+                stage = staged[index]
+                if found[index] is None and stage.position in own:
+                    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                        found[index] = stored_parts(
+                            self._place(stage), stage.part_count, stage.part_length
+                        )
+        return [
+            {n: StoredPart(n, *part) for n, part in sorted((parts or {}).items())}
+            for parts in found
+        ]
 
     def open_part_writer(
         self, staged: StagedFile, part_number: int, *, length_known: bool
@@ -125,25 +172,24 @@ class LocalBlobStore:
         is written straight into the file at its offset; a re-send, or a body of unknown
         length, goes to a file of its own, so a failed send never spoils a part received
         before."""
-        directory = self._staging_dir(staged.upload_id, staged.position)
         # The data file is opened before the claim is taken: a seal that rebuilt the file
         # (seal_file) claimed every part first, so a writer that takes a claim after it
         # cannot hold the rebuilt file, which becomes the blob.
-        data_fd = self._open_data(directory, staged.size)
+        place, data_fd = self._open_data(staged)
         expected = staged.part_length(part_number)
         try:
-            claimed = length_known and take_claim(directory, part_number)
+            claimed = length_known and take_claim(place, part_number)
         except BaseException:
             os.close(data_fd)
             raise
         if not claimed:
             os.close(data_fd)  # sent before, being sent now, or of unknown length
-            return PartWriter(directory, part_number, expected)
-        claim = claim_path(directory, part_number)
+            return PartWriter(place, part_number, expected)
+        claim = place.claim(part_number)
         try:
-            digest = self._digests.of(directory, staged.size, staged.part_size)
+            digest = self._digests.of(place.data, staged.size, staged.part_size)
             return PartWriter(
-                directory,
+                place,
                 part_number,
                 expected,
                 offset=(part_number - 1) * staged.part_size,
@@ -164,14 +210,14 @@ class LocalBlobStore:
         *,
         heartbeat: Callable[[], None] = lambda: None,
     ) -> CommittedBlob:
-        directory = self._staging_dir(staged.upload_id, staged.position)
-        data_path = directory / DATA_FILE
+        place = self._place(staged)
+        data_path = place.data
         if not data_path.is_file():  # no part of it was ever received
             raise ValidationError(f"Part 1 with ETag {normalise_etag(etags[1])!r} is not stored")
         separates: dict[int, Path] = {}
         for number in range(1, staged.part_count + 1):
             etag = normalise_etag(etags[number])
-            record = _part_record(directory, number, etag)
+            record = _part_record(place, number, etag)
             if record is None:
                 raise ValidationError(f"Part {number} with ETag {etag!r} is not stored")
             if record.name.endswith(SEPARATE_SUFFIX):
@@ -185,9 +231,9 @@ class LocalBlobStore:
             # (a body that stalled): it writes into the old file, never into this one, which
             # becomes the blob. Every part is claimed first, so no later send writes in place.
             for number in range(1, staged.part_count + 1):
-                take_claim(directory, number)
-            self._digests.forget(directory)
-            rebuilt = directory / f"{DATA_FILE}.{secrets.token_hex(6)}"
+                take_claim(place, number)
+            self._digests.forget(data_path)
+            rebuilt = place.rebuilt()
             try:
                 with (
                     open(data_path, "rb") as source,
@@ -203,16 +249,16 @@ class LocalBlobStore:
                 # A first send that failed meanwhile released its claim (PartWriter.abort,
                 # under this lock, which keeps a claim once the file is replaced): claimed
                 # again before the replacement, so no send writes in place into the blob.
-                with locked(directory):
+                with locked(place.directory):
                     for number in range(1, staged.part_count + 1):
-                        take_claim(directory, number)
+                        take_claim(place, number)
                     os.replace(rebuilt, data_path)
             finally:
                 rebuilt.unlink(missing_ok=True)
         total = data_path.stat().st_size
         if total > staged.size:
             raise FileLargerThanDeclared(total)
-        running = self._digests.get(directory)
+        running = self._digests.get(data_path)
         chosen = {n: normalise_etag(etags[n]) for n in range(1, staged.part_count + 1)}
         # The digest taken while the parts arrived holds when it chained exactly these
         # parts (each written in place); otherwise the staged bytes are hashed now.
@@ -233,19 +279,32 @@ class LocalBlobStore:
     ) -> None:
         # Linked, not moved, so a completion that dies before the database records it can
         # be retried from the staged bytes.
-        data_path = self._staging_dir(staged.upload_id, staged.position) / DATA_FILE
+        data_path = self._place(staged).data
         target = self.blob_path(blob.sha256)
         if not target.exists():
             private_directory(target.parent)
             with contextlib.suppress(FileExistsError):
                 os.link(data_path, target)
 
-    def discard_staging(self, staged: StagedFile) -> None:
-        directory = self._staging_dir(staged.upload_id, staged.position)
-        self._digests.forget(directory)
-        _remove_staged(directory)
-        with contextlib.suppress(OSError):  # other files of the upload may remain
-            (self._staging / staged.upload_id).rmdir()
+    def discard_staging(self, staged: Sequence[StagedFile]) -> None:
+        # One scan of each upload's directory for all its files, as list_parts.
+        by_upload: defaultdict[str, set[int]] = defaultdict(set)
+        for stage in staged:
+            by_upload[stage.upload_id].add(stage.position)
+        for upload_id, positions in by_upload.items():
+            upload_dir = self._upload_dir(upload_id)
+            try:
+                entries = list(os.scandir(upload_dir))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if _position_of(entry.name)[0] not in positions:
+                    continue
+                self._digests.forget(Path(entry.path))
+                self._digests.forget(Path(entry.path) / DATA_FILE)  # a version before's
+                _remove(entry)
+            with contextlib.suppress(OSError):  # other files of the upload may remain
+                upload_dir.rmdir()
 
     # --- blobs ---
 
@@ -294,45 +353,48 @@ class LocalBlobStore:
                 yield entry.name
 
     def discard_upload(self, upload_id: str) -> None:
-        upload_dir = self._staging_dir(upload_id, 0).parent
+        upload_dir = self._upload_dir(upload_id)
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(upload_dir):
                 self._digests.forget(Path(entry.path))
+                self._digests.forget(Path(entry.path) / DATA_FILE)  # a version before's
         shutil.rmtree(upload_dir, ignore_errors=True)
 
 
-def _part_record(directory: Path, number: int, etag: str) -> Path | None:
+def _part_record(place: StagedPlace, number: int, etag: str) -> Path | None:
     """The record of part ``number`` sent as ``etag``, if the staged file holds it: its name
-    beside ``data`` (written in place), its re-send's file, or the layout before's name."""
+    beside ``data`` (written in place), its re-send's file, or the name of the layout before
+    the one before."""
     if not ETAG.fullmatch(etag):
         return None
     for record in (
-        record_path(directory, number, etag),
-        separate_path(directory, number, etag),
-        directory / part_key(number) / etag,
+        place.record(number, etag),
+        place.separate(number, etag),
+        place.part_dir(number) / etag,
     ):
         if record.is_file():
             return record
     return None
 
 
-def _remove_staged(directory: Path) -> None:
-    """Remove a staged file's directory: its names one by one (cheaper than ``rmtree``'s
-    checks for a directory that is mostly names), a part's directory with ``rmtree``."""
-    try:
-        entries = list(os.scandir(directory))
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
-    try:
-        os.rmdir(directory)
-    except OSError:  # a part arriving meanwhile made a name: rmtree as before
-        shutil.rmtree(directory, ignore_errors=True)
+def _position_of(name: str) -> tuple[int | None, str, str]:
+    """The position, the separator and the rest of a name in an upload's staging directory
+    (``3.data``: 3, ".", "data"; ``3``: a directory of a version before); the position is
+    None for a name the service does not make (``03.data``, ``x``, other digits than ASCII)."""
+    position, dot, rest = name.partition(".")
+    if not (position.isascii() and position.isdigit()) or str(int(position)) != position:
+        return None, dot, rest
+    return int(position), dot, rest
+
+
+def _remove(entry: os.DirEntry[str]) -> None:
+    """Remove one of a staged file's entries: a name, or a directory (a part's, or a file's
+    staged by a version before) with what it holds."""
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
 
 
 def _hash_stream(

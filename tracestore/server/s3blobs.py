@@ -21,7 +21,7 @@ import hashlib
 import io
 import json
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -171,7 +171,10 @@ class S3BlobStore:
             ContentType="application/json",
         )
 
-    def list_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
+    def list_parts(self, staged: Sequence[StagedFile]) -> list[dict[int, StoredPart]]:
+        return [self._listed_parts(stage) for stage in staged]  # a multipart upload each
+
+    def _listed_parts(self, staged: StagedFile) -> dict[int, StoredPart]:
         parts = self._uploaded_parts(staged)
         if parts is not None:
             return parts
@@ -267,7 +270,11 @@ class S3BlobStore:
                 heartbeat()
             copying.result()
 
-    def discard_staging(self, staged: StagedFile) -> None:
+    def discard_staging(self, staged: Sequence[StagedFile]) -> None:
+        for stage in staged:
+            self._discard_file(stage)
+
+    def _discard_file(self, staged: StagedFile) -> None:
         staging_key = self._staging_key(staged)
         handles = [staged.handle] if staged.handle else self._open_uploads(staging_key)
         for handle in handles:

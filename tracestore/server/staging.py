@@ -1,17 +1,23 @@
 """The embedded store's staging area: where a file's parts land before completion.
 
-Each staged file is a directory ``staging/<upload>/<position>/``, made by the file's first
-part PUT, holding ``data`` (the file's bytes, each part at its offset, sparse until
-written) and, per part, names beside it: ``NNNNN.claim``, taken by the first send of the
-part, which writes in place into ``data``, and ``NNNNN.<etag>``, the part's record once that
-send is whole (both hard links to ``data``: names, not files of their own, and no directory
-per part: a new inode cost the kernel up to a millisecond on a VM's ext4). A later send of
-the same part goes to ``NNNNN/<etag>.part``, a file of its own in the part's directory
-(made by the first re-send; renamed into place when whole), so a failed send never spoils a
-part received before.
+An upload's files are staged in its directory, ``staging/<upload>/``, as names that begin
+with the file's position (``P.``), made by the file's first part PUT: ``P.data`` (the
+file's bytes, each part at its offset, sparse until written) and, per part, ``P.NNNNN.claim``,
+taken by the first send of the part, which writes in place into ``P.data``, and
+``P.NNNNN.<etag>``, the part's record once that send is whole (both hard links to
+``P.data``: names, not files of their own). A later send of the same part goes to
+``P.NNNNN/<etag>.part``, a file of its own in the part's directory (made by the first
+re-send; renamed into place when whole), so a failed send never spoils a part received
+before. Each file of an upload of many small ones therefore costs one new inode, its
+``data``: on a VM's ext4 without a journal an inode cost the kernel up to a millisecond, as
+much as writing a MiB, and each one removed made the next ones dearer for minutes.
 
-Staging written before this layout (every part in its directory: ``NNNNN/claim``,
-``NNNNN/<etag>``) is read as it is: such a part's claim holds, and its record counts.
+Staging written by the versions before is read as it is (a ``StagedPlace`` says which):
+a directory per file, ``<position>/`` holding the same names without the prefix, and,
+before that, a directory per part as well (``NNNNN/claim``, ``NNNNN/<etag>``).
+
+The directory that holds a file's names is the lock for them (``locked``): an upload's
+directory for the files of this layout.
 
 While parts are written in place, a ``FileDigest`` per staged file hashes them as they
 arrive (tracestore/filedigest.py), so completion usually has the file's SHA-256 without
@@ -31,7 +37,8 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tracestore.errors import Conflict, PayloadTooLarge, ValidationError, quoted
@@ -42,36 +49,61 @@ CLAIM_FILE = "claim"
 
 
 def part_key(number: int) -> str:
-    """The prefix of a part's names, and its directory's name: ``00001`` for part 1."""
+    """The part's key in its names, and its directory's name: ``00001`` for part 1."""
     return f"{number:05d}"
 
 
-def claim_path(directory: Path, number: int) -> Path:
-    """Part ``number``'s claim in the staged file's ``directory``: ``NNNNN.claim``."""
-    return directory / f"{part_key(number)}.{CLAIM_FILE}"
+@dataclass(frozen=True)
+class StagedPlace:
+    """Where one staged file's names are: in ``directory``, each beginning with ``prefix``.
+    A file staged by this version: the upload's directory, prefix ``<position>.``; one
+    staged by a version before: a directory of its own, ``<position>/``, no prefix."""
+
+    directory: Path
+    prefix: str = ""
+
+    @property
+    def data(self) -> Path:
+        """The staged file's bytes: ``P.data``."""
+        return self.directory / f"{self.prefix}{DATA_FILE}"
+
+    def claim(self, number: int) -> Path:
+        """Part ``number``'s claim: ``P.NNNNN.claim``."""
+        return self.directory / f"{self.prefix}{part_key(number)}.{CLAIM_FILE}"
+
+    def record(self, number: int, etag: str) -> Path:
+        """The record of part ``number`` written in place as ``etag``: ``P.NNNNN.<etag>``."""
+        return self.directory / f"{self.prefix}{part_key(number)}.{etag}"
+
+    def part_dir(self, number: int) -> Path:
+        """Part ``number``'s directory, made by its first re-send: ``P.NNNNN/``."""
+        return self.directory / f"{self.prefix}{part_key(number)}"
+
+    def separate(self, number: int, etag: str) -> Path:
+        """A re-send of part ``number`` recorded as ``etag``: ``P.NNNNN/<etag>.part``."""
+        return self.part_dir(number) / f"{etag}{SEPARATE_SUFFIX}"
+
+    def rebuilt(self) -> Path:
+        """A new name for the copy of ``data`` a seal assembles (a part sent again)."""
+        return self.directory / f"{self.prefix}{DATA_FILE}.{secrets.token_hex(6)}"
+
+    def names(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """The file's entries, each with its name after the prefix."""
+        for entry in os.scandir(self.directory):
+            if entry.name.startswith(self.prefix):
+                yield entry.name[len(self.prefix) :], entry
 
 
-def record_path(directory: Path, number: int, etag: str) -> Path:
-    """The record of part ``number`` written in place as ``etag``: ``NNNNN.<etag>``."""
-    return directory / f"{part_key(number)}.{etag}"
-
-
-def separate_path(directory: Path, number: int, etag: str) -> Path:
-    """A re-send of part ``number`` recorded as ``etag``: ``NNNNN/<etag>.part``."""
-    return directory / part_key(number) / f"{etag}{SEPARATE_SUFFIX}"
-
-
-def take_claim(directory: Path, number: int) -> bool:
+def take_claim(place: StagedPlace, number: int) -> bool:
     """Take part ``number``'s claim (the right to write its first send in place); False when
     it was taken before. The claim is a hard link to the staged file's ``data``: a name made
-    atomically, like an exclusive create, but without a new inode (a file's inode cost a
-    millisecond of the kernel's time on a VM's ext4, as much as writing a MiB)."""
+    atomically, like an exclusive create, but without a new inode."""
     try:
-        os.link(directory / DATA_FILE, claim_path(directory, number))
+        os.link(place.data, place.claim(number))
     except FileExistsError:
         return False
-    # Staging of the layout before: the part's claim was in its directory.
-    return not os.path.lexists(directory / part_key(number) / CLAIM_FILE)
+    # Staging of the layout before the one before: the part's claim was in its directory.
+    return not os.path.lexists(place.part_dir(number) / CLAIM_FILE)
 
 
 SEPARATE_SUFFIX = ".part"
@@ -81,7 +113,7 @@ READ_BACK_CHUNK = 4 * 1024 * 1024
 
 
 class StagedDigests:
-    """The running digests of the files being received, by staged directory; the least
+    """The running digests of the files being received, by staged ``data`` path; the least
     recently used are forgotten beyond ``limit`` (their completion hashes the file)."""
 
     def __init__(self, limit: int = 20_000) -> None:
@@ -89,25 +121,25 @@ class StagedDigests:
         self._lock = threading.Lock()
         self._digests: OrderedDict[Path, FileDigest] = OrderedDict()
 
-    def of(self, directory: Path, size: int, part_size: int) -> FileDigest:
+    def of(self, data: Path, size: int, part_size: int) -> FileDigest:
         with self._lock:
-            digest = self._digests.get(directory)
+            digest = self._digests.get(data)
             if digest is None:
-                digest = FileDigest(size, part_size, _reader(directory / DATA_FILE))
-                self._digests[directory] = digest
+                digest = FileDigest(size, part_size, _reader(data))
+                self._digests[data] = digest
                 while len(self._digests) > self._limit:
                     self._digests.popitem(last=False)
             else:
-                self._digests.move_to_end(directory)
+                self._digests.move_to_end(data)
             return digest
 
-    def get(self, directory: Path) -> FileDigest | None:
+    def get(self, data: Path) -> FileDigest | None:
         with self._lock:
-            return self._digests.get(directory)
+            return self._digests.get(data)
 
-    def forget(self, directory: Path) -> None:
+    def forget(self, data: Path) -> None:
         with self._lock:
-            self._digests.pop(directory, None)
+            self._digests.pop(data, None)
 
 
 def _reader(path: Path) -> ReadBack:
@@ -129,12 +161,26 @@ def _reader(path: Path) -> ReadBack:
 
 
 def stored_parts(
-    directory: Path, part_count: int, part_length: Callable[[int], int]
+    place: StagedPlace, part_count: int, part_length: Callable[[int], int]
 ) -> dict[int, tuple[int, str]]:
-    """The parts recorded in a staged file's ``directory``, as (size, etag): ``NNNNN.<etag>``
-    for bytes written in place (the part's length), ``NNNNN/<etag>.part`` holding a
-    re-send's bytes (its own size), or, staged by the layout before, ``NNNNN/<etag>``
-    written in place; the newest if a part has two."""
+    """The parts recorded for the file staged at ``place``, as (size, etag), read under its
+    lock (``recorded_parts`` says which)."""
+    # Under the lock a finish records itself with (shared: listings do not wait on each
+    # other), so no finish is half done: a record it replaces is not gone under the scan.
+    with locked(place.directory, fcntl.LOCK_SH):
+        return recorded_parts(place.names(), part_count, part_length)
+
+
+def recorded_parts(
+    names: Iterable[tuple[str, os.DirEntry[str]]],
+    part_count: int,
+    part_length: Callable[[int], int],
+) -> dict[int, tuple[int, str]]:
+    """The parts a staged file's ``names`` (each after the file's prefix, with its entry;
+    read under the file's lock) record, as (size, etag): ``NNNNN.<etag>`` for bytes written
+    in place (the part's length), ``NNNNN/<etag>.part`` holding a re-send's bytes (its own
+    size), or, staged by the layout before the one before, ``NNNNN/<etag>`` written in
+    place; the newest if a part has two."""
     found: dict[int, tuple[int, tuple[int, str]]] = {}
 
     def consider(number: int, etag: str, entry: os.DirEntry[str], separate: bool) -> None:
@@ -145,28 +191,25 @@ def stored_parts(
             size = stat.st_size if separate else part_length(number)
             found[number] = (stat.st_mtime_ns, (size, etag))
 
-    # Under the lock a finish records itself with (shared: listings do not wait on each
-    # other), so no finish is half done: a record it replaces is not gone under the scan.
-    with locked(directory, fcntl.LOCK_SH):
-        for entry in os.scandir(directory):
-            key, _, etag = entry.name.partition(".")
-            if len(key) != _KEY_LENGTH or not key.isdigit():
-                continue
-            if ETAG.fullmatch(etag):
-                consider(int(key), etag, entry, False)
-            elif not etag and entry.is_dir(follow_symlinks=False):
-                for inner in os.scandir(entry.path):
-                    name, _, suffix = inner.name.partition(".")
-                    if ETAG.fullmatch(name) and suffix in ("", SEPARATE_SUFFIX[1:]):
-                        consider(int(key), name, inner, bool(suffix))
+    for name, entry in names:
+        key, _, etag = name.partition(".")
+        if len(key) != _KEY_LENGTH or not key.isdigit():
+            continue
+        if ETAG.fullmatch(etag):
+            consider(int(key), etag, entry, False)
+        elif not etag and entry.is_dir(follow_symlinks=False):
+            for inner in os.scandir(entry.path):
+                inner_name, _, suffix = inner.name.partition(".")
+                if ETAG.fullmatch(inner_name) and suffix in ("", SEPARATE_SUFFIX[1:]):
+                    consider(int(key), inner_name, inner, bool(suffix))
     return {number: part for number, (_, part) in found.items()}
 
 
 @contextlib.contextmanager
 def locked(directory: Path, operation: int = fcntl.LOCK_EX) -> Iterator[None]:
-    """``flock`` of a staged file's directory while the block runs: what records a part,
-    releases a claim or replaces ``data`` holds it exclusively. FileNotFoundError when the
-    staging is gone."""
+    """``flock`` of the directory that holds a staged file's names while the block runs:
+    what records a part, releases a claim or replaces ``data`` holds it exclusively.
+    FileNotFoundError when the staging is gone."""
     lock = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(lock, operation)
@@ -176,16 +219,15 @@ def locked(directory: Path, operation: int = fcntl.LOCK_EX) -> Iterator[None]:
 
 
 class PartWriter:
-    """Receives one part of the file staged in ``directory``. In place (``offset``, the
-    staged file's ``data_fd`` and the part's ``claim`` given; the writer closes the handle):
-    bytes go straight into the staged file, are hashed into the file's running digest when
-    given one, and an ``NNNNN.<etag>`` name records the part once complete. Otherwise bytes
-    go to a temporary file in the part's directory, renamed to ``<etag>.part`` once
-    complete."""
+    """Receives one part of the file staged at ``place``. In place (``offset``, the staged
+    file's ``data_fd`` and the part's ``claim`` given; the writer closes the handle): bytes
+    go straight into the staged file, are hashed into the file's running digest when given
+    one, and a ``P.NNNNN.<etag>`` name records the part once complete. Otherwise bytes go to
+    a temporary file in the part's directory, renamed to ``<etag>.part`` once complete."""
 
     def __init__(
         self,
-        directory: Path,
+        place: StagedPlace,
         part_number: int,
         expected_size: int,
         *,
@@ -194,7 +236,7 @@ class PartWriter:
         claim: Path | None = None,
         transfer: PartTransfer | None = None,
     ) -> None:
-        self.directory = directory
+        self.place = place
         self.part_number = part_number
         self.expected_size = expected_size
         self.received = 0
@@ -203,7 +245,7 @@ class PartWriter:
         self._claim = claim
         self._transfer = transfer
         if offset is None:
-            part_dir = directory / part_key(part_number)
+            part_dir = place.part_dir(part_number)
             part_dir.mkdir(mode=0o700, exist_ok=True)
             self._tmp: Path | None = part_dir / f"tmp{secrets.token_hex(6)}"
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -262,12 +304,13 @@ class PartWriter:
         os.close(fd)
         etag = secrets.token_hex(16)
         # Two sends of one part may finish at once (in this process or another): each
-        # records itself and removes the records before it under the staged file's lock,
-        # or each could remove the other's and leave the part with none.
+        # records itself and removes the records before it under the lock of the directory
+        # that holds the file's names, or each could remove the other's and leave the part
+        # with none.
         try:
-            with locked(self.directory):
+            with locked(self.place.directory):
                 self._record(etag)
-        except FileNotFoundError:  # the staged file's directory, its claim or the file
+        except FileNotFoundError:  # the upload's directory, the part's claim or the file
             raise Conflict(
                 f"Part {self.part_number} arrived after its upload was completed or "
                 "abandoned; its bytes were not kept"
@@ -279,9 +322,9 @@ class PartWriter:
 
     def _record(self, etag: str) -> None:
         """Record this send as the part's ``etag`` and remove the records before it (under
-        the staged file's lock)."""
+        the lock of the directory that holds the file's names)."""
         key = part_key(self.part_number)
-        part_dir = self.directory / key
+        part_dir = self.place.part_dir(self.part_number)
         if self._tmp is None:
             if not self._writes_staged_file():
                 raise Conflict(
@@ -289,15 +332,15 @@ class PartWriter:
                     "completion replaced (the part was sent again meanwhile); its bytes "
                     "were not kept"
                 )
-            final = record_path(self.directory, self.part_number, etag)
-            os.link(claim_path(self.directory, self.part_number), final)  # a name, as the claim
+            final = self.place.record(self.part_number, etag)
+            os.link(self.place.claim(self.part_number), final)  # a name, as the claim
         else:
-            final = separate_path(self.directory, self.part_number, etag)
+            final = self.place.separate(self.part_number, etag)
             os.replace(self._tmp, final)
             # The first send's record: a name beside the others (rarely sent again, so
-            # this scan of the file's names is rare too).
-            for entry in os.scandir(self.directory):
-                stale_key, _, stale = entry.name.partition(".")
+            # this scan of the upload's names is rare too).
+            for name, entry in self.place.names():
+                stale_key, _, stale = name.partition(".")
                 if stale_key == key and ETAG.fullmatch(stale):
                     with contextlib.suppress(FileNotFoundError):  # a discard's
                         os.unlink(entry.path)
@@ -309,11 +352,9 @@ class PartWriter:
                     os.unlink(entry.path)
 
     def _writes_staged_file(self) -> bool:
-        """Whether ``data`` is still the file this writer writes in place (under the lock)."""
-        try:
-            return os.stat(self.directory / DATA_FILE).st_ino == self._inode
-        except FileNotFoundError:
-            return False
+        """Whether ``data`` is still the file this writer writes in place (under the lock);
+        FileNotFoundError when it is gone (the upload completed or was abandoned)."""
+        return os.stat(self.place.data).st_ino == self._inode
 
     def abort(self) -> None:
         if self._fd >= 0:
@@ -330,6 +371,6 @@ class PartWriter:
             # unless a seal replaced the file meanwhile (the claim it keeps stops any send
             # from writing in place into the blob-to-be). Under the lock, so the check and
             # the seal's replacement cannot interleave.
-            with contextlib.suppress(FileNotFoundError), locked(self.directory):
+            with contextlib.suppress(FileNotFoundError), locked(self.place.directory):
                 if self._writes_staged_file():
                     claim.unlink(missing_ok=True)

@@ -139,8 +139,7 @@ def start_upload(
         )
         return answer
     except BaseException:
-        for stage in staged:
-            services.store.discard_staging(stage)
+        services.store.discard_staging(staged)
         raise
 
 
@@ -215,7 +214,7 @@ def _session_view(
     now = services.now()
     urls_expire = min(now + services.settings.part_url_ttl, upload.expires_at)
     stages = [stage for _, stage in files]
-    held = [services.store.list_parts(stage) if with_received else {} for stage in stages]
+    held = services.store.list_parts(stages) if with_received else [{} for _ in stages]
     # Part URLs come in pages, so no answer grows with the upload: each file with parts
     # missing gets its first few missing ones, the resume route the next few.
     wanting = sum(1 for stage, got in zip(stages, held, strict=True) if len(got) < stage.part_count)
