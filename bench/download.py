@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from guest import memory_note
 from served import Server
 
 from tracestore.client import Client
@@ -310,6 +311,8 @@ def main() -> None:
     by_mode = {r["mode"]: r for r in results}
     client, floor = by_mode[SINGLE_CLIENT]["ours_MBps"], by_mode[FLOOR]["ours_MBps"]
     print(f"Client.download_traceset / the bare loop: {client / floor:.3f}")
+    if note := memory_note():
+        print(note)
 
 
 if __name__ == "__main__":

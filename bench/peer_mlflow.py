@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
+from guest import memory_note
 from served import Server, free_port
 from upload import MIB, Case, run_cli, settle, write_files
 
@@ -140,6 +141,8 @@ def main() -> None:
     verdict = "meets" if ratio > case.target else "BELOW"
     label = case.name if args.scale == 1 else f"{case.name} × {args.scale}"
     print(f"bench/peer_mlflow.py  {label}  repeat={args.repeat}  concurrency={args.concurrency}")
+    if note := memory_note():
+        print(note)
     print(
         f"tracestore upload {ours_median:6.2f} s ({total / ours_median / 1e6:7.1f} MB/s)   "
         f"mlflow.log_artifacts {peer_median:6.2f} s ({total / peer_median / 1e6:7.1f} MB/s)   "

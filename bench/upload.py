@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guest import memory_note
 from served import Server
 
 MIB = 1024 * 1024
@@ -230,6 +231,8 @@ def main() -> None:
         f"bench/upload.py  scale={args.scale}  repeat={args.repeat}  "
         f"concurrency={args.concurrency}  part={args.part_size_mib} MiB"
     )
+    if note := memory_note():
+        print(note)
     for r in results:
         verdict = "meets" if r["ratio"] >= r["target"] else "BELOW"
         rss_ok = "within" if r["client_peak_rss_MiB"] <= r["rss_budget_MiB"] else "OVER"

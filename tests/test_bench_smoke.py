@@ -54,3 +54,23 @@ def test_the_request_cpu_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
     )
     assert "upload-url, 8 files" in out
     assert "list first page" not in out
+
+
+def test_the_byte_benchmarks_say_when_freed_memory_goes_back_to_the_host(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import guest
+    finally:
+        sys.path.remove(str(BENCH))
+    assert guest.memory_note(tmp_path / "absent") is None  # a kernel that does not say
+    (tmp_path / "min_free_ms").write_text("0\n")
+    (tmp_path / "max_waiting_mib").write_text("1024\n")
+    note = guest.memory_note(tmp_path)
+    assert note is not None and "after 0 ms" in note
+    assert f"echo 120000 > {tmp_path}/min_free_ms" in note
+    assert f"echo 16384 > {tmp_path}/max_waiting_mib" in note
+    (tmp_path / "min_free_ms").write_text("120000\n")
+    # Delayed, but a small cap on what may wait still reports most of a run's memory.
+    assert "max_waiting_mib" in (guest.memory_note(tmp_path) or "")
+    (tmp_path / "max_waiting_mib").write_text("16384\n")
+    assert guest.memory_note(tmp_path) is None  # held back: the runs repeat
