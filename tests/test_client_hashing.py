@@ -18,6 +18,8 @@ from fastapi.testclient import TestClient
 from tests.uploading import one_part_session
 from tracestore import errors, schemas
 from tracestore.client import Client, RetryPolicy, uploader
+from tracestore.filedigest import FileDigest
+from tracestore.readahead import ReadAhead
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
@@ -103,6 +105,16 @@ def upload(client: Client, recorder: Recorder, path: Path, **options: Any) -> sc
     )
 
 
+def declared_and_stored(
+    recorder: Recorder, traceset: schemas.Traceset, tree: dict[str, bytes]
+) -> None:
+    """The completion declared each file's SHA-256, and the traceset holds each file by it."""
+    assert recorder.completion() == {name: sha256(data) for name, data in tree.items()}
+    assert {f.name: f.hash for f in traceset.files} == {
+        name: f"sha256:{sha256(data)}" for name, data in tree.items()
+    }
+
+
 def overwrite(path: Path, offset: int, data: bytes) -> None:
     """Change bytes in place: the file keeps its size."""
     with open(path, "r+b") as target:
@@ -165,10 +177,7 @@ def test_parts_finishing_out_of_order_in_parallel_still_give_the_right_hash(
     traceset = upload(client, recorder, write_tree(tmp_path / "t", tree), concurrency=8)
 
     assert recorder.puts.index(("rank_0.bin", 1)) > recorder.puts.index(("rank_0.bin", 3))
-    assert recorder.completion() == {name: sha256(data) for name, data in tree.items()}
-    assert {f.name: f.hash for f in traceset.files} == {
-        name: f"sha256:{sha256(data)}" for name, data in tree.items()
-    }
+    declared_and_stored(recorder, traceset, tree)
 
 
 def test_a_broken_hash_chain_falls_back_to_hashing_the_file(
@@ -305,3 +314,89 @@ def test_complete_upload_sends_a_declared_sha256_for_the_service_to_verify(
         client.complete_upload(upload_id, {"a.bin": {1: etag}}, {"a.bin": "0" * 64})
     done = client.complete_upload(upload_id, {"a.bin": {1: etag}}, {"a.bin": sha256(data)})
     assert done.files[0].hash == f"sha256:{sha256(data)}"
+
+
+def count_turns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The part numbers whose transfers in the client (not the service, in-process here)
+    hashed their bytes as they passed."""
+    turns: list[int] = []
+
+    class ClientDigest(FileDigest):
+        def _claim(self, owner: object, number: int) -> Any:
+            turns.append(number)
+            return super()._claim(owner, number)
+
+    monkeypatch.setattr(uploader, "FileDigest", ClientDigest)
+    return turns
+
+
+def read_ahead_of(*paths: Path, chunk: int = MIB) -> ReadAhead:
+    with ReadAhead(paths, chunk=chunk) as ahead:
+        ahead._thread.join(timeout=30)  # all of it read before the upload stops it
+    return ahead
+
+
+def test_parts_read_ahead_are_not_hashed_again_and_the_completion_declares_the_files(
+    client: Client,
+    recorder: Recorder,
+    tmp_path: Path,
+    tree: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = write_tree(tmp_path / "t", tree)
+    turns = count_turns(monkeypatch)
+    traceset = upload(client, recorder, root, concurrency=4, read_ahead=read_ahead_of(root))
+
+    assert turns == []
+    assert len(recorder.puts) == 7
+    declared_and_stored(recorder, traceset, tree)
+
+
+def test_a_read_ahead_that_stopped_early_leaves_the_rest_to_be_hashed_as_it_goes(
+    client: Client,
+    recorder: Recorder,
+    tmp_path: Path,
+    tree: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = write_tree(tmp_path / "t", tree)
+    # Only rank_0.bin, and of it only its first 7.5 MiB: part 1 (5 MiB) whole, part 2 begun.
+    chunk = 5 * MIB // 2
+    ahead = ReadAhead([root / "rank_0.bin"], chunk=chunk)
+    checks = iter([False, False, False, True])
+    ahead._stopped.is_set = lambda: next(checks)  # type: ignore[method-assign]
+    ahead._hash(root / "rank_0.bin", memoryview(bytearray(chunk)))
+    turns = count_turns(monkeypatch)
+
+    upload(client, recorder, root, concurrency=1, read_ahead=ahead)
+
+    assert sorted(turns) == [1, 1, 2, 2, 3, 3]  # every part but rank_0.bin's first
+    assert recorder.completion() == {name: sha256(data) for name, data in tree.items()}
+
+
+def test_a_file_rewritten_after_it_was_read_ahead_is_stored_as_it_is_now(
+    client: Client, recorder: Recorder, tmp_path: Path, tree: dict[str, bytes]
+) -> None:
+    root = write_tree(tmp_path / "t", tree)
+    ahead = read_ahead_of(root)
+    overwrite(root / "rank_1.bin", 6 * MIB, b"rewritten")  # same size, new bytes
+    stat = (root / "rank_1.bin").stat()
+    os.utime(root / "rank_1.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+    traceset = upload(client, recorder, root, concurrency=4, read_ahead=ahead)
+
+    now = (root / "rank_1.bin").read_bytes()
+    assert now != tree["rank_1.bin"]
+    assert recorder.completion()["rank_1.bin"] == sha256(now)
+    assert {f.name: f.hash for f in traceset.files}["rank_1.bin"] == f"sha256:{sha256(now)}"
+
+
+def test_an_upload_that_fails_before_its_parts_stops_its_read_ahead(
+    client: Client, tmp_path: Path, tree: dict[str, bytes]
+) -> None:
+    root = write_tree(tmp_path / "t", tree)
+    ahead = ReadAhead([root], chunk=MIB)
+    # Not started: only whether the upload stopped it is seen.
+    with pytest.raises(errors.ValidationError, match="rankCount"):
+        client.upload_traceset(root, workload_metadata={"shape": {}}, read_ahead=ahead)
+    assert ahead._stopped.is_set()

@@ -150,3 +150,50 @@ def test_finishing_a_part_with_the_wrong_byte_count_is_refused() -> None:
         transfer.finish()
     with pytest.raises(ValueError, match="out of range"):
         digest.transfer(3)
+
+
+def test_an_adopted_prefix_of_parts_passes_unread_and_the_rest_is_hashed_as_it_goes() -> None:
+    data = random.Random(7).randbytes(25)
+    source = Source(data)
+    digest = FileDigest(len(data), 10, source)
+    prefix = hashlib.sha256(data[:20])  # parts 1 and 2, hashed before the upload
+    digest.adopt(2, prefix)
+    prefix.update(b"not the file")  # the digest keeps its own copy
+
+    first = digest.transfer(1)
+    assert first.chained
+    first.skip(10)
+    first.finish("etag-1")
+    last = digest.transfer(3)
+    assert not last.chained
+    last.update(data[20:])
+    last.finish("etag-3")
+
+    assert source.read_back == 0
+    # The adopted parts take whatever their transfers finished with; the rest are checked.
+    assert digest.hexdigest({1: "other", 3: "etag-3"}) == hashlib.sha256(data).hexdigest()
+    assert digest.hexdigest({1: "other", 3: "a retry's"}) is None
+
+
+def test_a_whole_file_adopted_needs_no_transfer_to_hash() -> None:
+    data = b"0123456789abc"
+    digest = FileDigest(len(data), 5, Source(data))
+    digest.adopt(3, hashlib.sha256(data))
+    assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_a_prefix_is_adopted_only_before_transfers_and_only_parts_in_it_may_skip() -> None:
+    data = bytes(30)
+    digest = FileDigest(len(data), 10, Source(data))
+    with pytest.raises(ValueError, match="out of range"):
+        digest.adopt(4, hashlib.sha256())
+    with pytest.raises(ValueError, match="not in the digest"):
+        digest.transfer(1).skip(10)
+    transfer = digest.transfer(1)
+    transfer.update(data[:3])  # the chain is now this transfer's
+    with pytest.raises(ValueError, match="before its transfers begin"):
+        digest.adopt(1, hashlib.sha256(data[:10]))
+    transfer.update(data[3:10])
+    transfer.finish("e1")
+    with pytest.raises(ValueError, match="before its transfers begin"):
+        digest.adopt(2, hashlib.sha256(data[:20]))

@@ -9,6 +9,10 @@ by reading it back, when the chain reaches it. In the usual order (each file's p
 sequence, files in parallel) every byte is hashed once as it passes and nothing is read
 back.
 
+A digest can also start after a prefix of whole parts hashed before the upload began
+(``adopt``, from ``tracestore.readahead``): their transfers pass without hashing, and
+``skip`` counts the bytes of a part the kernel sends unread.
+
 A read-back that fails (``OSError``) breaks the chain: ``hexdigest`` then answers None
 and the caller hashes the whole file its own way. Used by the client (hashing the file it
 sends) and by the embedded blob store (hashing the parts it receives). Standard library only.
@@ -19,6 +23,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
+
+_READ_AHEAD = object()
+"""The tag of a part whose bytes were hashed from the file before any transfer of it."""
 
 ReadBack = Callable[[int, int], Iterable[bytes | memoryview]]
 """``read_back(offset, length)``: the bytes of the file at ``offset``, in chunks (never
@@ -52,14 +59,33 @@ class FileDigest:
             raise ValueError(f"part {number} out of range 1..{self.part_count}")
         return PartTransfer(self, number)
 
+    def adopt(self, parts: int, sha: hashlib._Hash) -> None:
+        """Start the chain after the file's first ``parts`` parts, ``sha`` being the SHA-256
+        state after them as read from the file before any of its transfers began.
+
+        Those parts' bytes were hashed from the file, not as any transfer moved them, so
+        ``hexdigest(tags)`` does not tie them to a tag: the caller adopts only what was read
+        from the file as it still is (``ReadAhead.prefix``: same inode, size and times), as
+        the kernel sends it, and the service verifies the declared hash of what it got."""
+        with self._lock:
+            if self._next != 1 or self._owner is not None or self._finished or self._broken:
+                raise ValueError("a digest adopts a prefix only before its transfers begin")
+            if not 1 <= parts <= self.part_count:
+                raise ValueError(f"{parts} parts out of range 1..{self.part_count}")
+            self._sha = sha.copy()
+            self._tags = [_READ_AHEAD] * parts
+            self._next = parts + 1
+
     def hexdigest(self, tags: Mapping[int, Hashable] | None = None) -> str | None:
         """The file's SHA-256 once every part is chained (and, when ``tags`` are given, each
-        part was chained by the transfer that finished with that tag); otherwise None."""
+        part was chained by the transfer that finished with that tag, or was adopted);
+        otherwise None."""
         with self._lock:
             if self._broken or self._next <= self.part_count or self._owner is not None:
                 return None
-            if tags is not None and [tags.get(n) for n in range(1, self.part_count + 1)] != (
-                self._tags
+            if tags is not None and any(
+                mine is not _READ_AHEAD and tags.get(number) != mine
+                for number, mine in enumerate(self._tags, start=1)
             ):
                 return None
             return self._sha.hexdigest()
@@ -144,6 +170,18 @@ class PartTransfer:
     def hashing(self) -> bool:
         """Whether this transfer is extending the chain as its bytes pass."""
         return self._sha is not None
+
+    @property
+    def chained(self) -> bool:
+        """Whether the part is in the file's digest already (adopted): its bytes need not be
+        read for the hash, and ``skip`` counts them."""
+        return self.number < self._digest._next
+
+    def skip(self, length: int) -> None:
+        """``length`` bytes of an adopted part passed without being read here."""
+        if not self.chained:
+            raise ValueError(f"part {self.number} is not in the digest: its bytes must pass")
+        self.seen += length
 
     def update(self, chunk: bytes | memoryview) -> None:
         if self._sha is None and self._digest._next == self.number:

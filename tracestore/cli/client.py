@@ -7,6 +7,7 @@ files, metadata that breaks the upload rules before anything is sent).
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ import click
 from tracestore.cli.common import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
+    F,
     census_problems,
     connection,
     given_url,
@@ -37,7 +39,23 @@ from tracestore.errors import UploadIncomplete, ValidationError
 
 if TYPE_CHECKING:  # the client (httpx, pydantic) loads when a command runs, not at start
     from tracestore.client import Client
+    from tracestore.readahead import ReadAhead
     from tracestore.schemas import UploadUrlResponse
+
+
+def reading_ahead(command: F) -> F:
+    """Starts hashing the files to upload on a thread of their own (``ReadAhead``) before
+    ``connection`` imports the client, the command's slow start; the command gets it as
+    ``read_ahead``."""
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        from tracestore.readahead import ReadAhead
+
+        with ReadAhead([*kwargs["paths"], *kwargs["supporting"]]) as read_ahead:
+            return command(read_ahead=read_ahead, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @click.command()
@@ -69,6 +87,7 @@ if TYPE_CHECKING:  # the client (httpx, pydantic) loads when a command runs, not
     "of the files disagrees with the declared rank count.",
 )
 @json_option
+@reading_ahead
 @connection
 def upload(
     client: Client,
@@ -85,6 +104,7 @@ def upload(
     resume_id: str | None,
     strict: bool,
     as_json: bool,
+    read_ahead: ReadAhead,
 ) -> None:
     """Upload files and directories as one traceset (parallel, resumable, verified)."""
     from tracestore import metadata as rules
@@ -127,6 +147,7 @@ def upload(
                 progress=report.progress,
                 resume_upload_id=resume_id,
                 on_started=started,
+                read_ahead=read_ahead,
             )
     except UploadInterrupted as exc:
         click.echo(f"\nInterrupted; {_resume_hint(exc.upload_id, paths, supporting)}", err=True)

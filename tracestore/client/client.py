@@ -26,6 +26,7 @@ from tracestore.client.transfers import ProgressCallback, check_names, collect_f
 from tracestore.client.uploader import Uploader, received_parts
 from tracestore.errors import ValidationError
 from tracestore.ranks import parse_ranks, select_files
+from tracestore.readahead import ReadAhead
 
 __all__ = ["Client"]
 
@@ -149,6 +150,7 @@ class Client(ApiClient):
         progress: ProgressCallback | None = None,
         resume_upload_id: str | None = None,
         on_started: Callable[[schemas.UploadUrlResponse], None] | None = None,
+        read_ahead: ReadAhead | None = None,
     ) -> schemas.Traceset:
         """Upload files and directories as one traceset and return it, ``ready``.
 
@@ -159,39 +161,49 @@ class Client(ApiClient):
         and its SHA-256 goes with the completion, so the service verifies every byte it
         stored. ``resume_upload_id`` finishes an earlier, interrupted upload of the same
         files (or, if it completed after all, returns its traceset). ``on_started`` is called
-        with the session once it exists (its ``upload_id`` is what resumes it). Raises
+        with the session once it exists (its ``upload_id`` is what resumes it).
+        ``read_ahead``, started on the same paths while this process did other things
+        (``tracestore.readahead``), spares hashing the parts it already hashed. Raises
         ``UploadIncomplete`` (with the upload id) if it cannot finish, and
         ``UploadInterrupted`` on Ctrl-C.
         """
-        given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
-        files = collect_files(given, role) + collect_files(supporting, "supporting")
-        if not files:
-            raise ValidationError("Nothing to upload: no files found in the paths given")
-        check_names(files)
-        if resume_upload_id is not None:
-            session = self.resume_upload(resume_upload_id)
-            received = received_parts(session, files)  # checks they are the session's files
-            if session.state == "completed":
-                # Completed by an earlier run whose answer was lost: the traceset is ready.
-                return self.get_traceset(session.traceset_id)
-            if on_started:
-                on_started(session)
-            return self._uploader().send_and_complete(
-                session, files, received, concurrency, progress
+        try:
+            given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+            files = collect_files(given, role) + collect_files(supporting, "supporting")
+            if not files:
+                raise ValidationError("Nothing to upload: no files found in the paths given")
+            check_names(files)
+            if resume_upload_id is not None:
+                session = self.resume_upload(resume_upload_id)
+                received = received_parts(session, files)  # checks they are the session's files
+                if session.state == "completed":
+                    # Completed by an earlier run whose answer was lost: the traceset is ready.
+                    return self.get_traceset(session.traceset_id)
+                if on_started:
+                    on_started(session)
+                return self._uploader().send_and_complete(
+                    session, files, received, concurrency, progress, read_ahead
+                )
+            metadata.check_upload_metadata(
+                workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
             )
-        metadata.check_upload_metadata(
-            workload_metadata, has_primary_files=any(f.role == "primary" for f in files)
-        )
-        request = schemas.TracesetUploadUrlRequest(
-            name=name or Path(given[0]).resolve().name or "traceset",
-            description=description,
-            tags=list(tags),
-            workspace_id=workspace_id,
-            ttl_days=ttl_days,
-            files=[schemas.UploadFileSpec(name=f.name, size=f.size, role=f.role) for f in files],
-            workload_metadata=workload_metadata,
-        )
-        started = self.start_upload(request)
-        if on_started:
-            on_started(started)
-        return self._uploader().send_and_complete(started, files, {}, concurrency, progress)
+            request = schemas.TracesetUploadUrlRequest(
+                name=name or Path(given[0]).resolve().name or "traceset",
+                description=description,
+                tags=list(tags),
+                workspace_id=workspace_id,
+                ttl_days=ttl_days,
+                files=[
+                    schemas.UploadFileSpec(name=f.name, size=f.size, role=f.role) for f in files
+                ],
+                workload_metadata=workload_metadata,
+            )
+            started = self.start_upload(request)
+            if on_started:
+                on_started(started)
+            return self._uploader().send_and_complete(
+                started, files, {}, concurrency, progress, read_ahead
+            )
+        finally:
+            if read_ahead is not None:  # however it ended, it has nothing more to read
+                read_ahead.stop()

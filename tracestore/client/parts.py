@@ -83,8 +83,11 @@ def hash_held_part(job: PartJob, stop: threading.Event) -> None:
     assert job.held_etag is not None
     transfer = job.digest.transfer(job.part_number)
     try:
-        for chunk in read_range(job.file.path, job.offset, job.size, stop):
-            transfer.update(chunk)
+        if transfer.chained:  # read ahead of the upload already
+            transfer.skip(job.size)
+        else:
+            for chunk in read_range(job.file.path, job.offset, job.size, stop):
+                transfer.update(chunk)
         transfer.finish(job.held_etag)
     finally:
         transfer.abort()
@@ -129,18 +132,28 @@ class PartBody(httpx.SyncByteStream):
         """Send the part down ``sock``: each chunk read (into one reused buffer) and hashed,
         then sent from the file by the kernel; a failed send is ``SendFailed``. Should the
         file change meanwhile, the bytes sent and those hashed may differ: the service's
-        hash then refuses the completion."""
+        hash then refuses the completion. A part hashed before the upload began (read
+        ahead) goes without being read here at all."""
         job = self.job
-        buffer = memoryview(bytearray(min(SEND_CHUNK, max(job.size, 1))))
+        unread = self.transfer.chained
+        buffer = memoryview(bytearray(0 if unread else min(SEND_CHUNK, max(job.size, 1))))
         with open(job.file.path, "rb", buffering=0) as source:
             offset, end = job.offset, job.offset + job.size
             while offset < end:
                 if self.stop.is_set():
                     raise Stopped
-                n = os.preadv(source.fileno(), [buffer[: min(len(buffer), end - offset)]], offset)
-                if n <= 0:
-                    raise IntegrityError(f"{job.file.path} is shorter than when the upload started")
-                self.transfer.update(buffer[:n])
+                if unread:
+                    n = min(SEND_CHUNK, end - offset)
+                    self.transfer.skip(n)
+                else:
+                    n = os.preadv(
+                        source.fileno(), [buffer[: min(len(buffer), end - offset)]], offset
+                    )
+                    if n <= 0:
+                        raise IntegrityError(
+                            f"{job.file.path} is shorter than when the upload started"
+                        )
+                    self.transfer.update(buffer[:n])
                 self.step(n)
                 try:
                     sent = sock.sendfile(source, offset, n)

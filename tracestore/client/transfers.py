@@ -28,6 +28,7 @@ from tracestore.errors import (
     TracestoreError,
     ValidationError,
 )
+from tracestore.readahead import walk_files
 
 CHUNK = 1024 * 1024
 HASH_CHUNK = 4 * 1024 * 1024
@@ -162,19 +163,11 @@ def collect_files(paths: Sequence[str | os.PathLike[str]], role: schemas.Role) -
     found: list[LocalFile] = []
     for given in paths:
         path = Path(given)
-        if path.is_dir():
-            for root, dirs, names in os.walk(path):
-                dirs.sort()
-                for name in sorted(names):
-                    member = Path(root, name)
-                    if member.is_file():
-                        found.append(_local(member.relative_to(path).as_posix(), member, role))
-        elif path.is_file():
-            found.append(_local(path.name, path, role))
-        elif path.exists():
-            raise ValidationError(f"{path} is neither a file nor a directory")
-        else:
+        if not path.exists():
             raise ValidationError(f"{path} does not exist")
+        if not (path.is_dir() or path.is_file()):
+            raise ValidationError(f"{path} is neither a file nor a directory")
+        found += [_local(name, member, role) for name, member in walk_files(path)]
     return found
 
 

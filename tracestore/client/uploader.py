@@ -26,6 +26,7 @@ from tracestore.client.transfers import (
 )
 from tracestore.errors import IntegrityError, TracestoreError, UploadIncomplete, ValidationError
 from tracestore.filedigest import FileDigest
+from tracestore.readahead import ReadAhead
 
 
 class ResumeCall(Protocol):
@@ -90,15 +91,24 @@ class Uploader:
         received: dict[str, dict[int, str]],
         concurrency: int,
         progress: ProgressCallback | None,
+        read_ahead: ReadAhead | None = None,
     ) -> schemas.Traceset:
         """Send the parts still missing, ``concurrency`` at a time, hashing each file as its
-        parts pass, then complete the upload with each file's SHA-256."""
+        parts pass (past what ``read_ahead`` hashed of it, which is stopped here), then
+        complete the upload with each file's SHA-256."""
         stop = threading.Event()
         local = {f.name: f for f in files}
         digests = {
             e.name: FileDigest(e.size, _part_size(e), read_back(local[e.name].path, stop))
             for e in session.files
         }
+        if read_ahead is not None:
+            read_ahead.stop()
+            for file in files:
+                digest = digests[file.name]
+                hashed = read_ahead.prefix(file.path, file.size, file.mtime_ns, digest.part_size)
+                if hashed is not None:
+                    digest.adopt(*hashed)
         jobs = _part_jobs(session, local, digests, received)
         etags: dict[str, dict[int, str]] = {f.name: dict(received.get(f.name, {})) for f in files}
         total = sum(f.size for f in files)
