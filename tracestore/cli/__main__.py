@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tracestore.cli import main
+from tracestore.cli import run
 
-main()
+run()
