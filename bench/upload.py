@@ -13,6 +13,13 @@ and server, and the client's peak RSS against its budget (64 MiB + concurrency �
 The ``cli-*`` cases run ``tracestore upload`` as users do, a fresh process from a shell
 (start, the local inspection of the files, the upload, the answer), on 8 × 64 MiB (target
 0.7) and 1,000 × 1 MiB (target 0.4); their phases are not split.
+
+    .venv/bin/python bench/upload.py --cases cli-large --repeat 7 --against HEAD~1
+
+``--against REV`` also measures, in the same rounds, what a change is worth: the command
+line's cases as ``python -m tracestore.cli upload`` of this tree and of REV's (``git
+archive``, compiled once, on ``PYTHONPATH``), in alternating order, against the same
+server. It prints both medians and REV's time over this tree's.
 """
 
 from __future__ import annotations
@@ -113,22 +120,30 @@ def run_ours(server: Server, source: Path, concurrency: int) -> dict[str, float]
     }
 
 
-def run_cli(server: Server, source: Path, concurrency: int) -> dict[str, float]:
-    """``tracestore upload`` as a fresh process, as from a shell."""
+def run_cli(
+    server: Server, source: Path, concurrency: int, tree: Path | None = None
+) -> dict[str, float]:
+    """``tracestore upload`` as a fresh process, as from a shell; with ``tree``, that
+    tree's command line as ``python -m tracestore.cli`` instead."""
     metadata = source.parent / f"{source.name}-metadata.json"
     metadata.write_text(json.dumps({"shape": {"rankCount": 1}}))
-    script = Path(sys.executable).with_name("tracestore")
+    command = [str(Path(sys.executable).with_name("tracestore"))]
+    env = dict(os.environ)
+    if tree is not None:
+        command = [sys.executable, "-m", "tracestore.cli"]
+        env["PYTHONPATH"] = str(tree)
     settle()
     before = cpu_seconds(server.process.pid)
     start = time.perf_counter()
     child = subprocess.Popen(
         [
-            *(str(script), "upload", str(source), "--workload-metadata", str(metadata)),
+            *(*command, "upload", str(source), "--workload-metadata", str(metadata)),
             *("--url", server.url, "--token", server.token, "--concurrency", str(concurrency)),
             "--json",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     assert child.stdout is not None
     output = child.stdout.read()
@@ -157,6 +172,18 @@ def run_baseline(source: Path, target: Path) -> float:
     return seconds
 
 
+def export_tree(rev: str, target: Path) -> Path:
+    """The package tree of commit ``rev``, compiled (this machine may not write bytecode
+    at import, which would make every start compile it from source)."""
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "tracestore"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(target)], check=True)
+    return target
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply file sizes by this")
@@ -166,6 +193,9 @@ def main() -> None:
     parser.add_argument("--cases", default="large,many", help="large, many or both")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument("--workers", type=int, default=1, help="server worker processes")
+    parser.add_argument(
+        "--against", metavar="REV", help="also time the command line's cases at commit REV"
+    )
     args = parser.parse_args()
 
     cases = {
@@ -187,15 +217,22 @@ def main() -> None:
     )
     results: list[dict[str, Any]] = []
     try:
+        other = export_tree(args.against, root / "against") if args.against else None
         for key in args.cases.split(","):
             case = cases[key]
             source = root / f"src-{key}"
             write_files(source, case)
             total = case.files * case.size
             ours, base = [], []
+            trees: dict[str, list[float]] = {"this": [], "that": []}
             for run in range(args.repeat):
                 run_one = run_cli if case.cli else run_ours
                 ours.append(run_one(server, source, args.concurrency))
+                if case.cli and other is not None:
+                    sides = [("this", REPO), ("that", other)]
+                    for side, tree in sides if run % 2 == 0 else sides[::-1]:
+                        timed = run_cli(server, source, args.concurrency, tree)
+                        trees[side].append(timed["seconds"])
                 base.append(run_baseline(source, root / f"copy-{key}-{run}"))
             median = {k: statistics.median(r[k] for r in ours) for k in ours[0]}
             ours_mbs = total / median["seconds"] / 1e6
@@ -222,6 +259,16 @@ def main() -> None:
                     "baseline_runs_s": [round(b, 2) for b in base],
                 }
             )
+            if trees["this"]:
+                this, that = (statistics.median(trees[side]) for side in ("this", "that"))
+                results[-1]["against"] = {
+                    "rev": args.against,
+                    "this_s": round(this, 3),
+                    "that_s": round(that, 3),
+                    "that_over_this": round(that / this, 3),
+                    "this_runs_s": [round(t, 3) for t in trees["this"]],
+                    "that_runs_s": [round(t, 3) for t in trees["that"]],
+                }
             shutil.rmtree(source)
     finally:
         server.stop()
@@ -246,6 +293,12 @@ def main() -> None:
             f"{'':<22} phases {r['phases_s']}  cpu {r['cpu_s']}  runs {r['runs_s']}  "
             f"baseline runs {r['baseline_runs_s']}"
         )
+        if against := r.get("against"):
+            print(
+                f"{'':<22} python -m tracestore.cli: this tree {against['this_s']:.3f} s, "
+                f"{against['rev']} {against['that_s']:.3f} s: {against['rev']} takes "
+                f"{against['that_over_this']:.3f} × this tree's time"
+            )
     print(json.dumps(results))
 
 

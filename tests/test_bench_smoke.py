@@ -5,6 +5,7 @@ here: benchmarks measure, tests do not."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,19 @@ def test_the_byte_benchmarks_say_when_freed_memory_goes_back_to_the_host(tmp_pat
     assert "max_waiting_mib" in (guest.memory_note(tmp_path) or "")
     (tmp_path / "max_waiting_mib").write_text("16384\n")
     assert guest.memory_note(tmp_path) is None  # held back: the runs repeat
+
+
+def test_the_upload_benchmark_times_the_command_line_against_another_commit(
+    tmp_path: Path,
+) -> None:
+    out = run_tiny(
+        "upload.py",
+        tmp_path,
+        *("--cases", "cli-large", "--scale", "0.002", "--repeat", "2"),
+        *("--against", "HEAD", "--workdir", str(tmp_path)),
+    )
+    results = json.loads(out.splitlines()[-1])
+    against = results[0]["against"]
+    assert against["rev"] == "HEAD"
+    assert len(against["this_runs_s"]) == len(against["that_runs_s"]) == 2
+    assert "HEAD takes" in out
