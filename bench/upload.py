@@ -130,7 +130,7 @@ def run_cli(
     command = [str(Path(sys.executable).with_name("tracestore"))]
     env = dict(os.environ)
     if tree is not None:
-        command = [sys.executable, "-m", "tracestore.cli"]
+        command = [*tree_python(tree), "-m", "tracestore.cli"]
         env["PYTHONPATH"] = str(tree)
     settle()
     before = cpu_seconds(server.process.pid)
@@ -172,6 +172,25 @@ def run_baseline(source: Path, target: Path) -> float:
     return seconds
 
 
+def tree_python(tree: Path) -> list[str]:
+    """This interpreter, importing ``tracestore`` from ``tree`` (on ``PYTHONPATH``): ``-P``
+    keeps ``-m`` from putting the working directory, maybe this checkout, first."""
+    return [sys.executable, "-P"]
+
+
+def check_tree(tree: Path) -> None:
+    """Fail unless ``python -m tracestore.cli`` as run_cli runs it imports from ``tree``."""
+    where = subprocess.run(
+        [*tree_python(tree), "-c", "import tracestore.cli; print(tracestore.cli.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(where).is_relative_to(tree):
+        raise SystemExit(f"tracestore imports from {where}, not from {tree}")
+
+
 def export_tree(rev: str, target: Path) -> Path:
     """The package tree of commit ``rev``, compiled (this machine may not write bytecode
     at import, which would make every start compile it from source)."""
@@ -181,6 +200,7 @@ def export_tree(rev: str, target: Path) -> Path:
     )
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(target)], check=True)
+    check_tree(target)
     return target
 
 
@@ -218,6 +238,8 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     try:
         other = export_tree(args.against, root / "against") if args.against else None
+        if other is not None:
+            check_tree(REPO)
         for key in args.cases.split(","):
             case = cases[key]
             source = root / f"src-{key}"
