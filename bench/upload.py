@@ -127,11 +127,10 @@ def run_cli(
     tree's command line as ``python -m tracestore.cli`` instead."""
     metadata = source.parent / f"{source.name}-metadata.json"
     metadata.write_text(json.dumps({"shape": {"rankCount": 1}}))
-    command = [str(Path(sys.executable).with_name("tracestore"))]
-    env = dict(os.environ)
+    command, env = [str(Path(sys.executable).with_name("tracestore"))], dict(os.environ)
     if tree is not None:
-        command = [*tree_python(tree), "-m", "tracestore.cli"]
-        env["PYTHONPATH"] = str(tree)
+        python, env = tree_python(tree)
+        command = [*python, "-m", "tracestore.cli"]
     settle()
     before = cpu_seconds(server.process.pid)
     start = time.perf_counter()
@@ -172,17 +171,19 @@ def run_baseline(source: Path, target: Path) -> float:
     return seconds
 
 
-def tree_python(tree: Path) -> list[str]:
-    """This interpreter, importing ``tracestore`` from ``tree`` (on ``PYTHONPATH``): ``-P``
-    keeps ``-m`` from putting the working directory, maybe this checkout, first."""
-    return [sys.executable, "-P"]
+def tree_python(tree: Path) -> tuple[list[str], dict[str, str]]:
+    """This interpreter and the environment in which it imports ``tracestore`` from
+    ``tree`` (on ``PYTHONPATH``; ``-P`` keeps ``-m`` from putting the working directory,
+    maybe this checkout, first)."""
+    return [sys.executable, "-P"], {**os.environ, "PYTHONPATH": str(tree)}
 
 
 def check_tree(tree: Path) -> None:
     """Fail unless ``python -m tracestore.cli`` as run_cli runs it imports from ``tree``."""
+    python, env = tree_python(tree)
     where = subprocess.run(
-        [*tree_python(tree), "-c", "import tracestore.cli; print(tracestore.cli.__file__)"],
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        [*python, "-c", "import tracestore.cli; print(tracestore.cli.__file__)"],
+        env=env,
         capture_output=True,
         text=True,
         check=True,

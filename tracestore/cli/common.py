@@ -41,11 +41,16 @@ OWN_PROCESS = "own_process"
 own, started as ``tracestore`` (``tracestore.cli.run``), not called in-process by a test."""
 
 
-def own_process() -> bool:
+def context_value(key: str) -> Any:
+    """What the running command's context object holds under ``key`` (``main(obj={...})``:
+    ``run`` and the tests hand values in this way); None without one."""
     context = click.get_current_context(silent=True)
-    return (
-        context is not None and isinstance(context.obj, dict) and bool(context.obj.get(OWN_PROCESS))
-    )
+    obj = context.obj if context is not None else None
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def own_process() -> bool:
+    return bool(context_value(OWN_PROCESS))
 
 
 @contextmanager
@@ -137,7 +142,7 @@ def connection(command: F) -> F:
         if context.get_parameter_source("url") == ParameterSource.COMMANDLINE:
             context.meta[_GIVEN_URL] = url
         # Tests hand in an httpx client on the app in-process: ``main(obj={"http": ...})``.
-        http = context.obj.get("http") if isinstance(context.obj, dict) else None
+        http = context_value("http")
         url, token = resolve_connection(url, token)
         with lasting_imports():
             from tracestore.client import Client
