@@ -5,6 +5,8 @@ lane should take (other methods, other shapes of path) still reach the router.""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import logging
 import re
@@ -16,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.tenancy import person
-from tests.uploading import upload
+from tests.uploading import complete, put_parts, request_upload, upload
 from tracestore.server import lanes, tracesets
 from tracestore.server.app import create_app
 from tracestore.server.routes import listing as listing_routes
@@ -37,12 +39,15 @@ def both(services: Services, admin_token: str) -> Iterator[tuple[TestClient, Tes
         yield laned, routed
 
 
-def _comparable(answer: httpx.Response) -> tuple[int, list[tuple[str, str]], str]:
+def _comparable(
+    answer: httpx.Response, *, etag: bool = False
+) -> tuple[int, list[tuple[str, str]], str]:
+    """The answer but its request id (and with ``etag``, its ETag)."""
     request_id = answer.headers.get("x-request-id", "")
     body = answer.text.replace(request_id, "req_X") if request_id else answer.text
+    hidden = {"x-request-id"} | ({"etag"} if etag else set())
     headers = [
-        (key, "req_X" if key == "x-request-id" else value)
-        for key, value in answer.headers.multi_items()
+        (key, "X" if key in hidden else value) for key, value in answer.headers.multi_items()
     ]
     return answer.status_code, headers, re.sub(r"req_[0-9a-f]{24}", "req_X", body)
 
@@ -237,47 +242,174 @@ def test_the_upload_url_lane_answers_what_its_route_answers(
     assert len(taken) == (len(_upload_bodies(theirs_ws)) - 1) * len(headers)
 
 
-def test_the_upload_url_lane_answers_a_client_gone_mid_body_as_its_route(
-    services: Services, admin_token: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Driven over ASGI: the body's first chunk, then the client's disconnect."""
-
-    async def post(app: Any) -> tuple[int, bytes]:
-        messages = [
-            {"type": "http.request", "body": b'{"name": ', "more_body": True},
-            {"type": "http.disconnect"},
-        ]
-        sent: list[Any] = []
-
-        async def receive() -> Any:
-            return messages.pop(0)
-
-        async def send(message: Any) -> None:
-            sent.append(message)
-
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": lanes.UPLOAD_PATH,
-            "raw_path": lanes.UPLOAD_PATH.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": [(b"host", b"test"), (b"authorization", f"Bearer {admin_token}".encode())],
-            "client": ("127.0.0.1", 5000),
-            "server": ("127.0.0.1", 80),
-        }
-        await app(scope, receive, send)
-        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-        return sent[0]["status"], re.sub(rb"req_[0-9a-f]{24}", b"req_X", body)
-
-    caplog.set_level(logging.INFO, "tracestore")
-    answers = [
-        asyncio.run(post(create_app(services=services, with_lanes=flag))) for flag in (True, False)
+async def _gone_mid_body(
+    app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]]
+) -> tuple[int, bytes]:
+    """Drive ``app`` over ASGI with a request whose client sends the body's first chunk and
+    goes away; the answer's status and body (its request id masked)."""
+    messages = [
+        {"type": "http.request", "body": b'{"name": ', "more_body": True},
+        {"type": "http.disconnect"},
     ]
-    assert answers[0] == answers[1]
-    assert answers[0][0] == 400 and lanes.GONE_MID_BODY.encode() in answers[0][1]
-    gone = [r for r in caplog.records if "went away mid-body" in r.getMessage()]
-    assert len(gone) == 2
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return messages.pop(0)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    path, _, query = path.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"test"), *headers],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+    await app(scope, receive, send)
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], re.sub(rb"req_[0-9a-f]{24}", b"req_X", body)
+
+
+def test_the_lanes_answer_a_client_gone_mid_body_as_their_routes(
+    services: Services, admin_token: str, http: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    answer = request_upload(http, {"a.bin": (b"0123456789", "supporting")}).json()
+    requests = [
+        ("POST", lanes.UPLOAD_PATH, [(b"authorization", f"Bearer {admin_token}".encode())]),
+        ("PUT", _path(answer["files"][0]["parts"][0]["url"]), [(b"content-length", b"10")]),
+    ]
+    caplog.set_level(logging.INFO, "tracestore")
+    for method, path, headers in requests:
+        caplog.clear()
+        answers = [
+            asyncio.run(
+                _gone_mid_body(
+                    create_app(services=services, with_lanes=flag), method, path, headers
+                )
+            )
+            for flag in (True, False)
+        ]
+        assert answers[0] == answers[1]
+        assert answers[0][0] == 400 and lanes.GONE_MID_BODY.encode() in answers[0][1]
+        gone = [r for r in caplog.records if "went away mid-body" in r.getMessage()]
+        assert len(gone) == 2
+
+
+_ETAG = re.compile(r'"[0-9a-f]+"')
+
+
+def _path(url: str) -> str:
+    """A presigned URL's path and query, as a test client requests it."""
+    return httpx.URL(url).raw_path.decode()
+
+
+def _signed(url: str, **changes: str) -> str:
+    """``url``'s path and query with the query's ``changes`` (a name's value replaced, or
+    the pair dropped for an empty change)."""
+    path, _, query = _path(url).partition("?")
+    pairs = [pair.split("=", 1) for pair in query.split("&")]
+    kept = [
+        f"{name}={changes.get(name, value)}" for name, value in pairs if changes.get(name) != ""
+    ]
+    return f"{path}?{'&'.join(kept)}"
+
+
+def _part_requests(http: TestClient) -> list[tuple[str, str, bytes, dict[str, str]]]:
+    """(method, path, body, headers) of part PUTs good and bad, every way a lane must answer
+    as the route does or leave to it; the upload's first file is 10 bytes."""
+    data = b"0123456789"
+    files = {"a.bin": (data, "supporting"), "b.bin": (data, "supporting")}
+    answer = request_upload(http, files).json()
+    url = answer["files"][0]["parts"][0]["url"]
+    other = answer["files"][1]["parts"][0]["url"]
+    path, _, query = _path(url).partition("?")
+    good = f"{path}?{query}"
+    signature = httpx.URL(url).params["signature"]
+    checksum = {"x-amz-checksum-sha256": "AAAA"}
+    return [
+        ("PUT", good, data, {}),
+        ("PUT", good, data, {"x-amz-checksum-sha256": _b64_sha256(data)}),
+        ("PUT", good, data, checksum),
+        ("PUT", good, data + b"!", {}),  # longer than the part: 413
+        ("PUT", good, data[:4], {}),  # shorter: 400
+        ("PUT", _path(other), data, {}),
+        ("PUT", _signed(url, signature="x" + signature[1:]), data, {}),
+        ("PUT", _signed(url, expires="1"), data, {}),
+        ("PUT", _signed(url, size="11"), data, {}),
+        ("PUT", _signed(url, size="010"), data, {}),  # digits the lane reads as the route
+        ("PUT", good.replace("/0/1?", "/00/01?"), data, {}),
+        ("PUT", good.replace(answer["uploadId"], "upload_nosuch"), data, {}),
+        ("PUT", good + "&ignored=1", data, {}),
+        ("PUT", f"{good}&signature=nope", data, {}),  # the last of a repeated name counts
+        ("PUT", f"{path}?signature=nope&{query}", data, {}),
+        # What no lane takes: the route words these refusals.
+        ("PUT", _signed(url, signature=""), data, {}),
+        ("PUT", _signed(url, size=""), data, {}),
+        ("PUT", _signed(url, size="ten"), data, {}),
+        ("PUT", _signed(url, size="-10"), data, {}),
+        ("PUT", _signed(url, partSize="1" * 19), data, {}),
+        ("PUT", good.replace("/0/1?", "/0/one?"), data, {}),
+        ("PUT", good.replace("/0/1?", "/0/1/?"), data, {}),
+        ("PUT", good.replace("/0/1?", "/0/?"), data, {}),
+        ("POST", good, data, {}),
+        ("GET", good, b"", {}),
+    ]
+
+
+def _b64_sha256(data: bytes) -> str:
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def test_the_part_lane_answers_what_its_route_answers(
+    services: Services,
+    http: TestClient,
+    both: tuple[TestClient, TestClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    laned, routed = both
+    taken = []
+    through = lanes._put_part
+
+    async def counted(services: Services, scope: Any, *args: Any) -> Any:
+        taken.append(scope["path"] + "?" + scope["query_string"].decode())
+        return await through(services, scope, *args)
+
+    monkeypatch.setattr(lanes, "_put_part", counted)
+    requests = _part_requests(http)
+    statuses = set()
+    for method, path, body, headers in requests:
+        ours, theirs = (
+            client.request(method, path, content=body, headers=headers, follow_redirects=False)
+            for client in (laned, routed)
+        )
+        # Each send of a part has an ETag of its own.
+        assert _ETAG.fullmatch(ours.headers.get("etag", '"0"'))
+        assert _comparable(ours, etag=True) == _comparable(theirs, etag=True), (method, path)
+        statuses.add(ours.status_code)
+    assert statuses == {200, 307, 400, 403, 404, 405, 413}
+    # The requests before "What no lane takes".
+    assert taken == [path for method, path, _, _ in requests[:15]]
+
+
+def test_the_part_lane_refuses_a_part_of_a_finished_session_as_its_route(
+    http: TestClient, both: tuple[TestClient, TestClient]
+) -> None:
+    data = b"0123456789"
+    files = {"a.bin": (data, "supporting")}
+    answer = request_upload(http, files).json()
+    url = answer["files"][0]["parts"][0]["url"]
+    etags = put_parts(http, answer, files)
+    assert complete(http, answer["uploadId"], etags).status_code == 201
+    laned, routed = both
+    ours, theirs = (client.put(_path(url), content=data) for client in (laned, routed))
+    assert ours.status_code == 409, ours.text
+    assert _comparable(ours) == _comparable(theirs)

@@ -91,10 +91,13 @@ class RequestContext:
     whole (part uploads to the embedded store are exempt: their size is checked per part).
     Answers ``GET /healthz`` and the hot requests' lanes (``lanes.lane_of``) itself."""
 
-    def __init__(self, app: ASGIApp, max_body: int, lanes: bool = True) -> None:
+    def __init__(
+        self, app: ASGIApp, max_body: int, lanes: bool = True, part_lane: bool = False
+    ) -> None:
         self.app = app
         self.max_body = max_body
         self.lanes = lanes
+        self.part_lane = lanes and part_lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -116,6 +119,10 @@ class RequestContext:
             await health.answer_alive(send_with_id)
             return
         if path.startswith(presigned.PREFIX + "/"):
+            part = lanes.part_lane_of(scope, receive) if self.part_lane else None
+            if part is not None:
+                await _answer_lane(part, scope, receive, send_with_id, request_id)
+                return
             await self.app(scope, receive, send_with_id)
             return
         limit = self.max_body
@@ -145,15 +152,17 @@ class RequestContext:
 async def _answer_lane(
     lane: lanes.Lane, scope: Scope, receive: Receive, send: Send, request_id: str
 ) -> None:
-    """Answer as the lane's route would: its JSON, or the envelope of its error. An
-    unexpected error goes on to Starlette's ServerErrorMiddleware, as a route's does: the
-    app's handler answers and logs it, and the server logs it again."""
+    """Answer as the lane's route would: its JSON (or its own response), or the envelope of
+    its error. An unexpected error goes on to Starlette's ServerErrorMiddleware, as a
+    route's does: the app's handler answers and logs it, and the server logs it again."""
     try:
-        text = await lane(scope["app"].state.services)
+        answer = await lane(scope["app"].state.services)
     except TracestoreError as exc:
         await error_response(request_id, exc.status, exc.code, exc.message)(scope, receive, send)
         return
-    await Response(text, media_type="application/json")(scope, receive, send)
+    if isinstance(answer, str):
+        answer = Response(answer, media_type="application/json")
+    await answer(scope, receive, send)
 
 
 def _too_large(limit: int) -> str:
@@ -314,5 +323,10 @@ def create_app(
     app.include_router(web.router)
     app.mount(STATIC_URL, StaticModules(directory=STATIC_DIR), name="static")
     app.openapi = _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(RequestContext, max_body=settings.max_json_body, lanes=with_lanes)
+    app.add_middleware(
+        RequestContext,
+        max_body=settings.max_json_body,
+        lanes=with_lanes,
+        part_lane=stores_bytes_locally(settings),  # as local_store_router is mounted
+    )
     return app

@@ -1,7 +1,8 @@
 """The requests clients send hardest, answered in plain ASGI ahead of FastAPI's routing and
 dependency solving (``app.RequestContext`` takes them, as it takes ``GET /healthz``): the
-reads clients poll (a traceset by id, a page of the list) and upload-url, which starts
-every upload.
+reads clients poll (a traceset by id, a page of the list), upload-url, which starts
+every upload, and the embedded store's part PUT, which every file of an upload makes at
+least once.
 
 FastAPI's middleware, router and request handler cost as much as these routes' use cases
 themselves (bench/request_cpu.py; docs/benchmarks.md). A lane does what the route does (the
@@ -12,15 +13,19 @@ take. tests/test_lanes.py holds each lane's answers to the route's, byte for byt
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from starlette.datastructures import QueryParams
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 
 from tracestore.errors import ValidationError
-from tracestore.server import tracesets
+from tracestore.server import presigned, tracesets
 from tracestore.server.deps import Caller, bearer_token
+from tracestore.server.localblobs import LocalBlobStore
+from tracestore.server.routes.blobs import part_answer
 from tracestore.server.routes.listing import page as list_page
 from tracestore.server.routes.uploads import upload_url_answer
 from tracestore.server.services import Services
@@ -29,10 +34,12 @@ from tracestore.server.services import Services
 LIST_PATH = "/api/v1/tracesets"
 ITEM_PREFIX = "/api/v1/tracesets/"
 UPLOAD_PATH = "/api/v1/tracesets/upload-url"  # routes/uploads.py
+PART_PREFIX = presigned.PREFIX + presigned.PART.split("{")[0]  # routes/blobs.py
 log = logging.getLogger("tracestore")
 GONE_MID_BODY = "The connection closed before the request body was complete"
 
-Lane = Callable[[Services], Awaitable[str]]
+# A lane's answer: the JSON text of a 200, or (the part PUT's) the whole response.
+Lane = Callable[[Services], Awaitable[str | Response]]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
@@ -59,6 +66,52 @@ def lane_of(scope: MutableMapping[str, Any], receive: Receive) -> Lane | None:
                 tracesets.get_traceset, traceset_id
             )
     return None
+
+
+# A part URL's integers as the route takes them without a question (pydantic reads
+# "007" as 7, as int does); any other spelling is the route's to judge.
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def part_lane_of(scope: MutableMapping[str, Any], receive: Receive) -> Lane | None:
+    """The lane of a part PUT to the embedded store (``RequestContext`` asks only when that
+    store's routes are mounted), or None for the route: a PUT whose path is three segments
+    under ``PART_PREFIX``, its two numbers digits, and whose query holds every integer as
+    digits and a signature. Anything else, even a malformed query, goes to the router,
+    which words its refusal."""
+    path = scope.get("path", "")
+    if scope.get("method") != "PUT" or scope.get("root_path") or not path.startswith(PART_PREFIX):
+        return None
+    segments = path[len(PART_PREFIX) :].split("/")
+    if len(segments) != 3 or not segments[0]:
+        return None
+    upload_id, position, part_number = segments
+    query = QueryParams(scope.get("query_string", b""))  # the last of a repeated name, as the route
+    numbers = (position, part_number, *(query.get(k) for k in ("size", "partSize", "expires")))
+    signature = query.get("signature")
+    if signature is None or not all(n is not None and _DIGITS.fullmatch(n) for n in numbers):
+        return None
+    size, part_size, expires = (int(cast(str, n)) for n in numbers[2:])
+    grant = presigned.PartGrant(
+        upload_id, int(position), int(part_number), size, part_size, expires
+    )
+    return lambda services: _put_part(services, scope, receive, grant, signature)
+
+
+async def _put_part(
+    services: Services,
+    scope: MutableMapping[str, Any],
+    receive: Receive,
+    grant: presigned.PartGrant,
+    signature: str,
+) -> Response:
+    request = Request(scope, receive)
+    checksum = request.headers.get("x-amz-checksum-sha256")
+    store = cast(LocalBlobStore, services.store)
+    try:
+        return await part_answer(services, store, grant, signature, request, checksum)
+    except ClientDisconnect:
+        raise client_gone(scope.get("state", {}).get("request_id")) from None
 
 
 async def _upload_url(services: Services, scope: MutableMapping[str, Any], receive: Receive) -> str:

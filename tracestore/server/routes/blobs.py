@@ -16,6 +16,7 @@ from tracestore.server.blobs import content_disposition
 from tracestore.server.deps import ServicesDep, error_responses, short_read
 from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.protocol import receive_into
+from tracestore.server.services import Services
 
 _TAGS: list[str | Enum] = ["embedded blob store"]
 router = APIRouter(prefix=presigned.PREFIX, tags=_TAGS)
@@ -124,6 +125,19 @@ async def put_part(
 ) -> Response:
     """Receive one part of an upload, written to disk as it arrives."""
     grant = presigned.PartGrant(upload_id, position, part_number, size, part_size, expires)
+    return await part_answer(services, store, grant, signature, request, checksum)
+
+
+async def part_answer(
+    services: Services,
+    store: LocalBlobStore,
+    grant: presigned.PartGrant,
+    signature: str,
+    request: Request,
+    checksum: str | None,
+) -> Response:
+    """``put_part``'s answer (and its lane's, server/lanes.py): the part received, or the
+    error that refused it."""
     writer = await short_read(
         services,
         receiving.open_part,
