@@ -21,15 +21,23 @@ def free_port() -> int:
 
 
 class Server:
-    """``tracestore serve`` on a free port; its log is ``server.log`` beside ``data_dir``."""
+    """``tracestore serve`` on a free port; its log is ``<data_dir>-server.log`` beside
+    ``data_dir``."""
 
     def __init__(
-        self, data_dir: Path, *, env: Mapping[str, str] = {}, args: Sequence[str] = ()
+        self,
+        data_dir: Path,
+        *,
+        env: Mapping[str, str] = {},
+        args: Sequence[str] = (),
+        python: Sequence[str] = (sys.executable,),
     ) -> None:
+        """``python``: the interpreter (and its options) that runs ``-m tracestore.cli``;
+        ``env`` is added to this process's environment."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
-        command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(self.port)]
+        self.log = open(data_dir.parent / f"{data_dir.name}-server.log", "wb")  # noqa: SIM115
+        command = [*python, "-m", "tracestore.cli", "serve", "--port", str(self.port)]
         self.process = subprocess.Popen(
             [*command, "--data-dir", str(data_dir), *args],
             env={**os.environ, **env},

@@ -19,7 +19,11 @@ The ``cli-*`` cases run ``tracestore upload`` as users do, a fresh process from 
 ``--against REV`` also measures, in the same rounds, what a change is worth: the command
 line's cases as ``python -m tracestore.cli upload`` of this tree and of REV's (``git
 archive``, compiled once, on ``PYTHONPATH``), in alternating order, against the same
-server. It prints both medians and REV's time over this tree's.
+server. It prints both medians and REV's time over this tree's. With ``--serve-against``,
+REV's command line uploads to a ``tracestore serve`` of REV's tree instead (started beside
+this tree's, same settings), so the ratio is what a change to the server is worth as well.
+
+    .venv/bin/python bench/upload.py --cases cli-many --repeat 7 --against HEAD~1 --serve-against
 """
 
 from __future__ import annotations
@@ -217,7 +221,14 @@ def main() -> None:
     parser.add_argument(
         "--against", metavar="REV", help="also time the command line's cases at commit REV"
     )
+    parser.add_argument(
+        "--serve-against",
+        action="store_true",
+        help="with --against, REV's command line uploads to a server of REV's tree",
+    )
     args = parser.parse_args()
+    if args.serve_against and not args.against:
+        parser.error("--serve-against compares with --against REV's server; give --against")
 
     cases = {
         "large": Case("16 × 128 MiB", 16, int(128 * MIB * args.scale), 0.7),
@@ -231,16 +242,20 @@ def main() -> None:
     }
     part_size = args.part_size_mib * MIB
     root = Path(tempfile.mkdtemp(prefix="tracestore-bench-", dir=args.workdir))
-    server = Server(
-        root / "data",
-        env={"TRACESTORE_PART_SIZE": str(part_size)},
-        args=("--workers", str(args.workers)),
-    )
+    serve_env = {"TRACESTORE_PART_SIZE": str(part_size)}
+    serve_args = ("--workers", str(args.workers))
+    server = Server(root / "data", env=serve_env, args=serve_args)
+    other_server = server
     results: list[dict[str, Any]] = []
     try:
         other = export_tree(args.against, root / "against") if args.against else None
         if other is not None:
             check_tree(REPO)
+        if other is not None and args.serve_against:
+            python, env = tree_python(other)
+            other_server = Server(
+                root / "data-against", env={**env, **serve_env}, args=serve_args, python=python
+            )
         for key in args.cases.split(","):
             case = cases[key]
             source = root / f"src-{key}"
@@ -254,7 +269,8 @@ def main() -> None:
                 if case.cli and other is not None:
                     sides = [("this", REPO), ("that", other)]
                     for side, tree in sides if run % 2 == 0 else sides[::-1]:
-                        timed = run_cli(server, source, args.concurrency, tree)
+                        serving = server if side == "this" else other_server
+                        timed = run_cli(serving, source, args.concurrency, tree)
                         trees[side].append(timed["seconds"])
                 base.append(run_baseline(source, root / f"copy-{key}-{run}"))
             median = {k: statistics.median(r[k] for r in ours) for k in ours[0]}
@@ -286,6 +302,7 @@ def main() -> None:
                 this, that = (statistics.median(trees[side]) for side in ("this", "that"))
                 results[-1]["against"] = {
                     "rev": args.against,
+                    "served_by_rev": args.serve_against,
                     "this_s": round(this, 3),
                     "that_s": round(that, 3),
                     "that_over_this": round(that / this, 3),
@@ -295,6 +312,8 @@ def main() -> None:
             shutil.rmtree(source)
     finally:
         server.stop()
+        if other_server is not server:
+            other_server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
     print(
@@ -317,8 +336,9 @@ def main() -> None:
             f"baseline runs {r['baseline_runs_s']}"
         )
         if against := r.get("against"):
+            served = " (each to its tree's server)" if against["served_by_rev"] else ""
             print(
-                f"{'':<22} python -m tracestore.cli: this tree {against['this_s']:.3f} s, "
+                f"{'':<22} python -m tracestore.cli{served}: this tree {against['this_s']:.3f} s, "
                 f"{against['rev']} {against['that_s']:.3f} s: {against['rev']} takes "
                 f"{against['that_over_this']:.3f} × this tree's time"
             )

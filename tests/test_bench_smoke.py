@@ -77,17 +77,20 @@ def test_the_byte_benchmarks_say_when_freed_memory_goes_back_to_the_host(tmp_pat
     assert guest.memory_note(tmp_path) is None  # held back: the runs repeat
 
 
+@pytest.mark.parametrize("serve", [False, True])
 def test_the_upload_benchmark_times_the_command_line_against_another_commit(
-    tmp_path: Path,
+    tmp_path: Path, serve: bool
 ) -> None:
     out = run_tiny(
         "upload.py",
         tmp_path,
         *("--cases", "cli-large", "--scale", "0.002", "--repeat", "2"),
         *("--against", "HEAD", "--workdir", str(tmp_path)),
+        *(["--serve-against"] if serve else []),
     )
     results = json.loads(out.splitlines()[-1])
     against = results[0]["against"]
-    assert against["rev"] == "HEAD"
+    assert against["rev"] == "HEAD" and against["served_by_rev"] is serve
     assert len(against["this_runs_s"]) == len(against["that_runs_s"]) == 2
     assert "HEAD takes" in out
+    assert ("each to its tree's server" in out) is serve
