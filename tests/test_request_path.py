@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 
 from tests.conftest import TESTDATA
-from tests.uploading import UPLOAD_URL, upload
+from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
 from tracestore import schemas
 from tracestore.cli.serve import _listen
 from tracestore.server import admin, db, listing, tracesets
@@ -300,6 +300,26 @@ def test_the_gets_answer_is_what_the_models_write(
     assert answer.status_code == 200, answer.text
     assert json.loads(answer.text) == _as_the_models_write_it(services, done["id"])
     assert list(json.loads(answer.text)) == list(_as_the_models_write_it(services, done["id"]))
+
+
+def test_a_completions_answer_is_the_gets(http: TestClient, services: Services) -> None:
+    """The completion answers the traceset as the GET writes it (tracesets.traceset_text),
+    the first time (201) and on a retry (200); so it is also what the models would write."""
+    kineto = TESTDATA / "kineto-dlrm-8ranks"
+    files = {p.name: (p.read_bytes(), "primary") for p in sorted(kineto.iterdir())}
+    files["notes.txt"] = (b"n", "supporting")
+    metadata = {"shape": {"rankCount": 8}, "lr": 0.1, "big": 2**70, "note": "a\u0000b"}
+    started = request_upload(http, files, metadata, tags=["t1", "ü"])
+    assert started.status_code == 200, started.text
+    upload_id = started.json()["uploadId"]
+    etags = put_parts(http, started.json(), files)
+    first = complete(http, upload_id, etags)
+    again = complete(http, upload_id, etags)
+    assert (first.status_code, again.status_code) == (201, 200)
+    got = http.get(f"/api/v1/tracesets/{first.json()['id']}")
+    assert first.text == again.text == got.text
+    assert first.headers["content-type"] == got.headers["content-type"] == "application/json"
+    assert json.loads(first.text) == _as_the_models_write_it(services, first.json()["id"])
 
 
 def test_the_list_pages_text_is_what_its_model_reads_and_writes(

@@ -35,7 +35,7 @@ from tracestore.server.blobs import (
 from tracestore.server.inspection import queue_inspection, run_inspection
 from tracestore.server.services import Services
 from tracestore.server.sessions import staged_file, visible_session
-from tracestore.server.tracesets import files_of, manifest_hash, traceset_view
+from tracestore.server.tracesets import files_of, manifest_hash, traceset_text
 
 log = logging.getLogger("tracestore.completion")
 
@@ -44,22 +44,25 @@ COMPLETING_MESSAGE = "Upload session is already being completed by another reque
 
 def complete_upload(
     services: Services, principal: Principal, request: schemas.CompleteRequest
-) -> tuple[schemas.Traceset, bool]:
-    """Finish an upload; returns the traceset view and whether this call created it."""
+) -> tuple[str, bool]:
+    """Finish an upload; returns the traceset as the API answers it (JSON text, as
+    ``tracesets.traceset_text`` writes it) and whether this call created it."""
     now = services.now()
     with services.db.session() as session:
         upload, traceset = visible_session(session, principal, request.upload_id)
+        finished = expired = False
         if upload.state == "completed":
-            return traceset_view(session, traceset), False
-        if upload.state == "failed":
+            finished = True
+        elif upload.state == "failed":
             raise Conflict(f"Upload session '{upload.id}' has failed; start a new upload")
-        if upload.state == "expired" or now >= upload.expires_at:
+        elif upload.state == "expired" or now >= upload.expires_at:
             _fail_session(session, services, upload, traceset, "expired")
             expired = True
         else:
-            expired = False
             files = files_of(session, upload.traceset_id)
             etags, declared = _check_request(request, files)
+    if finished:
+        return traceset_text(services, upload.traceset_id), False
     if expired:
         raise Gone(f"Upload session '{upload.id}' has expired")
 
@@ -67,9 +70,9 @@ def complete_upload(
     if not _take_lease(services, upload.id, owner):
         with services.db.session(write=False) as session:
             upload = session.get(db.UploadSession, upload.id)  # type: ignore[assignment]
-            traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
-            if upload.state == "completed":
-                return traceset_view(session, traceset), False
+            finished = upload.state == "completed"
+        if finished:
+            return traceset_text(services, upload.traceset_id), False
         raise Conflict(COMPLETING_MESSAGE)
 
     stages = {f.position: staged_file(upload, f) for f in files}
@@ -106,9 +109,7 @@ def complete_upload(
     # process stopped first leaves them to lifecycle.clean_leftover_staging).
     services.run_in_background(_discard_staging, services, upload.id, list(stages.values()))
     run_inspection(services, inspection_job)
-    with services.db.session(write=False) as session:
-        traceset = session.get(db.Traceset, upload.traceset_id)  # type: ignore[assignment]
-        return traceset_view(session, traceset), True
+    return traceset_text(services, upload.traceset_id), True
 
 
 def _discard_staging(services: Services, upload_id: str, stages: Sequence[StagedFile]) -> None:

@@ -227,6 +227,18 @@ def get_traceset(services: Services, principal: Principal, traceset_id: str) -> 
     return answer_text(traceset, files)
 
 
+def traceset_text(services: Services, traceset_id: str) -> str:
+    """The GET's answer of a traceset the caller was found to see already (a completion's):
+    the same two Core queries and ``answer_text``, without an ORM load of every file."""
+    with services.db.read_connection() as reads:
+        key = {"traceset_id": traceset_id}
+        traceset = reads.first(_view_columns(services.db.dialect), key)
+        if traceset is None:
+            raise _not_found(traceset_id)
+        files = reads.all(_VIEW_FILES, key)
+    return answer_text(traceset, files)
+
+
 def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
     """``render_traceset(_view(...))`` of the GET's rows (``_view_columns``,
     ``_VIEW_FILES``), written straight from them: the models' construction cost more than

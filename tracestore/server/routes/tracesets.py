@@ -16,11 +16,6 @@ class TracesetResponse(Response):
     media_type = "application/json"
 
 
-def traceset_response(view: schemas.Traceset, status: int = 200) -> Response:
-    """A traceset as JSON, its workloadMetadata exactly as given (see render_traceset)."""
-    return TracesetResponse(tracesets.render_traceset(view), status_code=status)
-
-
 @router.post(
     "/tracesets",
     status_code=501,

@@ -17,7 +17,7 @@ from tracestore.server.deps import (
     ServicesDep,
     error_responses,
 )
-from tracestore.server.routes.tracesets import traceset_response
+from tracestore.server.routes.tracesets import TracesetResponse
 from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1")
@@ -97,8 +97,8 @@ def complete_upload(
 ) -> Response:
     """Complete an upload: verify every part and file, store the bytes, set ``ready``.
     201 the first time, 200 with the same body on a retry."""
-    view, created = completion.complete_upload(services, principal, body)
-    return traceset_response(view, 201 if created else 200)
+    text, created = completion.complete_upload(services, principal, body)
+    return TracesetResponse(text, status_code=201 if created else 200)
 
 
 @router.get(
