@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from guest import memory_note
-from served import Server
+from served import Server, cpu_seconds
 
 from tracestore.client import Client
 
@@ -55,11 +55,6 @@ SINGLE_CLIENT = "single files, Client.download_traceset (SHA-256 verified)"
 ARCHIVE = "archive (zip64, stored), curl > /dev/null"
 FLOOR = "single files, a bare recv_into + SHA-256 + os.write loop (reference)"
 BARE_CHUNK = 1024 * 1024
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def status_bytes(pid: int, field: str) -> int:

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
-from served import Server, free_port  # noqa: E402
+from served import Server, cpu_seconds, free_port  # noqa: E402
 from sqlalchemy import insert, select  # noqa: E402
 
 from tracestore.client import Client  # noqa: E402
@@ -146,22 +146,6 @@ def _median(runs: list[Measured]) -> Measured:
         timeouts=sum(run.timeouts for run in runs),
         requests=sum(run.requests for run in runs),
     )
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU of a process and its live descendants (``serve --workers N``
-    forks N), from /proc: less sensitive than requests/s to what else the machine runs."""
-    total, pending = 0.0, [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pending += [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:
-            continue
-    return total
 
 
 def seed(data_dir: Path, count: int) -> tuple[str, str]:

@@ -59,3 +59,19 @@ class Server:
         self.process.terminate()
         self.process.wait(timeout=30)
         self.log.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU of a process and its live descendants (``serve --workers N``
+    forks N), from /proc: less sensitive than requests/s to what else the machine runs."""
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return total

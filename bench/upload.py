@@ -37,12 +37,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guest import memory_note
-from served import Server
+from served import Server, cpu_seconds
 
 MIB = 1024 * 1024
 REPO = Path(__file__).resolve().parents[1]
@@ -69,11 +70,6 @@ def write_files(directory: Path, case: Case) -> None:
                 left -= len(chunk)
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 CHILD = """
 import json, sys, time
 from tracestore.client import Client
@@ -93,15 +89,29 @@ print(json.dumps({"seconds": end - start, "start": start, "end": end, **marks}))
 """
 
 
-def settle() -> None:
-    """Write back dirty pages left by the previous run, so that no run pays for another's
-    writeback (on this VM, 2 GiB of dirty pages made the next run up to 2 × slower)."""
+def settle(*servers: Server) -> None:
+    """Write back dirty pages left by the previous run, and wait for ``servers`` to finish
+    the work an upload leaves them (the staged bytes' removal, the inspection job), so that
+    no run pays for another's: on this VM 2 GiB of dirty pages made the next run up to 2 ×
+    slower, and a server's ~0.2 CPU-s after an upload of 1,000 files ran into the next run,
+    ours or the baseline's."""
     os.sync()
     time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    for server in servers:
+        spent = cpu_seconds(server.process.pid)
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            spent, before = cpu_seconds(server.process.pid), spent
+            if spent - before < 0.02:  # idle: its timers only
+                break
 
 
-def run_ours(server: Server, source: Path, concurrency: int) -> dict[str, float]:
-    settle()
+def run_ours(
+    server: Server, source: Path, concurrency: int, quiet: Sequence[Server] = ()
+) -> dict[str, float]:
+    """``Client.upload_traceset`` in a fresh process, once ``quiet``'s servers are idle."""
+    settle(*quiet)
     before = cpu_seconds(server.process.pid)
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, server.url, server.token, str(source), str(concurrency)],
@@ -125,17 +135,21 @@ def run_ours(server: Server, source: Path, concurrency: int) -> dict[str, float]
 
 
 def run_cli(
-    server: Server, source: Path, concurrency: int, tree: Path | None = None
+    server: Server,
+    source: Path,
+    concurrency: int,
+    quiet: Sequence[Server] = (),
+    tree: Path | None = None,
 ) -> dict[str, float]:
-    """``tracestore upload`` as a fresh process, as from a shell; with ``tree``, that
-    tree's command line as ``python -m tracestore.cli`` instead."""
+    """``tracestore upload`` as a fresh process, as from a shell, once ``quiet``'s servers
+    are idle; with ``tree``, that tree's command line as ``python -m tracestore.cli``."""
     metadata = source.parent / f"{source.name}-metadata.json"
     metadata.write_text(json.dumps({"shape": {"rankCount": 1}}))
     command, env = [str(Path(sys.executable).with_name("tracestore"))], dict(os.environ)
     if tree is not None:
         python, env = tree_python(tree)
         command = [*python, "-m", "tracestore.cli"]
-    settle()
+    settle(*quiet)
     before = cpu_seconds(server.process.pid)
     start = time.perf_counter()
     child = subprocess.Popen(
@@ -162,9 +176,9 @@ def run_cli(
     }
 
 
-def run_baseline(source: Path, target: Path) -> float:
+def run_baseline(source: Path, target: Path, quiet: Sequence[Server] = ()) -> float:
     files = sorted(str(p) for p in source.iterdir())
-    settle()
+    settle(*quiet)
     start = time.perf_counter()
     target.mkdir()
     subprocess.run(["cp", *files, str(target)], check=True)
@@ -256,6 +270,7 @@ def main() -> None:
             other_server = Server(
                 root / "data-against", env={**env, **serve_env}, args=serve_args, python=python
             )
+        servers = [server] if other_server is server else [server, other_server]
         for key in args.cases.split(","):
             case = cases[key]
             source = root / f"src-{key}"
@@ -265,14 +280,14 @@ def main() -> None:
             trees: dict[str, list[float]] = {"this": [], "that": []}
             for run in range(args.repeat):
                 run_one = run_cli if case.cli else run_ours
-                ours.append(run_one(server, source, args.concurrency))
+                ours.append(run_one(server, source, args.concurrency, servers))
                 if case.cli and other is not None:
                     sides = [("this", REPO), ("that", other)]
                     for side, tree in sides if run % 2 == 0 else sides[::-1]:
                         serving = server if side == "this" else other_server
-                        timed = run_cli(serving, source, args.concurrency, tree)
+                        timed = run_cli(serving, source, args.concurrency, servers, tree)
                         trees[side].append(timed["seconds"])
-                base.append(run_baseline(source, root / f"copy-{key}-{run}"))
+                base.append(run_baseline(source, root / f"copy-{key}-{run}", servers))
             median = {k: statistics.median(r[k] for r in ours) for k in ours[0]}
             ours_mbs = total / median["seconds"] / 1e6
             base_mbs = total / statistics.median(base) / 1e6
