@@ -90,7 +90,7 @@ def open_part(
         upload_id, position, file_size, part_size_for(file_size, session_part_size), handle
     )
     expected = stage.part_length(part_number)
-    if content_length is not None and content_length.isdigit():
+    if content_length is not None and content_length.isascii() and content_length.isdigit():
         if int(content_length) > expected:
             raise PayloadTooLarge(
                 f"Part {part_number} is {content_length} bytes, larger than its size of {expected}"
