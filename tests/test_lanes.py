@@ -15,11 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from tests.tenancy import person
 from tests.uploading import complete, put_parts, request_upload, upload
-from tracestore.server import lanes, tracesets
+from tracestore.server import lanes, receiving, tracesets
 from tracestore.server.app import create_app
 from tracestore.server.routes import listing as listing_routes
 from tracestore.server.routes import tracesets as traceset_routes
@@ -122,6 +125,48 @@ def test_a_lanes_unexpected_error_is_the_routes_500(
     assert _comparable(ours) == _comparable(theirs)
     logged = [r for r in caplog.records if r.getMessage().startswith("unexpected error")]
     assert len(logged) == 2 and all(r.exc_info for r in logged)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        StarletteHTTPException(418, "a teapot"),
+        StarletteHTTPException(404),
+        RequestValidationError(
+            [{"type": "missing", "loc": ("query", "x"), "msg": "Field required"}]
+        ),
+        ClientDisconnect(),
+    ],
+    ids=["418", "404", "invalid", "gone"],
+)
+def test_a_lanes_error_is_answered_by_the_apps_handler_as_the_routes(
+    error: Exception,
+    monkeypatch: pytest.MonkeyPatch,
+    admin_token: str,
+    http: TestClient,
+    both: tuple[TestClient, TestClient],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No lane raises these today; one that did must still answer as its route, through
+    the app's handler of the error, not as an unexpected error (a 500)."""
+
+    def broken(*_: Any) -> Any:
+        raise error
+
+    answer = request_upload(http, {"a.bin": (b"0123456789", "supporting")}).json()
+    part = _path(answer["files"][0]["parts"][0]["url"])
+    monkeypatch.setattr(tracesets, "get_traceset", broken)
+    monkeypatch.setattr(receiving, "open_part", broken)
+    laned, routed = both
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    for method, path in (("GET", "/api/v1/tracesets/ts_any"), ("PUT", part)):
+        ours, theirs = (
+            client.request(method, path, headers=headers, content=b"0123456789")
+            for client in (laned, routed)
+        )
+        assert ours.status_code < 500 or isinstance(error, StarletteHTTPException)
+        assert _comparable(ours) == _comparable(theirs), (method, path)
+    assert not [r for r in caplog.records if r.getMessage().startswith("unexpected error")]
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import random
@@ -152,17 +153,34 @@ class RequestContext:
 async def _answer_lane(
     lane: lanes.Lane, scope: Scope, receive: Receive, send: Send, request_id: str
 ) -> None:
-    """Answer as the lane's route would: its JSON (or its own response), or the envelope of
-    its error. An unexpected error goes on to Starlette's ServerErrorMiddleware, as a
-    route's does: the app's handler answers and logs it, and the server logs it again."""
+    """Answer as the lane's route would: its JSON (or its own response), or what the app's
+    handler of its error answers (``_handler_of``). An unexpected error goes on to
+    Starlette's ServerErrorMiddleware, as a route's does: the app's handler answers and
+    logs it, and the server logs it again."""
     try:
         answer = await lane(scope["app"].state.services)
-    except TracestoreError as exc:
-        await error_response(request_id, exc.status, exc.code, exc.message)(scope, receive, send)
+    except Exception as exc:
+        handler = _handler_of(scope["app"], exc)
+        if handler is None:
+            raise
+        response = handler(Request(scope, receive), exc)
+        if inspect.isawaitable(response):
+            response = await response
+        await response(scope, receive, send)
         return
     if isinstance(answer, str):
         answer = Response(answer, media_type="application/json")
     await answer(scope, receive, send)
+
+
+def _handler_of(app: Any, exc: Exception) -> Callable[..., Any] | None:
+    """The handler the app's ExceptionMiddleware would call for ``exc``, found as Starlette
+    finds it (an HTTPException's status first, then the nearest of its classes); None for
+    what only ServerErrorMiddleware answers (the handler of ``Exception``, the 500)."""
+    handlers = {k: v for k, v in app.exception_handlers.items() if k not in (500, Exception)}
+    if isinstance(exc, StarletteHTTPException) and exc.status_code in handlers:
+        return handlers[exc.status_code]  # type: ignore[no-any-return]
+    return next((handlers[c] for c in type(exc).__mro__ if c in handlers), None)
 
 
 def _too_large(limit: int) -> str:

@@ -108,10 +108,7 @@ async def _put_part(
     request = Request(scope, receive)
     checksum = request.headers.get("x-amz-checksum-sha256")
     store = cast(LocalBlobStore, services.store)
-    try:
-        return await part_answer(services, store, grant, signature, request, checksum)
-    except ClientDisconnect:
-        raise client_gone(scope.get("state", {}).get("request_id")) from None
+    return await part_answer(services, store, grant, signature, request, checksum)
 
 
 async def _upload_url(services: Services, scope: MutableMapping[str, Any], receive: Receive) -> str:
