@@ -481,7 +481,9 @@ def test_a_part_put_with_a_length_of_other_digits_is_no_server_error(
     the lane. It is a length the part's check does not read, as any other non-number."""
     answer = request_upload(http, {"a.bin": (b"0123456789", "supporting")}).json()
     path = _path(answer["files"][0]["parts"][0]["url"])
-    body = [{"type": "http.request", "body": b"0123456789", "more_body": False}]
+    body: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b"0123456789", "more_body": False}
+    ]
     for flag in (True, False):
         app = create_app(services=services, with_lanes=flag)
         status, text = asyncio.run(
