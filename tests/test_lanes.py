@@ -292,7 +292,7 @@ async def _gone_mid_body(
 ) -> tuple[int, bytes]:
     """Drive ``app`` over ASGI with a request whose client sends the body's first chunk and
     goes away; the answer's status and body (its request id masked)."""
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"type": "http.request", "body": b'{"name": ', "more_body": True},
         {"type": "http.disconnect"},
     ]
