@@ -122,7 +122,7 @@ class RequestContext:
         if path.startswith(presigned.PREFIX + "/"):
             part = lanes.part_lane_of(scope, receive) if self.part_lane else None
             if part is not None:
-                await _answer_lane(part, scope, receive, send_with_id, request_id)
+                await _answer_lane(part, scope, receive, send_with_id)
                 return
             await self.app(scope, receive, send_with_id)
             return
@@ -145,14 +145,12 @@ class RequestContext:
 
         lane = lanes.lane_of(scope, limited_receive) if self.lanes else None
         if lane is not None:
-            await _answer_lane(lane, scope, receive, send_with_id, request_id)
+            await _answer_lane(lane, scope, receive, send_with_id)
             return
         await self.app(scope, limited_receive, send_with_id)
 
 
-async def _answer_lane(
-    lane: lanes.Lane, scope: Scope, receive: Receive, send: Send, request_id: str
-) -> None:
+async def _answer_lane(lane: lanes.Lane, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer as the lane's route would: its JSON (or its own response), or what the app's
     handler of its error answers (``_handler_of``). An unexpected error goes on to
     Starlette's ServerErrorMiddleware, as a route's does: the app's handler answers and
