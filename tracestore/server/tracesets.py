@@ -218,22 +218,17 @@ _VIEW_FILES = (
 def get_traceset(services: Services, principal: Principal, traceset_id: str) -> str:
     """The traceset as the API answers it, as JSON text (``answer_text``); NotFound unless
     the caller may see it."""
+    return traceset_text(services, traceset_id, principal)
+
+
+def traceset_text(services: Services, traceset_id: str, principal: Principal | None = None) -> str:
+    """The GET's answer: two Core queries and ``answer_text``, no ORM load of every file;
+    NotFound unless the traceset exists and ``principal``, when given, may see it (without
+    one, the caller checked already: a completion's answer)."""
     with services.db.read_connection() as reads:
         key = {"traceset_id": traceset_id}
         traceset = reads.first(_view_columns(services.db.dialect), key)
-        if traceset is None or not principal.may_see(*traceset[1:4]):
-            raise _not_found(traceset_id)
-        files = reads.all(_VIEW_FILES, key)
-    return answer_text(traceset, files)
-
-
-def traceset_text(services: Services, traceset_id: str) -> str:
-    """The GET's answer of a traceset the caller was found to see already (a completion's):
-    the same two Core queries and ``answer_text``, without an ORM load of every file."""
-    with services.db.read_connection() as reads:
-        key = {"traceset_id": traceset_id}
-        traceset = reads.first(_view_columns(services.db.dialect), key)
-        if traceset is None:
+        if traceset is None or (principal is not None and not principal.may_see(*traceset[1:4])):
             raise _not_found(traceset_id)
         files = reads.all(_VIEW_FILES, key)
     return answer_text(traceset, files)
