@@ -179,6 +179,19 @@ def http(services: Services, admin_token: str) -> Iterator[TestClient]:
         yield client
 
 
+@pytest.fixture
+def both(services: Services, admin_token: str) -> Iterator[tuple[TestClient, TestClient]]:
+    """The app with its lanes, and the same app routing everything through FastAPI
+    (tests/laning.py holds the one to the other)."""
+    with (
+        TestClient(create_app(services=services), raise_server_exceptions=False) as laned,
+        TestClient(
+            create_app(services=services, with_lanes=False), raise_server_exceptions=False
+        ) as routed,
+    ):
+        yield laned, routed
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[MotoServer]:
     """A real S3-protocol server (moto, tests/s3server.py) shared by the session."""

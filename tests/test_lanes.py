@@ -1,58 +1,32 @@
 """The hot requests' lanes (``lanes.lane_of``): every request a lane takes is answered as
 FastAPI's route answers it, status, headers and body (but the request id); requests no
-lane should take (other methods, other shapes of path) still reach the router."""
+lane should take (other methods, other shapes of path) still reach the router. The part
+PUT's lane has tests/test_part_lane.py."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import logging
 import re
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from tests.laning import comparable, gone_mid_body, presigned_path, taken_by
 from tests.tenancy import person
-from tests.uploading import complete, put_parts, request_upload, upload
+from tests.uploading import request_upload, upload
 from tracestore.server import lanes, receiving, tracesets
 from tracestore.server.app import create_app
 from tracestore.server.routes import listing as listing_routes
 from tracestore.server.routes import tracesets as traceset_routes
 from tracestore.server.routes import web
 from tracestore.server.services import Services
-
-
-@pytest.fixture
-def both(services: Services, admin_token: str) -> Iterator[tuple[TestClient, TestClient]]:
-    """The app with its lanes, and the same app routing everything through FastAPI."""
-    with (
-        TestClient(create_app(services=services), raise_server_exceptions=False) as laned,
-        TestClient(
-            create_app(services=services, with_lanes=False), raise_server_exceptions=False
-        ) as routed,
-    ):
-        yield laned, routed
-
-
-def _comparable(
-    answer: httpx.Response, *, etag: bool = False
-) -> tuple[int, list[tuple[str, str]], str]:
-    """The answer but its request id (and with ``etag``, its ETag)."""
-    request_id = answer.headers.get("x-request-id", "")
-    body = answer.text.replace(request_id, "req_X") if request_id else answer.text
-    hidden = {"x-request-id"} | ({"etag"} if etag else set())
-    headers = [
-        (key, "X" if key in hidden else value) for key, value in answer.headers.multi_items()
-    ]
-    return answer.status_code, headers, re.sub(r"req_[0-9a-f]{24}", "req_X", body)
 
 
 def _requests(services: Services, admin_token: str, http: TestClient) -> list[Any]:
@@ -102,7 +76,7 @@ def test_a_lane_answers_what_its_route_answers(
     statuses = set()
     for path, headers in requests:
         ours, theirs = laned.get(path, headers=headers), routed.get(path, headers=headers)
-        assert _comparable(ours) == _comparable(theirs), (path, headers)
+        assert comparable(ours) == comparable(theirs), (path, headers)
         statuses.add(ours.status_code)
     assert statuses == {200, 400, 401, 403, 404}
 
@@ -122,7 +96,7 @@ def test_a_lanes_unexpected_error_is_the_routes_500(
     ours = laned.get("/api/v1/tracesets/ts_any", headers=headers)
     theirs = routed.get("/api/v1/tracesets/ts_any", headers=headers)
     assert ours.status_code == 500
-    assert _comparable(ours) == _comparable(theirs)
+    assert comparable(ours) == comparable(theirs)
     logged = [r for r in caplog.records if r.getMessage().startswith("unexpected error")]
     assert len(logged) == 2 and all(r.exc_info for r in logged)
 
@@ -154,7 +128,7 @@ def test_a_lanes_error_is_answered_by_the_apps_handler_as_the_routes(
         raise error
 
     answer = request_upload(http, {"a.bin": (b"0123456789", "supporting")}).json()
-    part = _path(answer["files"][0]["parts"][0]["url"])
+    part = presigned_path(answer["files"][0]["parts"][0]["url"])
     monkeypatch.setattr(tracesets, "get_traceset", broken)
     monkeypatch.setattr(receiving, "open_part", broken)
     laned, routed = both
@@ -165,7 +139,7 @@ def test_a_lanes_error_is_answered_by_the_apps_handler_as_the_routes(
             for client in (laned, routed)
         )
         assert ours.status_code < 500 or isinstance(error, StarletteHTTPException)
-        assert _comparable(ours) == _comparable(theirs), (method, path)
+        assert comparable(ours) == comparable(theirs), (method, path)
     assert not [r for r in caplog.records if r.getMessage().startswith("unexpected error")]
 
 
@@ -187,7 +161,7 @@ def test_what_no_lane_takes_goes_to_the_router(
     headers = {"Authorization": f"Bearer {admin_token}"}
     ours = laned.request(method, path, headers=headers, follow_redirects=False)
     theirs = routed.request(method, path, headers=headers, follow_redirects=False)
-    assert _comparable(ours) == _comparable(theirs)
+    assert comparable(ours) == comparable(theirs)
 
 
 def test_the_lanes_paths_are_the_only_routes_that_match_them(services: Services) -> None:
@@ -243,14 +217,7 @@ def test_the_upload_url_lane_answers_what_its_route_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     laned, routed = both
-    taken = []
-    through = lanes._upload_url
-
-    async def counted(*args: Any) -> str:
-        taken.append(1)
-        return await through(*args)
-
-    monkeypatch.setattr(lanes, "_upload_url", counted)
+    taken = taken_by(monkeypatch, "_upload_url")
     outsider = person(services, "outsider", "elsewhere", ["theirs"])
     theirs_ws = outsider.workspace_ids[0]
     headers: list[dict[str, str]] = [
@@ -274,7 +241,7 @@ def test_the_upload_url_lane_answers_what_its_route_answers(
                         headers={**header, "Content-Type": "application/json"},
                     )
                 )
-            ours, theirs = (_comparable(answer) for answer in answers)
+            ours, theirs = (comparable(answer) for answer in answers)
             assert (ours[0], ours[1], _IDS.sub("X", ours[2])) == (
                 theirs[0],
                 theirs[1],
@@ -287,72 +254,24 @@ def test_the_upload_url_lane_answers_what_its_route_answers(
     assert len(taken) == (len(_upload_bodies(theirs_ws)) - 1) * len(headers)
 
 
-async def _gone_mid_body(
-    app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]]
-) -> tuple[int, bytes]:
-    """Drive ``app`` over ASGI with a request whose client sends the body's first chunk and
-    goes away; the answer's status and body (its request id masked)."""
-    messages: list[dict[str, Any]] = [
-        {"type": "http.request", "body": b'{"name": ', "more_body": True},
-        {"type": "http.disconnect"},
-    ]
-    return await _drive(app, method, path, headers, messages)
-
-
-async def _drive(
-    app: Any,
-    method: str,
-    path: str,
-    headers: list[tuple[bytes, bytes]],
-    messages: list[dict[str, Any]],
-) -> tuple[int, bytes]:
-    """Drive ``app`` over ASGI with one request whose client sends ``messages``; the
-    answer's status and body (its request id masked). Any ASGI server may hand an app
-    headers uvicorn's parser would refuse."""
-    sent: list[Any] = []
-
-    async def receive() -> Any:
-        return messages.pop(0)
-
-    async def send(message: Any) -> None:
-        sent.append(message)
-
-    path, _, query = path.partition("?")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": [(b"host", b"test"), *headers],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 80),
-    }
-    await app(scope, receive, send)
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return sent[0]["status"], re.sub(rb"req_[0-9a-f]{24}", b"req_X", body)
-
-
 def test_the_lanes_answer_a_client_gone_mid_body_as_their_routes(
     services: Services, admin_token: str, http: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     answer = request_upload(http, {"a.bin": (b"0123456789", "supporting")}).json()
     requests = [
         ("POST", lanes.UPLOAD_PATH, [(b"authorization", f"Bearer {admin_token}".encode())]),
-        ("PUT", _path(answer["files"][0]["parts"][0]["url"]), [(b"content-length", b"10")]),
+        (
+            "PUT",
+            presigned_path(answer["files"][0]["parts"][0]["url"]),
+            [(b"content-length", b"10")],
+        ),
     ]
     caplog.set_level(logging.INFO, "tracestore")
     for method, path, headers in requests:
         caplog.clear()
         answers = [
             asyncio.run(
-                _gone_mid_body(
-                    create_app(services=services, with_lanes=flag), method, path, headers
-                )
+                gone_mid_body(create_app(services=services, with_lanes=flag), method, path, headers)
             )
             for flag in (True, False)
         ]
@@ -360,133 +279,3 @@ def test_the_lanes_answer_a_client_gone_mid_body_as_their_routes(
         assert answers[0][0] == 400 and lanes.GONE_MID_BODY.encode() in answers[0][1]
         gone = [r for r in caplog.records if "went away mid-body" in r.getMessage()]
         assert len(gone) == 2
-
-
-_ETAG = re.compile(r'"[0-9a-f]+"')
-
-
-def _path(url: str) -> str:
-    """A presigned URL's path and query, as a test client requests it."""
-    return httpx.URL(url).raw_path.decode()
-
-
-def _signed(url: str, **changes: str) -> str:
-    """``url``'s path and query with the query's ``changes`` (a name's value replaced, or
-    the pair dropped for an empty change)."""
-    path, _, query = _path(url).partition("?")
-    pairs = [pair.split("=", 1) for pair in query.split("&")]
-    kept = [
-        f"{name}={changes.get(name, value)}" for name, value in pairs if changes.get(name) != ""
-    ]
-    return f"{path}?{'&'.join(kept)}"
-
-
-def _part_requests(http: TestClient) -> list[tuple[str, str, bytes, dict[str, str]]]:
-    """(method, path, body, headers) of part PUTs good and bad, every way a lane must answer
-    as the route does or leave to it; the upload's first file is 10 bytes."""
-    data = b"0123456789"
-    files = {"a.bin": (data, "supporting"), "b.bin": (data, "supporting")}
-    answer = request_upload(http, files).json()
-    url = answer["files"][0]["parts"][0]["url"]
-    other = answer["files"][1]["parts"][0]["url"]
-    path, _, query = _path(url).partition("?")
-    good = f"{path}?{query}"
-    signature = httpx.URL(url).params["signature"]
-    checksum = {"x-amz-checksum-sha256": "AAAA"}
-    return [
-        ("PUT", good, data, {}),
-        ("PUT", good, data, {"x-amz-checksum-sha256": _b64_sha256(data)}),
-        ("PUT", good, data, checksum),
-        ("PUT", good, data + b"!", {}),  # longer than the part: 413
-        ("PUT", good, data[:4], {}),  # shorter: 400
-        ("PUT", _path(other), data, {}),
-        ("PUT", _signed(url, signature="x" + signature[1:]), data, {}),
-        ("PUT", _signed(url, expires="1"), data, {}),
-        ("PUT", _signed(url, size="11"), data, {}),
-        ("PUT", _signed(url, size="010"), data, {}),  # digits the lane reads as the route
-        ("PUT", good.replace("/0/1?", "/00/01?"), data, {}),
-        ("PUT", good.replace(answer["uploadId"], "upload_nosuch"), data, {}),
-        ("PUT", good + "&ignored=1", data, {}),
-        ("PUT", f"{good}&signature=nope", data, {}),  # the last of a repeated name counts
-        ("PUT", f"{path}?signature=nope&{query}", data, {}),
-        # What no lane takes: the route words these refusals.
-        ("PUT", _signed(url, signature=""), data, {}),
-        ("PUT", _signed(url, size=""), data, {}),
-        ("PUT", _signed(url, size="ten"), data, {}),
-        ("PUT", _signed(url, size="-10"), data, {}),
-        ("PUT", _signed(url, partSize="1" * 19), data, {}),
-        ("PUT", good.replace("/0/1?", "/0/one?"), data, {}),
-        ("PUT", good.replace("/0/1?", "/0/1/?"), data, {}),
-        ("PUT", good.replace("/0/1?", "/0/?"), data, {}),
-        ("POST", good, data, {}),
-        ("GET", good, b"", {}),
-    ]
-
-
-def _b64_sha256(data: bytes) -> str:
-    return base64.b64encode(hashlib.sha256(data).digest()).decode()
-
-
-def test_the_part_lane_answers_what_its_route_answers(
-    services: Services,
-    http: TestClient,
-    both: tuple[TestClient, TestClient],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    laned, routed = both
-    taken = []
-    through = lanes._put_part
-
-    async def counted(services: Services, scope: Any, *args: Any) -> Any:
-        taken.append(scope["path"] + "?" + scope["query_string"].decode())
-        return await through(services, scope, *args)
-
-    monkeypatch.setattr(lanes, "_put_part", counted)
-    requests = _part_requests(http)
-    statuses = set()
-    for method, path, body, headers in requests:
-        ours, theirs = (
-            client.request(method, path, content=body, headers=headers, follow_redirects=False)
-            for client in (laned, routed)
-        )
-        # Each send of a part has an ETag of its own.
-        assert _ETAG.fullmatch(ours.headers.get("etag", '"0"'))
-        assert _comparable(ours, etag=True) == _comparable(theirs, etag=True), (method, path)
-        statuses.add(ours.status_code)
-    assert statuses == {200, 307, 400, 403, 404, 405, 413}
-    # The requests before "What no lane takes".
-    assert taken == [path for method, path, _, _ in requests[:15]]
-
-
-def test_the_part_lane_refuses_a_part_of_a_finished_session_as_its_route(
-    http: TestClient, both: tuple[TestClient, TestClient]
-) -> None:
-    data = b"0123456789"
-    files = {"a.bin": (data, "supporting")}
-    answer = request_upload(http, files).json()
-    url = answer["files"][0]["parts"][0]["url"]
-    etags = put_parts(http, answer, files)
-    assert complete(http, answer["uploadId"], etags).status_code == 201
-    laned, routed = both
-    ours, theirs = (client.put(_path(url), content=data) for client in (laned, routed))
-    assert ours.status_code == 409, ours.text
-    assert _comparable(ours) == _comparable(theirs)
-
-
-def test_a_part_put_with_a_length_of_other_digits_is_no_server_error(
-    services: Services, http: TestClient
-) -> None:
-    """``"²".isdigit()`` is true but ``int("²")`` fails: a Content-Length of such digits
-    (which uvicorn's parser refuses, another server may pass) was a 500 from the route and
-    the lane. It is a length the part's check does not read, as any other non-number."""
-    answer = request_upload(http, {"a.bin": (b"0123456789", "supporting")}).json()
-    path = _path(answer["files"][0]["parts"][0]["url"])
-    body: list[dict[str, Any]] = [
-        {"type": "http.request", "body": b"0123456789", "more_body": False}
-    ]
-    for flag in (True, False):
-        app = create_app(services=services, with_lanes=flag)
-        status, text = asyncio.run(
-            _drive(app, "PUT", path, [(b"content-length", "²".encode("latin-1"))], list(body))
-        )
-        assert status == 200, text

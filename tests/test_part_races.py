@@ -4,7 +4,6 @@ one part, a stalled first send, re-sends on one connection, refused bodies), thr
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
@@ -23,7 +22,7 @@ import pytest
 
 from tests.test_e2e_serve import Served, serving
 from tests.test_serve_under_attack import start_upload
-from tests.uploading import COMPLETE_URL, UPLOAD_URL
+from tests.uploading import COMPLETE_URL, UPLOAD_URL, checksum_b64
 
 pytestmark = pytest.mark.slow
 
@@ -70,10 +69,6 @@ def read_response(sock: socket.socket, buf: bytearray) -> tuple[int, dict[str, s
     return status, headers, rest[:length]
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(hashlib.sha256(data).digest()).decode()
-
-
 def complete(
     served: Served, upload_id: str, parts: dict[str, list[tuple[int, str]]]
 ) -> httpx.Response:
@@ -114,10 +109,10 @@ def test_checksum_mismatch_then_good_resend_on_one_connection(
     answer = start_upload(served, {"a.bin": len(data)})
     url = answer["files"][0]["parts"][0]["url"]
     sock, buf = connect(url), bytearray()
-    bad = head(url, len(data), f"x-amz-checksum-sha256: {b64(b'other')}") + data
+    bad = head(url, len(data), f"x-amz-checksum-sha256: {checksum_b64(b'other')}") + data
     sock.sendall(bad)
     assert_error(read_response(sock, buf), 400)
-    sock.sendall(head(url, len(data), f"x-amz-checksum-sha256: {b64(data)}") + data)
+    sock.sendall(head(url, len(data), f"x-amz-checksum-sha256: {checksum_b64(data)}") + data)
     status, headers, _ = read_response(sock, buf)
     assert status == 200
     etag = headers["etag"]
@@ -137,7 +132,7 @@ def test_mismatch_on_a_body_that_is_still_arriving_keeps_the_connection(served: 
     answer = start_upload(served, {"a.bin": len(data)})
     url = answer["files"][0]["parts"][0]["url"]
     sock, buf = connect(url), bytearray()
-    sock.sendall(head(url, len(data), f"x-amz-checksum-sha256: {b64(b'x')}"))
+    sock.sendall(head(url, len(data), f"x-amz-checksum-sha256: {checksum_b64(b'x')}"))
     time.sleep(0.3)
     for i in range(0, len(data), 100_000):
         sock.sendall(data[i : i + 100_000])
@@ -343,7 +338,9 @@ def test_refused_declarations_answer_json_and_keep_the_service(served: Served) -
     sock.sendall(head(url, 5000, "Expect: 100-continue"))
     assert_error(read_response(sock, buf), 413)
     sock.close()
-    r = httpx.put(url, content=b"y" * 100, headers={"x-amz-checksum-sha256": b64(b"y" * 100)})
+    r = httpx.put(
+        url, content=b"y" * 100, headers={"x-amz-checksum-sha256": checksum_b64(b"y" * 100)}
+    )
     assert r.status_code == 200, r.text
     done = complete(served, answer["uploadId"], {"a.bin": [(1, r.headers["etag"])]})
     assert done.status_code == 201, done.text

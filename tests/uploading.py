@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -21,6 +23,11 @@ from tracestore.server.staging import DATA_FILE
 
 UPLOAD_URL = "/api/v1/tracesets/upload-url"
 COMPLETE_URL = "/api/v1/tracesets/upload-url/complete"
+
+
+def checksum_b64(data: bytes) -> str:
+    """``data``'s SHA-256 as a part PUT's ``x-amz-checksum-sha256`` header gives it."""
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
 
 
 def request_upload(

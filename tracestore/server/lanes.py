@@ -8,7 +8,8 @@ FastAPI's middleware, router and request handler cost as much as these routes' u
 themselves (bench/request_cpu.py; docs/benchmarks.md). A lane does what the route does (the
 same token check, the same use case, the same answer and error envelopes) and nothing
 else; the routes stay, for the OpenAPI document and for every request a lane does not
-take. tests/test_lanes.py holds each lane's answers to the route's, byte for byte."""
+take. tests/test_lanes.py and tests/test_part_lane.py hold each lane's answers to the
+route's, byte for byte."""
 
 from __future__ import annotations
 
