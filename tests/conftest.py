@@ -25,7 +25,8 @@ from tracestore.server.services import Services, build_services
 from tracestore.server.settings import MIB, Settings
 
 REPO = Path(__file__).resolve().parents[1]
-TESTDATA = REPO.parent / "shared" / "testdata"
+# Real public trace samples, carried by the repository (tests/data/SOURCES.md says whence).
+TESTDATA = REPO / "tests" / "data"
 
 
 # Where in-process tests reach the app (TestClient's Host): the base of its presigned URLs.

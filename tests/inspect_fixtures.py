@@ -15,7 +15,7 @@ from typing import Literal
 from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TESTDATA = REPO_ROOT.parent / "shared" / "testdata"
+TESTDATA = REPO_ROOT / "tests" / "data"
 
 InfoAt = Literal["head", "tail", "none"]
 

@@ -1,5 +1,5 @@
 """A model of the upload and promotion metadata rules for the property tests, written here
-from the seed page (/work/shared/seed/workload-metadata.txt) and SPEC 4 and 6, deliberately
+from the reference API's page on workload metadata and SPEC 4 and 6, deliberately
 simple and sharing no code with ``tracestore.metadata``. It words every message itself; a
 verdict is None when accepted, else (HTTP status, error code, message), and a response is
 read as one to compare."""

@@ -32,12 +32,12 @@ CHAKRA_DIR = TESTDATA / "chakra-allreduce-4ranks"
 
 
 def kineto_samples() -> list[Path]:
-    assert KINETO_DIR.is_dir(), f"the shared test data must sit beside the checkout: {KINETO_DIR}"
+    assert KINETO_DIR.is_dir(), f"the repository carries its samples in tests/data: {KINETO_DIR}"
     return sorted(KINETO_DIR.glob("worker*.json"))
 
 
 def chakra_samples() -> list[Path]:
-    assert CHAKRA_DIR.is_dir(), f"the shared test data must sit beside the checkout: {CHAKRA_DIR}"
+    assert CHAKRA_DIR.is_dir(), f"the repository carries its samples in tests/data: {CHAKRA_DIR}"
     return sorted(CHAKRA_DIR.glob("*.et"))
 
 

@@ -67,7 +67,7 @@ def fake(name: str, rank: int | None, world: int | None = None) -> FileInspectio
 
 def test_real_kineto_set_is_complete() -> None:
     directory = TESTDATA / "kineto-dlrm-8ranks"
-    assert directory.is_dir(), f"the shared test data must sit beside the checkout: {directory}"
+    assert directory.is_dir(), f"the repository carries its samples in tests/data: {directory}"
     census, _ = census_of(sorted(directory.iterdir()), 8, {"parallelism": {"dp": 8}})
     assert census.ranks_found == tuple(range(8))
     assert census.ranks_missing == () and census.duplicated == {}
@@ -79,7 +79,7 @@ def test_real_kineto_set_is_complete() -> None:
 
 def test_real_chakra_set_takes_world_size_four_from_the_set() -> None:
     directory = TESTDATA / "chakra-allreduce-4ranks"
-    assert directory.is_dir(), f"the shared test data must sit beside the checkout: {directory}"
+    assert directory.is_dir(), f"the repository carries its samples in tests/data: {directory}"
     census, _ = census_of(sorted(directory.iterdir()), None)
     assert (census.expected_rank_count, census.expected_from) == (4, "ranks")
     assert census.ranks_found == (0, 1, 2, 3)

@@ -1,6 +1,6 @@
-"""The facts of each trace format against the real samples' oracle (../shared/testdata/
-SOURCES.md) and synthetic files built for each rule: ranks and their provenance, world
-sizes, process groups, headers and collectives."""
+"""The facts of each trace format against the real samples' oracle (tests/data/SOURCES.md)
+and synthetic files built for each rule: ranks and their provenance, world sizes, process
+groups, headers and collectives."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """POST /api/v1/tracesets/{id}/promote (SPEC 6), through real HTTP on the real app.
 
-The first block has one test per promotion sentence of the seed page
-(/work/shared/seed/workload-metadata.txt); the rest pins the contract: check order,
-statuses, idempotence, what is replaced, and who may promote.
+The first block has one test per promotion sentence of the reference API's page on workload
+metadata (not in this repository; tracestore.metadata words its rules); the rest pins the
+contract: check order, statuses, idempotence, what is replaced, and who may promote.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // The workloadMetadata rules of upload, as tracestore/metadata.py applies them, with its
-// messages word for word (the seed page, /work/shared/seed/workload-metadata.txt, is the
+// messages word for word (the reference API's page on workload metadata is the
 // authority). The page checks before it asks for upload URLs; the service still judges, and
 // its answer is shown as it words it. tests/web/test_upload.py runs these against the Python
 // rules over many inputs.
