@@ -7,6 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from tests.bounded import bounded_memory
 from tests.inspect_fixtures import TESTDATA
 from tracestore.cli import main
 from tracestore.inspect import RankCensus, inspect_path, rank_census, validation_checks
@@ -164,3 +165,28 @@ def test_cli_inspect_names_the_process_group_check(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "ok process groups: declared tp=2, dp=2 each match" in result.output
+
+
+def test_many_claimed_group_sizes_against_the_largest_rank_count(tmp_path: Path) -> None:
+    """Issue 41: a small Kineto file claiming 2,000 group sizes, with rankCount 2³¹−1,
+    is checked in work bounded by its groups, not by 2,000 lists of every rank."""
+    bound = 2_147_483_647
+    config = [{"pg_name": str(i), "pg_desc": "undefined", "pg_size": i} for i in range(2, 2002)]
+    config.append({"pg_name": "x", "pg_size": 2, "ranks": [0, 1]})
+    info = {"backend": "nccl", "rank": 0, "world_size": bound, "pg_config": config}
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"distributedInfo": info, "traceEvents": []}))
+    assert path.stat().st_size < 128_000
+    files = [(path.name, inspect_path(path, path.name))]
+    metadata = {"shape": {"rankCount": bound}, "parallelism": {"tp": bound, "cp": 3000}}
+    with bounded_memory(512) as peak:
+        census = rank_census(files, declared_rank_count=bound, workload_metadata=metadata)
+    assert peak.mib < 8, f"the census of one 120 KB file held {peak.mib:.0f} MiB"
+    check = census.process_groups_match
+    assert len(census.process_groups) == 2001
+    assert check.passed and check.warning  # one rank of 2³¹−1 captured: warnings only
+    assert check.message.startswith(
+        f"only 1 of {bound} ranks were captured, so groups may be missing: declared cp=3000, "
+        "but no process group of size 3000 (group sizes recorded: 2, 3, 4,"
+    )
+    assert "groups of size" not in check.message  # 2 ranks of 2³¹−1 partition nothing

@@ -22,7 +22,7 @@ from tracestore.inspect.census_files import (
     rank_ranges,
     single_file_holds_all,
 )
-from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
+from tracestore.inspect.census_text import describe_files, describe_ranks, gaps, intervals
 from tracestore.inspect.chakra import rank_from_name
 from tracestore.inspect.groups import FoundGroup, process_group_check, process_groups
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, CensusCheck, FileInspection
@@ -240,7 +240,7 @@ def rank_census(
     degrees = parallelism_degrees(workload_metadata)
     product = parallelism_product(degrees.values()) if degrees else None
     expected, expected_from = _expected(declared, seen.world_sizes, found)
-    missing = _missing(found, expected)
+    missing = gaps(found, expected or 0)
     unexpected = [r for r in found if expected is not None and r >= expected]
     duplicated = pairing.duplicated()
     single_opaque, not_opaque = single_file_holds_all(files, declared, found)
@@ -337,19 +337,6 @@ def _expected(
     if found and not world_sizes:
         return found[-1] + 1, "ranks"
     return None, None
-
-
-def _missing(found: list[int], expected: int | None) -> list[tuple[int, int]]:
-    """The ranges of ranks absent from 0..expected-1 (``found`` is sorted)."""
-    if not expected:
-        return []
-    gaps: list[tuple[int, int]] = []
-    previous = -1
-    for rank in [*(r for r in found if r < expected), expected]:
-        if rank > previous + 1:
-            gaps.append((previous + 1, rank - 1))
-        previous = rank
-    return gaps
 
 
 def _source_text(expected_from: ExpectedFrom | None, declared: int | None) -> str:

@@ -83,15 +83,17 @@ def declared_degrees(workload_metadata: object) -> dict[str, int]:
     return {key: value for key, value in found.items() if value > 1}
 
 
-def _partitions(groups: Sequence[FoundGroup], size: int, world: int) -> bool:
-    """Do the groups of ``size`` split ranks 0..world-1 evenly (each rank in as many of
-    them, as when they are the groups of one parallelism dimension, or of two of size)?"""
+def _partitions(groups: Sequence[FoundGroup], world: int) -> bool:
+    """Do ``groups`` (of one size) split ranks 0..world-1 evenly (each rank in as many of
+    them, as when they are the groups of one parallelism dimension, or of two of size)?
+    The work is their members', whatever ``world`` says."""
     counts: dict[int, int] = {}
     for group in groups:
-        if group.size == size and group.ranks is not None:
-            for rank in group.ranks:
-                counts[rank] = counts.get(rank, 0) + 1
-    return sorted(counts) == list(range(world)) and len(set(counts.values())) == 1
+        for rank in group.ranks or ():
+            counts[rank] = counts.get(rank, 0) + 1
+    # ``world`` distinct ranks, none outside 0..world-1, are every one of them.
+    covered = len(counts) == world and min(counts) == 0 and max(counts) == world - 1
+    return covered and len(set(counts.values())) == 1
 
 
 def _sizes_text(groups: Sequence[FoundGroup]) -> str:
@@ -122,7 +124,10 @@ def process_group_check(
     summary = f"{len(groups)} process groups recorded ({_sizes_text(groups)})"
     if not degrees:
         return CensusCheck(True, f"{summary}; no parallelism degrees declared to check")
-    sizes = {g.size for g in groups}
+    by_size: dict[int, list[FoundGroup]] = {}
+    for group in groups:
+        by_size.setdefault(group.size, []).append(group)
+    sizes = by_size.keys()
     problems: list[str] = []
     for key, value in degrees.items():
         if value not in sizes and value != world_size:
@@ -135,7 +140,7 @@ def process_group_check(
     for size in sorted(sizes):
         if size <= 1 or size in degrees.values() or world_size is None or size >= world_size:
             continue
-        if _partitions(groups, size, world_size):
+        if _partitions(by_size[size], world_size):
             guess = " or ".join((undeclared or list(degrees))[:2])
             problems.append(
                 f"groups of size {size} partition {world_size} ranks, but no declared degree "
