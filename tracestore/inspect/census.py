@@ -34,6 +34,7 @@ from tracestore.inspect.parallelism import (
 )
 
 MAX_DUPLICATES_SHOWN = 5
+MAX_MEMBERS_LISTED = 16
 ExpectedFrom = Literal["declared", "worldSize", "ranks"]
 
 
@@ -183,29 +184,34 @@ class _Found:
 
     def group_problems(self) -> list[str]:
         """Chakra traces whose collectives run on groups the comm-group file leaves out, or
-        that do not hold their rank."""
+        that do not hold their rank (the first few named, the rest counted)."""
         if not self.groups:
             return []
-        problems = []
+        members = {name: frozenset(ranks) for name, (_, ranks) in self.groups.items()}
+        listing = describe_files(sorted({f for f, _ in self.groups.values()}))
+        problems: list[str] = []
+        count = 0
         for label, rank, used in self.group_uses:
             for name in used:
-                if name not in self.groups:
-                    files = describe_files(sorted({f for f, _ in self.groups.values()}))
+                if name in members and rank in members[name]:
+                    continue
+                count += 1
+                if count > MAX_DUPLICATES_SHOWN:
+                    continue
+                if name not in members:
                     problems.append(
-                        f'{label} runs collectives on process group "{name}", which {files} '
+                        f'{label} runs collectives on process group "{name}", which {listing} '
                         "does not list"
                     )
-                elif rank not in self.groups[name][1]:
+                else:
                     where, ranks = self.groups[name]
                     problems.append(
                         f'{label} (rank {rank}) runs collectives on process group "{name}", '
-                        f"which {where} gives as {list(ranks)}, without rank {rank}"
+                        f"which {where} gives as {_members_text(ranks)}, without rank {rank}"
                     )
-        return problems[:MAX_DUPLICATES_SHOWN] + (
-            [f"{len(problems) - MAX_DUPLICATES_SHOWN} more process-group problems"]
-            if len(problems) > MAX_DUPLICATES_SHOWN
-            else []
-        )
+        if count > MAX_DUPLICATES_SHOWN:
+            problems.append(f"{count - MAX_DUPLICATES_SHOWN} more process-group problems")
+        return problems
 
     def unranked(self, pairing: Pairing) -> list[str]:
         """Unranked files, and primary archives holding no ranked trace, in file order."""
@@ -337,6 +343,13 @@ def _expected(
     if found and not world_sizes:
         return found[-1] + 1, "ranks"
     return None, None
+
+
+def _members_text(ranks: Sequence[int]) -> str:
+    """A group's members as the comm-group file lists them, or as runs when they are many."""
+    if len(ranks) <= MAX_MEMBERS_LISTED:
+        return str(list(ranks))
+    return f"{len(ranks)} ranks {describe_ranks(intervals(sorted(ranks)))}"
 
 
 def _source_text(expected_from: ExpectedFrom | None, declared: int | None) -> str:

@@ -44,7 +44,10 @@ class FoundGroup:
 
 def process_groups(files: Sequence[tuple[str, FileInspection]]) -> tuple[FoundGroup, ...]:
     """The distinct groups of known size the files record, largest first."""
-    merged: dict[tuple[Any, ...], tuple[str | None, int, tuple[int, ...] | None, list[str]]] = {}
+    # The files of each group as a dict (an ordered set): a group recorded by every member of
+    # a large archive must not cost a scan of its files per member.
+    merged: dict[tuple[Any, ...], tuple[str | None, int, tuple[int, ...] | None, dict[str, None]]]
+    merged = {}
     for top, inspection in files:
         for label, leaf in inspection.leaves(top):
             for group in leaf.process_groups:
@@ -54,9 +57,8 @@ def process_groups(files: Sequence[tuple[str, FileInspection]]) -> tuple[FoundGr
                     continue
                 key: tuple[Any, ...] = ("ranks", ranks) if ranks else ("name", group.name, size)
                 if key not in merged:
-                    merged[key] = (group.name, size, ranks, [])
-                if label not in merged[key][3]:
-                    merged[key][3].append(label)
+                    merged[key] = (group.name, size, ranks, {})
+                merged[key][3][label] = None
     found = [FoundGroup(n, s, r, tuple(f)) for n, s, r, f in merged.values()]
     return tuple(sorted(found, key=lambda g: (-g.size, g.name or "", g.ranks or ())))
 

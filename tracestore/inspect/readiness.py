@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tracestore.inspect.census import RankCensus
+from tracestore.inspect.census import MAX_DUPLICATES_SHOWN, RankCensus
 from tracestore.inspect.census_text import describe_files, describe_ranks, gaps, intervals
 from tracestore.inspect.chakra import rank_from_name
 from tracestore.inspect.model import CensusCheck, FileInspection
@@ -74,11 +74,14 @@ class _Set:
 
 def _one_per_rank(by_rank: Mapping[int, list[str]], unranked: list[str], kind: str) -> list[str]:
     """Ranks held by several traces of a kind, and traces of it without a rank."""
+    several = [(rank, names) for rank, names in by_rank.items() if len(names) > 1]
     problems = [
         f"rank {rank} is in {len(names)} {kind} traces: {describe_files(names)}"
-        for rank, names in by_rank.items()
-        if len(names) > 1
+        for rank, names in several[:MAX_DUPLICATES_SHOWN]
     ]
+    if len(several) > MAX_DUPLICATES_SHOWN:
+        more = len(several) - MAX_DUPLICATES_SHOWN
+        problems.append(f"{more} more ranks are in several {kind} traces")
     if unranked:
         problems.append(f"{len(unranked)} {kind} traces record no rank: {describe_files(unranked)}")
     return problems
