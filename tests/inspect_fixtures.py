@@ -134,6 +134,19 @@ def kineto_trace(
     return head + b",\n".join([block] * blocks) + tail
 
 
+def kineto_with_devices(count: int) -> tuple[bytes, list[str]]:
+    """A Kineto trace whose ``deviceProperties`` names ``count`` distinct devices (and repeats
+    the first, padded), as a hostile file would; the trace and the names."""
+    names = [f"GPU {i:05d}" for i in range(count)]
+    devices = [{"id": i, "name": name} for i, name in enumerate(names)]
+    devices.append({"id": count, "name": f"  {names[0]} "})
+    listed = '"deviceProperties": ' + json.dumps(devices, separators=(",", ":"))
+    data = kineto_trace(0, 1).decode()
+    data = data.replace('"deviceProperties": [\n    {"id": 0, "name": "Tesla V100"}\n  ]', listed)
+    assert listed in data
+    return data.encode(), names
+
+
 CommRows = list[list[object]]
 
 

@@ -28,7 +28,12 @@ from tracestore.inspect import (
     validation_checks,
 )
 from tracestore.inspect.readiness import readiness, readiness_checks
-from tracestore.inspect.summary import search_facts, summary_world_size, traceset_summary
+from tracestore.inspect.summary import (
+    MAX_DISTINCT_VALUES,
+    search_facts,
+    summary_world_size,
+    traceset_summary,
+)
 from tracestore.server import db, jobs
 from tracestore.server.jobs import ClaimedJob
 from tracestore.server.services import Services
@@ -131,18 +136,26 @@ def inspect_traceset(
             row.metadata_reason = result.reason
             span = census.rank_ranges.get(row.name)
             row.rank_start, row.rank_end = (span.start, span.end) if span else (None, None)
-        view = inspection_view(census, found, services.now())
+        limit = services.settings.inspection_distinct_values
+        view = inspection_view(census, found, services.now(), max_values=limit)
         traceset.inspection = view
-        record_facts(session, traceset, view["summary"])
+        record_facts(session, traceset, view["summary"], max_values=limit)
     return census
 
 
-def record_facts(session: Session, traceset: db.Traceset, summary: dict[str, Any]) -> None:
-    """Replace the traceset's searchable facts with those of ``summary``."""
+def record_facts(
+    session: Session,
+    traceset: db.Traceset,
+    summary: dict[str, Any],
+    *,
+    max_values: int = MAX_DISTINCT_VALUES,
+) -> None:
+    """Replace the traceset's searchable facts with those of ``summary`` (at most
+    ``max_values`` values per fact, and as many GPU-model words)."""
     session.execute(delete(db.TracesetFact).where(db.TracesetFact.traceset_id == traceset.id))
     session.add_all(
         db.TracesetFact(traceset_id=traceset.id, fact=fact, value=value)
-        for fact, value in sorted(search_facts(summary))
+        for fact, value in sorted(search_facts(summary, max_values=max_values))
     )
     traceset.inspected_world_size = summary_world_size(summary)
 
@@ -162,14 +175,19 @@ def _inspect_blob(services: Services, name: str, sha256: str | None) -> FileInsp
 
 
 def inspection_view(
-    census: RankCensus, found: list[tuple[str, FileInspection]], now: datetime
+    census: RankCensus,
+    found: list[tuple[str, FileInspection]],
+    now: datetime,
+    *,
+    max_values: int = MAX_DISTINCT_VALUES,
 ) -> dict[str, Any]:
-    """The ``inspection`` member of a traceset: the census and what each file holds."""
+    """The ``inspection`` member of a traceset: the census and what each file holds (the
+    summary's distinct values cut at ``max_values``)."""
     return {
         "status": "complete",
         "inspectedAt": schemas.format_timestamp(now),
         "census": census.to_json(),
-        "summary": traceset_summary(found, census),
+        "summary": traceset_summary(found, census, max_values=max_values),
         "readiness": readiness(found, census),
         "files": [inspection.to_json() for _, inspection in found],
     }
