@@ -126,10 +126,7 @@ def process_group_check(
     summary = f"{len(groups)} process groups recorded ({_sizes_text(groups)})"
     if not degrees:
         return CensusCheck(True, f"{summary}; no parallelism degrees declared to check")
-    by_size: dict[int, list[FoundGroup]] = {}
-    for group in groups:
-        by_size.setdefault(group.size, []).append(group)
-    sizes = by_size.keys()
+    sizes = {g.size for g in groups}
     problems: list[str] = []
     for key, value in degrees.items():
         if value not in sizes and value != world_size:
@@ -139,6 +136,9 @@ def process_group_check(
                 f"(group sizes recorded: {found})"
             )
     undeclared = [k for k in GROUP_DEGREES[:5] if k not in degrees]
+    by_size: dict[int, list[FoundGroup]] = {}  # each size's groups, read once for them all
+    for group in groups:
+        by_size.setdefault(group.size, []).append(group)
     for size in sorted(sizes):
         if size <= 1 or size in degrees.values() or world_size is None or size >= world_size:
             continue
