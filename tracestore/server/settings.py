@@ -141,9 +141,6 @@ class Settings(BaseSettings):
     # stopped renewing is taken over once it lapses, and given up after this many tries.
     job_lease: Duration = timedelta(seconds=60)
     job_attempts: int = Field(default=3, ge=1, le=100)
-    # Distinct values an inspection's summary keeps per member (GPU models, backends, NCCL
-    # versions), and values per fact a traceset is searchable by (summary.MAX_DISTINCT_VALUES).
-    inspection_distinct_values: int = Field(default=32, ge=1, le=1000)
     # Whether this process runs a worker (serve's --no-worker: an API-only replica).
     in_process_worker: bool = True
     # How long a stopping ``serve`` lets open requests finish before it cancels them: a
@@ -179,6 +176,9 @@ class Settings(BaseSettings):
     # What one upload may ask of the service: bytes declared in all, part URLs per answer.
     max_upload_size: int = Field(default=5 * 1024**4, ge=1)
     part_urls_per_answer: int = Field(default=10_000, ge=1)
+    # Distinct values an inspection's summary keeps per member (GPU models, backends, NCCL
+    # versions), and values per fact a traceset is searchable by (summary.MAX_DISTINCT_VALUES).
+    inspection_distinct_values: int = Field(default=32, ge=1, le=1000)
 
     @field_validator("jwt_algorithms")
     @classmethod
