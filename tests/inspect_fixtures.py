@@ -153,6 +153,22 @@ def comms_values(
     return [*tensors, 31, list(pg), rank, collective, [], [], start, stride, world_size]
 
 
+def old_comms_values(
+    rank: int,
+    collective: str = "allreduce",
+    *,
+    pg_ptr: int = 94251230035200,
+    group_size: int | None = None,
+) -> list[object]:
+    """The ``inputs`` of a record_param_comms node as schema-1.0.1 PyTorch writes them: a
+    group pointer and no group name; seven slots, the eighth (group size) from PyTorch 2.2 on."""
+    tensors: list[object] = [[[1, 2, 0, 4, 2, f"cuda:{rank}"]]]
+    if collective == "wait":
+        tensors = []
+    values = [*tensors, 337, pg_ptr, rank, collective, [], []]
+    return values if group_size is None else [*values, group_size]
+
+
 def execution_trace_with_rows(
     rows: CommRows, *, old_layout: bool = False, padding: int = 0, pid: int = 3974
 ) -> bytes:

@@ -21,6 +21,7 @@ from tests.inspect_fixtures import (
     comms_values,
     delimited,
     execution_trace_with_rows,
+    old_comms_values,
 )
 from tracestore.inspect import FileInspection, inspect_file, inspect_path
 
@@ -89,6 +90,24 @@ def test_old_layout_takes_the_largest_group_over_a_singleton_group() -> None:
     assert (result.rank, result.world_size) == (5, 8)
     assert result.rank_provenance is not None
     assert "largest group" in result.rank_provenance and "100001" in result.rank_provenance
+
+
+def test_seven_slot_rows_give_the_rank_on_the_group_of_the_highest_rank() -> None:
+    # Schema 1.0.1 from PyTorch before 2.2: no group size. Rank 5 on the world's group, and
+    # rank 1 of its pair {4, 5} in more rows: a rank within a group is never above the world's.
+    world, pair = 94251230035200, 94251230099968
+    rows = [old_comms_values(1, pg_ptr=pair)] * 3 + [old_comms_values(5, pg_ptr=world)]
+    rows += [old_comms_values(0, "broadcast", pg_ptr=world), old_comms_values(5, "wait")]
+    result = inspect_bytes(execution_trace_with_rows(rows, old_layout=True), "et.json")
+    assert (result.rank, result.world_size, result.rank_source) == (5, None, "record_param_comms")
+    assert result.rank_provenance == (
+        f'record_param_comms node 100003: rank 5 in allreduce on process group "{world}", '
+        "the group of the highest rank, no group size recorded (1 rows)"
+    )
+    assert [(g.name, g.size) for g in result.process_groups] == [
+        (str(pair), None),
+        (str(world), None),
+    ]
 
 
 def test_a_subgroup_rank_is_mapped_through_its_start_and_stride() -> None:
