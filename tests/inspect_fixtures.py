@@ -411,6 +411,33 @@ def chakra_converter_block(first_id: int = 1) -> bytes:
     return bytes(out)
 
 
+def chakra_old_converter_calls(calls: list[str], *, gpu: bool = True) -> bytes:
+    """Length-prefixed nodes as Chakra's older PyTorch converter (pytorch2chakra_converter)
+    wrote each collective call: the host ops ``c10d::<op>_`` and ``nccl:<op>`` typed
+    COMM_COLL_NODE without ``comm_type``, a record_param_comms COMP_NODE between them, and
+    (with ``gpu``) the NCCL kernel, a COMM_COLL_NODE with ``comm_type`` and ``comm_size``."""
+    out = bytearray()
+    kernels = {
+        "allreduce": ("all_reduce", "AllReduce", 0),
+        "broadcast": ("broadcast", "Broadcast", 5),
+    }
+    node_id = 10
+    for seq, call in enumerate(calls):
+        op, kernel, comm_type = kernels[call]
+        cpu: Attrs = {"rf_id": node_id, "seq_id": seq, "tid": 1, "is_cpu_op": True}
+        row = f"[[[15, 5, 0, 4, 4, 'cuda:0']], {seq}, ['0', 'default_pg'], 0, '{call}', "
+        row += "[], [], 0, 1, 2]"
+        out += delimited(chakra_node(node_id, f"c10d::{call}_", 7, cpu, deps=(node_id - 1,)))
+        out += delimited(chakra_node(node_id + 1, "record_param_comms", 4, cpu, io_values=row))
+        out += delimited(chakra_node(node_id + 2, f"nccl:{op}", 7, cpu, deps=(node_id + 1,)))
+        if gpu:
+            attrs: Attrs = {"is_cpu_op": False, "comm_type": comm_type, "comm_size": 102760448}
+            name = f"ncclKernel_{kernel}_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+            out += delimited(chakra_node(node_id + 3, name, 7, attrs, data_deps=(node_id + 2,)))
+        node_id += 4
+    return bytes(out)
+
+
 CONVERTER_BLOCK_NODES = {
     "COMP_NODE": 90,
     "COMM_COLL_NODE": 8,
