@@ -9,7 +9,13 @@ from click.testing import CliRunner
 
 from tests.inspect_fixtures import TESTDATA
 from tracestore.cli import main
-from tracestore.inspect import RankCensus, inspect_path, rank_census, validation_checks
+from tracestore.inspect import (
+    FoundGroup,
+    RankCensus,
+    inspect_path,
+    rank_census,
+    validation_checks,
+)
 
 
 def _kineto(rank: int, world: int, groups: list[list[int]]) -> bytes:
@@ -59,6 +65,57 @@ def test_groups_are_merged_across_ranks(tmp_path: Path) -> None:
         "5 process groups recorded (4 of size 4, 1 of size 16); no parallelism degrees "
         "declared to check"
     )
+
+
+def test_one_group_read_from_several_traces_is_counted_once(tmp_path: Path) -> None:
+    # Issue 46: the execution trace lists the default group with "ranks": [] (the world),
+    # its Kineto twin with every member; two groups with the same members stay two.
+    pg_init = [
+        {"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 2},
+        {"pg_name": "1", "pg_desc": "undefined", "ranks": [0, 1], "group_size": 2},
+        {"pg_name": "2", "pg_desc": "undefined", "ranks": [0, 1], "group_size": 2},
+    ]
+    files = []
+    for rank in range(2):
+        kineto = tmp_path / f"rank{rank}.kineto.json"
+        kineto.write_bytes(_kineto(rank, 2, [[0, 1], [0, 1]]))
+        et = tmp_path / f"rank{rank}.et.json"
+        node = {
+            "id": 3,
+            "name": "## process_group:init ##",
+            "inputs": {"values": [json.dumps(pg_init)]},
+        }
+        et.write_text(
+            json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 7 + rank, "nodes": [node]})
+        )
+        files += [(p.name, inspect_path(p, p.name)) for p in (et, kineto)]
+    census = rank_census(files, declared_rank_count=2, workload_metadata={"parallelism": {"dp": 2}})
+    everyone = tuple(name for name, _ in files)
+    assert census.process_groups == (
+        FoundGroup("0", 2, (0, 1), everyone),
+        FoundGroup("1", 2, (0, 1), everyone),
+        FoundGroup("2", 2, (0, 1), everyone),
+    )
+    assert census.process_groups_match.message == (
+        "declared dp=2 each match process groups: 3 process groups recorded (3 of size 2)"
+    )
+
+
+def test_a_default_group_without_members_or_size_is_the_files_world(tmp_path: Path) -> None:
+    pg_init = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": []}]
+    node = {
+        "id": 3,
+        "name": "## process_group:init ##",
+        "inputs": {"values": [json.dumps(pg_init)]},
+    }
+    row = [[[1, 2, 0, 4, 4, "cpu"]], 3, ["0", "default_pg"], 1, "allreduce", [], [], 0, 1, 4]
+    comms = {"id": 9, "name": "record_param_comms", "inputs": {"values": row}}
+    et = tmp_path / "et.json"
+    et.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 7, "nodes": [node, comms]}))
+    census = rank_census(
+        [(et.name, inspect_path(et, et.name))], declared_rank_count=None, workload_metadata=None
+    )
+    assert census.process_groups == (FoundGroup("0", 4, None, ("et.json",)),)
 
 
 def test_declared_degrees_matching_the_groups_pass(tmp_path: Path) -> None:
@@ -134,8 +191,14 @@ def test_dense_dp2_tp2_comm_groups_match() -> None:
     census = rank_census(
         files, declared_rank_count=4, workload_metadata={"parallelism": {"dp": 2, "tp": 2}}
     )
-    pairs = {g.ranks for g in census.process_groups if g.size == 2}
-    assert pairs == {(0, 1), (2, 3), (0, 2), (1, 3)}
+    pairs = {g.ranks: g.files for g in census.process_groups if g.size == 2}
+    # Each group with the traces that run collectives on it and the file naming its members.
+    assert pairs == {
+        (0, 1): ("denseA.0.et", "denseA.1.et", "denseA.json"),
+        (2, 3): ("denseA.2.et", "denseA.3.et", "denseA.json"),
+        (0, 2): ("denseA.0.et", "denseA.2.et", "denseA.json"),
+        (1, 3): ("denseA.1.et", "denseA.3.et", "denseA.json"),
+    }
     assert census.process_groups_match.passed and not census.process_groups_match.warning
     lopsided = rank_census(
         files, declared_rank_count=4, workload_metadata={"parallelism": {"tp": 4}}
@@ -143,6 +206,19 @@ def test_dense_dp2_tp2_comm_groups_match() -> None:
     assert not lopsided.passed
     assert lopsided.message == (
         "groups of size 2 partition 4 ranks, but no declared degree is 2: pp or dp of 2?"
+    )
+
+
+def test_groups_with_the_same_members_are_distinct_groups() -> None:
+    # The run made two groups over both ranks beside the default one: three groups.
+    directory = TESTDATA / "chakra-et-allreduce-3pg-2ranks"
+    files = [(p.name, inspect_path(p, p.name)) for p in sorted(directory.iterdir())]
+    census = rank_census(files, declared_rank_count=None, workload_metadata=None)
+    traces = ("chakra_trace.0.et", "chakra_trace.1.et", "comm_group.json")
+    assert census.process_groups == (
+        FoundGroup("0", 2, (0, 1), ("comm_group.json",)),
+        FoundGroup("1", 2, (0, 1), traces),
+        FoundGroup("2", 2, (0, 1), traces),
     )
 
 
