@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from tests.inspect_fixtures import TESTDATA
+from tests.inspect_fixtures import TESTDATA, chakra_node, chakra_trace, delimited
 from tracestore.cli import main
 from tracestore.inspect import (
     FoundGroup,
@@ -116,6 +116,58 @@ def test_a_default_group_without_members_or_size_is_the_files_world(tmp_path: Pa
         [(et.name, inspect_path(et, et.name))], declared_rank_count=None, workload_metadata=None
     )
     assert census.process_groups == (FoundGroup("0", 4, None, ("et.json",)),)
+
+
+def _chakra_set(tmp_path: Path, groups: dict[str, list[int]], ranks: list[int]) -> list[Path]:
+    """Chakra traces of ``ranks``, each all-reducing on its groups, and their comm-group file."""
+    paths = []
+    for rank in ranks:
+        nodes = b"".join(
+            delimited(
+                chakra_node(i + 1, "ncclDevKernel_AllReduce", 7, {"comm_type": 0, "pg_name": name})
+            )
+            for i, (name, members) in enumerate(groups.items())
+            if rank in members
+        )
+        path = tmp_path / f"trace.{rank}.et"
+        path.write_bytes(chakra_trace(nodes))
+        paths.append(path)
+    comm_groups = tmp_path / "comm_group.json"
+    comm_groups.write_text(json.dumps(groups))
+    return [*paths, comm_groups]
+
+
+def _groups_census(paths: list[Path], metadata: object, declared: int | None) -> RankCensus:
+    files = [(p.name, inspect_path(p, p.name)) for p in paths]
+    return rank_census(files, declared_rank_count=declared, workload_metadata=metadata)
+
+
+def test_a_degree_equal_to_the_world_is_no_group_when_other_degrees_split_it(
+    tmp_path: Path,
+) -> None:
+    # Issue 41: tp=4, dp=2 against 4 ranks whose groups have 2 members passed, tp=4 taken
+    # for the default group; with dp=2 beside it, tp=4 names groups of 4 that are not there.
+    tp4_dp2 = {"parallelism": {"tp": 4, "dp": 2}}
+    paths = _chakra_set(tmp_path, {"1": [0, 1], "2": [2, 3]}, [0, 1, 2, 3])
+    check = _groups_census(paths, tp4_dp2, None).process_groups_match
+    assert not check.passed
+    assert check.message == (
+        "declared tp=4, but no process group of size 4 (group sizes recorded: 2)"
+    )
+    # Two of four ranks captured, the only group recorded of 2 members: a warning.
+    subset = tmp_path / "subset"
+    subset.mkdir()
+    check = _groups_census(
+        _chakra_set(subset, {"1": [0, 1]}, [0, 1]), tp4_dp2, 4
+    ).process_groups_match
+    assert check.passed and check.warning
+    assert check.message == (
+        "only 2 of 4 ranks were captured, so groups may be missing: declared tp=4, but no "
+        "process group of size 4 (group sizes recorded: 2)"
+    )
+    # A degree that alone spans the world is the default group, recorded or not.
+    alone = _groups_census(sorted(subset.iterdir()), {"parallelism": {"dp": 4}}, 4)
+    assert alone.process_groups_match.passed, alone.process_groups_match.message
 
 
 def test_declared_degrees_matching_the_groups_pass(tmp_path: Path) -> None:

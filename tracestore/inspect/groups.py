@@ -165,8 +165,11 @@ def process_group_check(
         return CensusCheck(True, f"{summary}; no parallelism degrees declared to check")
     sizes = {g.size for g in groups}
     problems: list[str] = []
+    # The default group stands for the groups of a degree only when that degree alone spans
+    # the world (tp=4 of a 4-rank run); with other degrees above 1 its groups are smaller.
+    spans_world = len(degrees) == 1 and world_size in degrees.values()
     for key, value in degrees.items():
-        if value not in sizes and value != world_size:
+        if value not in sizes and not spans_world:
             found = ", ".join(str(s) for s in sorted(sizes))
             problems.append(
                 f"declared {key}={value}, but no process group of size {value} "
