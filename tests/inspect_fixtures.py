@@ -9,8 +9,10 @@ benchmark can write gigabytes by repeating one block.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
 
@@ -18,6 +20,33 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTDATA = REPO_ROOT / "tests" / "data"
 
 InfoAt = Literal["head", "tail", "none"]
+
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child would
+# report the parent's peak.
+_CHILD = """
+import json, re, sys
+from pathlib import Path
+from tracestore.inspect import inspect_path
+result = inspect_path(sys.argv[1])
+status = Path("/proc/self/status").read_text()
+peak_mib = int(re.search(r"VmHWM:\\s+(\\d+) kB", status)[1]) / 1024
+print(json.dumps({"peakMib": peak_mib, "inspection": result.to_json()}))
+"""
+
+
+def inspect_in_child(path: Path, timeout: float) -> dict[str, Any]:
+    """Inspect ``path`` in a child process of its own (bounded by ``timeout`` seconds):
+    ``{"inspection": its JSON, "peakMib": the child's peak RSS}``."""
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    )
+    return dict(json.loads(child.stdout))
+
 
 BASE_TS = 1694128201426556
 
