@@ -33,6 +33,8 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tracestore.inspect.streams import MAX_EXPANSION, MAX_MEMBERS, MAX_UNPACKED, Limits
+
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB
 MAX_PARTS_PER_FILE = 10_000
@@ -141,6 +143,16 @@ class Settings(BaseSettings):
     # stopped renewing is taken over once it lapses, and given up after this many tries.
     job_lease: Duration = timedelta(seconds=60)
     job_attempts: int = Field(default=3, ge=1, le=100)
+    # A job whose worker died while running it (its lease lapsed) this many times is failed
+    # with that reason, not handed to the next worker to die again.
+    job_crashes: int = Field(default=2, ge=1, le=100)
+    # What inspecting one stored file may cost (inspect.Limits): decompressed bytes in all,
+    # at most this many times its stored size (plus 1 MiB), members inspected per archive;
+    # and the inspection stored per traceset (inspection.bounded).
+    inspect_max_unpacked: Size = Field(default=MAX_UNPACKED, ge=1)
+    inspect_max_expansion: int = Field(default=MAX_EXPANSION, ge=1)
+    inspect_max_members: int = Field(default=MAX_MEMBERS, ge=1)
+    max_inspection_size: Size = Field(default=16 * MIB, ge=64 * 1024)
     # Whether this process runs a worker (serve's --no-worker: an API-only replica).
     in_process_worker: bool = True
     # How long a stopping ``serve`` lets open requests finish before it cancels them: a
@@ -284,6 +296,15 @@ class Settings(BaseSettings):
         if self.blob_url:
             return self.blob_url
         return (self.data_dir / "blobs").resolve().as_uri()
+
+    @property
+    def inspect_limits(self) -> Limits:
+        """What inspecting one stored file may cost, from the ``inspect_*`` settings."""
+        return Limits(
+            unpacked=self.inspect_max_unpacked,
+            expansion=self.inspect_max_expansion,
+            members=self.inspect_max_members,
+        )
 
     @property
     def url_lifetime(self) -> timedelta:
