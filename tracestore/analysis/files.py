@@ -104,7 +104,9 @@ def analyze_path(
     except (InspectionError, AnalysisError) as exc:
         return FileOutcome(name, None, str(exc))
     except EOFError:
-        return FileOutcome(name, None, f"truncated: the {compression} stream ends before its end")
+        return FileOutcome(
+            name, None, f"truncated: the {compression} stream ends before its end marker"
+        )
     except (gzip.BadGzipFile, zlib.error) as exc:
         return FileOutcome(name, None, f"malformed gzip stream: {exc}")
     except zstandard.ZstdError as exc:

@@ -132,7 +132,7 @@ class KinetoEvents:
         start = self._events_start(text, 0, len(text)) if self._state == _HEAD else 0
         if self._state == _HEAD:
             raise InspectionError("malformed: the document holds no traceEvents list")
-        rest = self._exact(text, start, len(text))
+        rest = self._exact(text, start, len(text), final=True)
         if rest is None:
             raise InspectionError(
                 f"truncated: the trace ends after {self._consumed + len(text)} bytes, "
@@ -187,9 +187,10 @@ class KinetoEvents:
             self.collector.add_step(*step)
         return True
 
-    def _exact(self, text: bytes, lo: int, hi: int) -> str | None:
+    def _exact(self, text: bytes, lo: int, hi: int, *, final: bool = False) -> str | None:
         """Decode the events of ``text[lo:hi]`` one by one; the text after the list's
-        closing ``]`` if it is there, else None."""
+        closing ``]`` if it is there, else None. In the ``final`` text, an event the data
+        ends inside is reported as a truncation."""
         if self._state != _EVENTS:
             return None
         doc = text[lo:hi].decode("utf-8", "replace")
@@ -202,6 +203,12 @@ class KinetoEvents:
                 event, pos = _DECODER.raw_decode(doc, pos)
             except json.JSONDecodeError as exc:
                 at = self._consumed + lo + len(doc[: exc.pos].encode("utf-8"))
+                ending = doc.rstrip()
+                if final and (ending[-1:] not in ("}", "]") or exc.pos >= len(ending) - 1):
+                    raise InspectionError(
+                        f"truncated: the trace ends inside an event after "
+                        f"{self._consumed + hi - lo} bytes"
+                    ) from None
                 raise InspectionError(f"malformed JSON at byte {at}: {exc.msg}") from None
             if isinstance(event, dict):
                 _take(event, self.collector)

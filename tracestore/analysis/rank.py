@@ -131,6 +131,7 @@ class RankCollector:
         self._devices = RecordSort(len(DEVICE_FIELDS), 1, self._share, directory)
         self._launches = RecordSort(2, 1, self._share, directory)
         self._steps: dict[int, tuple[int, int]] = {}
+        self.spilled = False  # whether a sort went to disk (known after ``finish``)
 
     def add_device(
         self,
@@ -182,8 +183,10 @@ class RankCollector:
             result = RankAnalysis(steps=steps, device_events_seen=self._devices.count)
             with RecordSort(len(TIMELINE_FIELDS), 2, self._share, self._directory) as timeline:
                 self._join(result, timeline)
+                self.spilled = self._devices.spilled or self._launches.spilled
                 self._devices.close()
                 self._launches.close()
+                self.spilled = self.spilled or timeline.spilled
                 _sweep(result, timeline, self.names, self.groups, self.limits)
             _mark_truncated(steps)
             return result
@@ -210,6 +213,8 @@ class RankCollector:
             launch = launch_ts if launch_corr == corr != NONE else NONE
             if profiled and (launch == NONE or launch > last_end):
                 continue  # the profiler's tail, or a kernel whose launch is not in the file
+            if end < start:
+                end = start  # a negative duration counts as none
             key = (kind, name)
             row = stats.get(key)
             if row is None:
