@@ -7,6 +7,8 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -337,3 +339,14 @@ def test_the_summary_takes_medians_and_names_the_slowest_and_fastest_rank() -> N
     assert (result["slowestRank"], result["fastestRank"]) == (1, 3)
     assert result["overlapPct"] == {"median": None, "min": None, "max": None}
     assert "stragglers" not in result
+
+
+def test_the_analysis_imports_nothing_of_the_server_or_the_client() -> None:
+    code = (
+        "import sys, tracestore.analysis\n"
+        "heavy = {'fastapi', 'sqlalchemy', 'boto3', 'uvicorn', 'httpx'}\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy\n"
+        "                or m.startswith(('tracestore.server', 'tracestore.client')))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
