@@ -350,3 +350,23 @@ def test_the_analysis_imports_nothing_of_the_server_or_the_client() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_inspect_loads_its_exports_on_first_use() -> None:
+    # A fresh `tracestore analyze` must not pay for the census's imports (pydantic through
+    # metadata): inspect's package exports load when first used.
+    code = (
+        "import sys, tracestore.analysis\n"
+        "assert 'pydantic' not in sys.modules, 'pydantic'\n"
+        "assert 'tracestore.inspect.census' not in sys.modules, 'census'\n"
+        "from tracestore.inspect import rank_census, FileInspection\n"
+        "import tracestore.inspect as inspect\n"
+        "assert inspect.validation_checks.__module__ == 'tracestore.inspect.census'\n"
+        "try:\n"
+        "    inspect.nothing\n"
+        "except AttributeError as exc:\n"
+        "    assert 'nothing' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
