@@ -10,7 +10,7 @@ import click
 
 from tracestore.cli.common import json_option
 from tracestore.cli.output import echo_json, table
-from tracestore.errors import ValidationError
+from tracestore.readahead import walk_files
 
 if TYPE_CHECKING:  # the analysis loads when the command runs, not at start
     from tracestore.analysis import AnalysedRank
@@ -34,19 +34,18 @@ def analyze_command(paths: tuple[Path, ...], top: int, as_json: bool) -> None:
     --json prints the object the service's analysis route answers."""
     from tracestore.analysis import analyze_path, traceset_json
     from tracestore.analysis.model import KERNEL_ROWS
-    from tracestore.client.transfers import collect_files
 
-    try:
-        files = collect_files(paths, "primary")
-    except ValidationError as exc:
-        raise click.UsageError(str(exc)) from None
+    for path in paths:  # as `inspect` and `upload` take them, without the client's imports
+        if not (path.is_dir() or path.is_file()):
+            problem = "does not exist" if not path.exists() else "is neither a file nor a directory"
+            raise click.UsageError(f"{path} {problem}")
     ranks: list[AnalysedRank] = []
     failed = 0
-    for file in files:
-        outcome = analyze_path(file.path, file.name)
+    for name, path in (found for given in paths for found in walk_files(given)):
+        outcome = analyze_path(path, name)
         if outcome.rank is None:
             failed += 1
-            click.echo(f"{file.name}: {outcome.reason}", err=True)
+            click.echo(f"{name}: {outcome.reason}", err=True)
         else:
             ranks.append(outcome.rank)
     if as_json:
