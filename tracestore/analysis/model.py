@@ -9,6 +9,8 @@ the sample standard deviation without a list of durations and fold rows together
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,6 +204,65 @@ class Collective:
     duration_ns: int
 
 
+class StepKernels:
+    """Per (step, kernel name) calls and time, as packed columns (a row per pair, in step
+    then name id order); iterating yields ``StepKernel`` rows."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.steps = array("q")  # step numbers
+        self.name_ids = array("q")
+        self.counts = array("q")
+        self.durations = array("q")  # ns
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[StepKernel]:
+        names = self.names
+        for step, name, count, duration in zip(
+            self.steps, self.name_ids, self.counts, self.durations, strict=True
+        ):
+            yield StepKernel(step, names[name], count, duration)
+
+
+class Collectives:
+    """Communication kernels in start order, as packed columns (-1: no group or sequence
+    number recorded); iterating yields ``Collective`` rows."""
+
+    def __init__(self, names: list[str], groups: list[str]) -> None:
+        self.names = names
+        self.groups = groups
+        self.name_ids = array("q")
+        self.group_ids = array("q")
+        self.sequences = array("q")
+        self.starts = array("q")  # ns
+        self.durations = array("q")  # ns
+
+    def append(self, name: int, group: int, sequence: int, start: int, duration: int) -> None:
+        self.name_ids.append(name)
+        self.group_ids.append(group)
+        self.sequences.append(sequence)
+        self.starts.append(start)
+        self.durations.append(duration)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self) -> Iterator[Collective]:
+        names, groups = self.names, self.groups
+        for name, group, sequence, start, duration in zip(
+            self.name_ids, self.group_ids, self.sequences, self.starts, self.durations, strict=True
+        ):
+            yield Collective(
+                names[name],
+                None if group < 0 else groups[group],
+                None if sequence < 0 else sequence,
+                start,
+                duration,
+            )
+
+
 @dataclass
 class RankAnalysis:
     """Everything ANALYTICS.md computes for one Kineto trace."""
@@ -213,8 +274,8 @@ class RankAnalysis:
     idle: list[IdleRow] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     # Kept for issue 45 (stragglers, comparison), not in the JSON of ANALYTICS.md:
-    step_kernels: list[StepKernel] = field(default_factory=list)
-    collectives: list[Collective] = field(default_factory=list)
+    step_kernels: StepKernels = field(default_factory=lambda: StepKernels([]))
+    collectives: Collectives = field(default_factory=lambda: Collectives([], []))
     device_events: int = 0  # counted (inside the profiled steps)
     device_events_seen: int = 0
 

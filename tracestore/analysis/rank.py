@@ -31,12 +31,12 @@ from tracestore.analysis.model import (
     COMPUTATION,
     IDLE_CATEGORIES,
     KIND_NAMES,
-    Collective,
+    Collectives,
     IdleRow,
     KernelStats,
     RankAnalysis,
     Step,
-    StepKernel,
+    StepKernels,
     kind_label,
 )
 
@@ -201,7 +201,8 @@ class RankCollector:
         for step in steps:
             step.end_ns = step.host_end_ns
         stats: dict[tuple[int, int], KernelStats] = {}
-        per_step: dict[tuple[int, int], list[int]] = {}
+        per_step: dict[int, int] = {}  # step index << 32 | name id: its row in the columns
+        calls, times = array("q"), array("q")
         names = self.names.texts
         launches = self._launches.rows()
         launch_corr, launch_ts = next(launches, (NONE, NONE))
@@ -227,15 +228,17 @@ class RankCollector:
                     step.device_events += 1
                     if end > step.end_ns:
                         step.end_ns = end
-                    totals = per_step.get((index, name))
-                    if totals is None:
+                    row_of = per_step.get(index << 32 | name)
+                    if row_of is None:
                         if len(per_step) >= self.limits.step_kernels:
                             raise AnalysisError(
                                 f"more than {self.limits.step_kernels} (step, kernel) pairs"
                             )
-                        totals = per_step[(index, name)] = [0, 0]
-                    totals[0] += 1
-                    totals[1] += end - start
+                        row_of = per_step[index << 32 | name] = len(calls)
+                        calls.append(0)
+                        times.append(0)
+                    calls[row_of] += 1
+                    times[row_of] += end - start
             starts_.append(start)
             ends_.append(end)
             streams.append(stream)
@@ -251,10 +254,12 @@ class RankCollector:
         timeline.add_columns(columns)
         result.device_events = timeline.count
         result.kernels = sorted(stats.values(), key=lambda r: (-r.sum_ns, r.kind, r.name))
-        result.step_kernels = [
-            StepKernel(steps[index].number, names[name], count, total)
-            for (index, name), (count, total) in sorted(per_step.items())
-        ]
+        table = result.step_kernels = StepKernels(names)
+        for pair in sorted(per_step):
+            table.steps.append(steps[pair >> 32].number)
+            table.name_ids.append(pair & 0xFFFFFFFF)
+            table.counts.append(calls[per_step[pair]])
+            table.durations.append(times[per_step[pair]])
 
 
 class _Windows:
@@ -333,8 +338,7 @@ def _sweep(
     prev_end: dict[int, int] = {}
     idle: dict[int, list[int]] = {}
     seen: dict[int, list[bool]] = {}
-    collectives: list[Collective] = []
-    texts, group_texts = names.texts, groups.texts
+    collectives = Collectives(names.texts, groups.texts)
     for start, end, stream, kind, name, launch, group, seq in timeline.rows():
         if first == NONE:
             first = start
@@ -355,15 +359,7 @@ def _sweep(
         if kind == COMMUNICATION:
             if len(collectives) >= limits.collectives:
                 raise AnalysisError(f"more than {limits.collectives} communication kernels")
-            collectives.append(
-                Collective(
-                    texts[name],
-                    None if group == NONE else group_texts[group],
-                    None if seq == NONE else seq,
-                    start,
-                    end - start,
-                )
-            )
+            collectives.append(name, max(group, -1), max(seq, -1), start, end - start)
     pieces.advance(_IDLE)
     piece_ns = pieces.ns
     busy = sum(piece_ns[1:])
