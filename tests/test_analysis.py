@@ -370,3 +370,20 @@ def test_inspect_loads_its_exports_on_first_use() -> None:
         "    raise AssertionError('no AttributeError')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_windows_of_inspections_scan_feed_the_analysis_as_well() -> None:
+    # Inspection's pass (inspect.jsonscan.ChunkedScan) can hand its windows over: the same
+    # bytes read once for both.
+    import io
+
+    from tracestore.inspect.jsonscan import ChunkedScan
+    from tracestore.inspect.model import Draft
+
+    data = pytorch_json(training().trace()).encode()
+    collector = RankCollector()
+    events = KinetoEvents(collector)
+    for window in ChunkedScan(io.BytesIO(data), Draft(name="t"), chunk_size=3000):
+        events.feed(window.buf, window.end)
+    events.close()
+    assert as_json(collector.finish()) == as_json(analysis_of(data))
