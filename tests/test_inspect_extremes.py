@@ -216,3 +216,10 @@ def test_a_huge_integer_in_json_fails_the_file_not_the_process() -> None:
 def test_a_span_within_range_is_kept() -> None:
     draft = Draft(name="k.json", time_span=TimeSpan(-(2**62), 2**62))
     assert draft.freeze().time_span == TimeSpan(-(2**62), 2**62)
+
+
+def test_the_inspectors_rank_bound_is_the_seeds() -> None:
+    from tracestore import metadata
+    from tracestore.inspect import model
+
+    assert model.MAX_RANK_COUNT == metadata.MAX_RANK_COUNT

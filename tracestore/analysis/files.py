@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from tracestore.inspect.model import Compression, InspectionError
 from tracestore.inspect.streams import (
     HEAD_SIZE,
     BinaryReader,
+    Budget,
     decompressed,
     detect_compression,
     read_chunk,
@@ -68,14 +70,21 @@ def analyze_stream(
         collector.close()
 
 
-def open_trace(path: str | os.PathLike[str]) -> tuple[BinaryReader, Compression | None]:
-    """A reader of the file's JSON bytes, gzip or zstd unwrapped, and the compression."""
+def open_trace(
+    path: str | os.PathLike[str], budget: Budget | None = None
+) -> tuple[BinaryReader, Compression | None]:
+    """A reader of the file's JSON bytes, decompressed, and the compression. ``budget``
+    bounds the decompressed bytes (a stored file's, as inspection bounds them); a local
+    file a user analyses is read whole without one."""
     raw = Path(path).open("rb")  # noqa: SIM115 - the caller closes the reader
     try:
         head = read_up_to(raw, HEAD_SIZE)
         compression = detect_compression(head)
         stream = rewound(raw, head, 0)
-        return (stream if compression is None else decompressed(stream, compression)), compression
+        if compression is None:
+            return stream, None
+        budget = budget or Budget(sys.maxsize, "no limit for a local file")
+        return decompressed(stream, compression, budget), compression
     except BaseException:
         raw.close()
         raise

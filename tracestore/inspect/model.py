@@ -20,7 +20,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
-from tracestore.metadata import MAX_RANK_COUNT
+# The seed's bound on a rank count, ``metadata.MAX_RANK_COUNT`` (metadata imports pydantic,
+# which a reader of one format need not load; tests/test_inspect_extremes.py holds them equal).
+MAX_RANK_COUNT = 2_147_483_647
 
 Format = Literal[
     "kineto_json",
