@@ -348,3 +348,36 @@ def test_blob_downloads_and_part_puts_pipelined_on_one_connection(
             sender.join()
         done = complete(api, upload["uploadId"], {"p.bin": etags})
         assert done.status_code == 201, done.text
+
+
+def test_the_first_admin_token_is_only_in_its_private_file(tmp_path: Path) -> None:
+    """serve printed the token it created (and the app's lifespan logged it): it belongs
+    only in the 0600 file, whose place is what the output names (issue 41)."""
+    data_dir = tmp_path / "data"
+    with serving(data_dir) as served:
+        pass
+    output = (tmp_path / "server.log").read_text()
+    token_file = data_dir / "admin-token"
+    assert served.token.startswith("tst_")
+    assert served.token not in output
+    assert served.token[4:12] not in output  # not even a part of it
+    assert str(token_file.resolve()) in output
+    assert token_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_an_app_that_bootstraps_logs_where_the_token_is_not_the_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from tracestore.server.app import create_app
+    from tracestore.server.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", in_process_worker=False)
+    with caplog.at_level("INFO"), TestClient(create_app(settings)) as http:
+        assert http.get("/healthz").status_code == 200
+    token = (tmp_path / "data" / "admin-token").read_text().strip()
+    assert token.startswith("tst_")
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert str(tmp_path / "data" / "admin-token") in logged
+    assert token not in logged

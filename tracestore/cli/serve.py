@@ -42,7 +42,7 @@ def serve(
 
     from tracestore.server.accesslog import log_config
     from tracestore.server.app import create_app
-    from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+    from tracestore.server.auth import bootstrap
     from tracestore.server.protocol import HTTP_PROTOCOL
     from tracestore.server.services import build_services
 
@@ -55,12 +55,12 @@ def serve(
     if failures:
         services.close()
         raise click.ClickException("Cannot start: " + "; ".join(failures))
-    token = bootstrap(services.db, settings.data_dir, services.now())
+    token_file = bootstrap(services.db, settings.data_dir, services.now())
     services.close()
-    if token is not None:
+    if token_file is not None:
         click.echo(
-            f"Created the admin user. Its API token (saved in "
-            f"{settings.data_dir / ADMIN_TOKEN_FILE}, shown once here):\n  {token}",
+            f"Created the admin user. Its API token is in {token_file.resolve()} (mode 0600; "
+            "`tracestore` commands on this machine read it from there)",
             err=True,
         )
     listener = _listen(settings.host, settings.port)

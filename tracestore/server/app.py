@@ -30,7 +30,7 @@ from tracestore.errors import (
     TracestoreError,
 )
 from tracestore.server import lanes, presigned
-from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+from tracestore.server.auth import bootstrap
 from tracestore.server.database import POOL_SIZE
 from tracestore.server.heap import freeze_startup_heap, keep_heap_warm
 from tracestore.server.routes import (
@@ -288,13 +288,9 @@ def create_app(
         if app.state.services is None:
             app.state.services = build_services(settings)
         services = app.state.services
-        token = bootstrap(services.db, services.settings.data_dir, services.now())
-        if token is not None:
-            log.warning(
-                "created the admin user; its API token (also in %s) is: %s",
-                services.settings.data_dir / ADMIN_TOKEN_FILE,
-                token,
-            )
+        token_file = bootstrap(services.db, services.settings.data_dir, services.now())
+        if token_file is not None:
+            log.warning("created the admin user; its API token is in %s (mode 0600)", token_file)
         # One job worker per served app, unless it is an API-only replica; services shared
         # by several apps (tests) keep the first's.
         worker = None
