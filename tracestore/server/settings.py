@@ -92,26 +92,41 @@ def parse_size(value: object) -> object:
 
 def parse_duration(value: object) -> timedelta:
     """A positive duration from seconds (a number, or its text) or ISO 8601 text."""
-    if isinstance(value, timedelta):
-        duration = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        duration = timedelta(seconds=value)
-    elif isinstance(value, str) and _SECONDS.fullmatch(value):
-        duration = timedelta(seconds=float(value))
-    elif isinstance(value, str) and value.strip().upper().startswith("P"):
-        try:
-            duration = _TIMEDELTA.validate_python(value.strip().upper())
-        except PydanticValidationError:
-            raise ValueError(f"expected {DURATION_FORM}") from None
-    else:
-        raise ValueError(f"expected {DURATION_FORM}")
+    duration = _duration(value)
     if duration <= timedelta(0):
         raise ValueError(f"expected a positive duration: {DURATION_FORM}")
     return duration
 
 
+def parse_duration_or_zero(value: object) -> timedelta:
+    """A duration of zero or more, written as ``parse_duration`` reads it: for the settings
+    where 0 means "now" (no grace, no window)."""
+    duration = _duration(value)
+    if duration < timedelta(0):
+        raise ValueError(f"expected zero or a positive duration: {DURATION_FORM}")
+    return duration
+
+
+def _duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    if isinstance(value, str) and _SECONDS.fullmatch(value):
+        return timedelta(seconds=float(value))
+    if isinstance(value, str) and value.strip().upper().startswith("P"):
+        try:
+            return _TIMEDELTA.validate_python(value.strip().upper())
+        except PydanticValidationError:
+            raise ValueError(f"expected {DURATION_FORM}") from None
+    raise ValueError(f"expected {DURATION_FORM}")
+
+
 Size = Annotated[int, BeforeValidator(parse_size)]
+# Durations are positive (a lease, a URL's life, an interval: 0 would make them useless or a
+# busy loop) except the graces and windows where 0 means "now" (README's settings table).
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+ZeroOrDuration = Annotated[timedelta, BeforeValidator(parse_duration_or_zero)]
 
 
 class Settings(BaseSettings):
@@ -136,7 +151,7 @@ class Settings(BaseSettings):
     session_ttl: Duration = timedelta(hours=24)
     part_url_ttl: Duration = timedelta(hours=1)
     download_url_ttl: Duration = timedelta(minutes=15)
-    purge_grace: Duration = timedelta(hours=24)
+    purge_grace: ZeroOrDuration = timedelta(hours=24)
     completion_lease: Duration = timedelta(seconds=60)
     sweep_interval: Duration = timedelta(minutes=5)
     # Background jobs: a worker renews its lease every third of it; a job whose worker
@@ -158,7 +173,7 @@ class Settings(BaseSettings):
     # How long a stopping ``serve`` lets open requests finish before it cancels them: a
     # client that stops reading (or sending) must not hold a restart up forever. Below an
     # orchestrator's kill deadline (Kubernetes: 30 s).
-    shutdown_grace: Duration = timedelta(seconds=20)
+    shutdown_grace: ZeroOrDuration = timedelta(seconds=20)
 
     signing_key: str | None = None
     # How long a checked API token is believed without a lookup (auth.TokenCache); 0: never.
