@@ -172,8 +172,9 @@ def test_the_pages_extra_origins_are_origins(monkeypatch: pytest.MonkeyPatch) ->
         Settings.load()
 
 
-# Where 0 means "now": no grace before unreferenced bytes go, no wait for open requests.
-ZERO_MEANS_NOW = {"purge_grace", "shutdown_grace"}
+# Where 0 means "now": no grace before unreferenced bytes go, no wait for open requests,
+# a blob re-hashed at every validate.
+ZERO_MEANS_NOW = {"purge_grace", "shutdown_grace", "reverify_interval"}
 
 
 def _durations() -> list[str]:

@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     # orchestrator's kill deadline (Kubernetes: 30 s).
     shutdown_grace: ZeroOrDuration = timedelta(seconds=20)
 
+    # How long a blob validate re-hashed whole is believed intact (per process; 0: re-hash
+    # it at every validate). Validates of one blob at once share one read either way.
+    reverify_interval: ZeroOrDuration = timedelta(hours=1)
+
     signing_key: str | None = None
     # How long a checked API token is believed without a lookup (auth.TokenCache); 0: never.
     token_cache_seconds: float = Field(default=2.0, ge=0, le=300)
