@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import json
 import os
+import resource
 import shlex
 import signal
 import socket
@@ -54,10 +55,12 @@ def serving(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     port: int | None = None,
+    open_files: int | None = None,
 ) -> Iterator[Served]:
     """``tracestore serve`` on ``port`` (a free one by default) over ``data_dir``, stopped at
     the end; with ``cwd``, started there without --data-dir (``data_dir`` is then its default
-    one); ``env`` adds to its environment."""
+    one); ``env`` adds to its environment; ``open_files`` limits its descriptors (soft and
+    hard)."""
     port = port or free_port()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
     base_env["TRACESTORE_PART_SIZE"] = str(PART)
@@ -71,6 +74,7 @@ def serving(
         cwd=cwd,
         stdout=log,
         stderr=subprocess.STDOUT,
+        preexec_fn=None if open_files is None else lambda: _limit_open_files(open_files),
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -91,6 +95,10 @@ def serving(
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def _limit_open_files(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,12 @@ def serve(
     from tracestore.server.accesslog import log_config
     from tracestore.server.app import create_app
     from tracestore.server.auth import bootstrap
+    from tracestore.server.connections import (
+        ConnectionLimits,
+        ServeConfig,
+        connection_cap,
+        raise_open_file_limit,
+    )
     from tracestore.server.protocol import HTTP_PROTOCOL
     from tracestore.server.services import build_services
 
@@ -83,15 +89,18 @@ def serve(
         # connections, for a bare Starlette route as for ours; asyncio: p99 77 ms, the same
         # throughput). The byte paths run on threads and sendfile, alike on both.
         "loop": "asyncio",
-        # An idle keep-alive connection is kept longer than a load balancer's (60 s is the
-        # common default): with uvicorn's 5 s, a client or balancer reusing a connection
-        # the service was just closing got no answer at all.
-        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         # Stopping, uvicorn waits for every open connection; one that never ends (a client
         # that stopped reading a download) held the process up for good.
         "timeout_graceful_shutdown": settings.shutdown_grace.total_seconds(),
         "proxy_headers": False,
     }
+    # Deadlines for connections waiting for a request, and a cap on them within the
+    # descriptors this process may open (server/connections.py).
+    limits = ConnectionLimits(
+        header_timeout=settings.header_timeout.total_seconds(),
+        idle_timeout=settings.idle_timeout.total_seconds(),
+        max_connections=settings.max_connections or connection_cap(raise_open_file_limit()),
+    )
     record = record_service(settings.data_dir, url)
     # uvicorn re-raises the signal it stopped on; as an exception, the record is removed.
     signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -105,12 +114,17 @@ def serve(
             os.environ["TRACESTORE_HOST"] = settings.host
             os.environ["TRACESTORE_PORT"] = str(port)
             os.environ["TRACESTORE_IN_PROCESS_WORKER"] = str(settings.in_process_worker)
-            config = uvicorn.Config(
-                "tracestore.server.app:create_app", factory=True, workers=workers, **options
+            config = ServeConfig(
+                "tracestore.server.app:create_app",
+                connections=limits,
+                factory=True,
+                workers=workers,
+                **options,
             )
             Multiprocess(config, sockets=[listener]).run()
         else:
-            uvicorn.Server(uvicorn.Config(create_app(settings), **options)).run([listener])
+            config = ServeConfig(create_app(settings), connections=limits, **options)
+            uvicorn.Server(config).run([listener])
     except KeyboardInterrupt:
         pass
     finally:
@@ -192,9 +206,6 @@ def migrate(data_dir: Path | None) -> None:
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
-
-
-KEEP_ALIVE_SECONDS = 75
 
 
 def _listen(host: str, port: int) -> socket.socket:

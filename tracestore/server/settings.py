@@ -179,6 +179,14 @@ class Settings(BaseSettings):
     # it at every validate). Validates of one blob at once share one read either way.
     reverify_interval: ZeroOrDuration = timedelta(hours=1)
 
+    # Connections: one waiting for a request (new, or idle after an answer) is closed after
+    # idle_timeout (longer than a load balancer's common 60 s, which reuses it); a request's
+    # headers must be whole header_timeout after their first byte; at most max_connections
+    # per serving process (None: what its open-file limit allows, connections.py).
+    idle_timeout: Duration = timedelta(seconds=75)
+    header_timeout: Duration = timedelta(seconds=20)
+    max_connections: int | None = Field(default=None, ge=1)
+
     signing_key: str | None = None
     # How long a checked API token is believed without a lookup (auth.TokenCache); 0: never.
     token_cache_seconds: float = Field(default=2.0, ge=0, le=300)
