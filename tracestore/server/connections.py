@@ -14,13 +14,17 @@ request's headers (``Waiting``): an idle or trickling connection gives way to a 
 attackers who open many cannot shut out a client whose request is whole; only when every
 connection is inside a request is the new one refused (503). What is closed or refused is
 logged in one line now and then (``Occasional``), and so is a failing ``accept``
-(``quiet_accept_errors``): never a traceback per connection.
+(``quiet_accept_errors``): never a traceback per connection. Once a request's headers are
+whole, a body the app reads through ``receive()`` keeps the pace ``protocol.receive_into``
+holds part bodies to (``MIN_RATE`` after ``RATE_GRACE``), or its connection is closed.
+``ConnectionRules`` is the protocol doing all this; ``protocol.BodyProtocol`` builds on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import resource
 import time
@@ -29,6 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.server import ServerState
+
+from tracestore.errors import ServiceUnavailable
 
 log = logging.getLogger("tracestore")
 
@@ -45,6 +54,11 @@ BACKLOG = 128
 # The soft open-file limit ``serve`` raises itself to when the hard one is unlimited.
 MAX_OPEN_FILES = 1 << 20
 LOG_EVERY = 10.0
+# A request body must keep up MIN_RATE on average once its first RATE_GRACE seconds are
+# past, and end within BODY_DEADLINE (protocol.py holds part bodies to the same).
+MIN_RATE = 64 * 1024
+RATE_GRACE = 30.0
+BODY_DEADLINE = 3600.0
 
 
 def connection_cap(open_files: int) -> int:
@@ -168,3 +182,179 @@ def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
             loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
+
+
+class ConnectionRules(HttpToolsProtocol):
+    """uvicorn's httptools protocol holding its connections to ``ConnectionLimits`` (module
+    doc), and every request body the app reads through ``receive()`` to a pace."""
+
+    _header_timer: asyncio.TimerHandle | None = None
+    _paced: RequestResponseCycle | None = None  # the request whose body is held to a pace
+    _paced_bytes = 0
+    _paced_since = _paced_checked = 0.0
+    _body_timer: asyncio.TimerHandle | None = None
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._limits = limits_of(config)
+        self._waiting = waiting_of(server_state)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        quiet_accept_errors(self.loop)
+        if len(self.connections) > self._limits.cap and not self._make_room():
+            return
+        self._waiting[self] = None
+        # Until its first byte; uvicorn cancels it at every read, as its keep-alive.
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self._limits.idle_timeout, self.timeout_keep_alive_handler
+        )
+
+    def _make_room(self) -> bool:
+        """Over the cap: close the connection that has waited longest for a request's
+        headers (True), or, every one being inside a request, refuse this one (False)."""
+        oldest = next(iter(self._waiting), None)
+        if oldest is not None:
+            oldest.close_waiting()
+            CONNECTIONS.note("waiting connections closed at the cap", self._cap_detail())
+            return True
+        self.connections.discard(self)
+        self.transport.write(_refusal())
+        self.transport.close()
+        CONNECTIONS.note("new connections refused (503) at the cap", self._cap_detail())
+        return False
+
+    def _cap_detail(self) -> str:
+        return f" (TRACESTORE_MAX_CONNECTIONS {self._limits.cap})"
+
+    def close_waiting(self) -> None:
+        """Close this connection, which waits for a request's headers; it no longer counts."""
+        self._stop_waiting()
+        self.connections.discard(self)
+        self.transport.close()
+
+    def _stop_waiting(self) -> None:
+        self._waiting.pop(self, None)
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # A request's first bytes, its headers not yet whole: they have this long.
+        if self._header_timer is None and self in self._waiting:
+            self._header_timer = self.loop.call_later(
+                self._limits.header_timeout, self._headers_too_slow
+            )
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self in self._waiting and not self.transport.is_closing():
+            self.close_waiting()
+            CONNECTIONS.note(
+                "closed with their headers incomplete",
+                f" (TRACESTORE_HEADER_TIMEOUT {self._limits.header_timeout:g} s)",
+            )
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None:  # idle until its next request
+            self._waiting[self] = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
+        self._unpace()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._stop_waiting()
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and _declares_body(self.headers):
+            self._pace(cycle)
+
+    def on_body(self, body: bytes) -> None:
+        if self._paced is self.cycle:
+            self._paced_bytes += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._paced is self.cycle:
+            self._unpace()
+        super().on_message_complete()
+
+    # A body the app reads through receive() (JSON bodies, chunked ones) is held to the
+    # pace ``receive_into`` holds part bodies to: MIN_RATE on average once RATE_GRACE is
+    # past, whole within BODY_DEADLINE. A sender that trickles is cut off (its connection
+    # closed, the app's receive() answering a disconnect) rather than held for good.
+
+    def _pace(self, cycle: RequestResponseCycle) -> None:
+        self._paced, self._paced_bytes = cycle, 0
+        self._paced_since = self._paced_checked = time.monotonic()
+        self._check_pace_in(RATE_GRACE)
+
+    def _check_pace_in(self, delay: float) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+        self._body_timer = self.loop.call_later(delay, self._check_pace)
+
+    def _unpace(self) -> None:
+        self._paced = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _check_pace(self) -> None:
+        self._body_timer = None
+        cycle = self._paced
+        if cycle is None or not cycle.more_body or cycle.disconnected:
+            self._paced = None
+            return
+        now = time.monotonic()
+        if self.flow.read_paused:  # the app, not the sender, holds the body up
+            self._paced_since += now - self._paced_checked
+        self._paced_checked = now
+        since = self._paced_since
+        due = min(since + RATE_GRACE + self._paced_bytes / MIN_RATE, since + BODY_DEADLINE)
+        if now < due or self.flow.read_paused:
+            self._check_pace_in(max(1.0, due - now))
+            return
+        self._paced = None
+        self.transport.close()
+        CONNECTIONS.note(
+            "closed with their request bodies too slow",
+            f" (under {MIN_RATE} bytes/s after {RATE_GRACE:g} s)",
+        )
+
+
+def _refusal() -> bytes:
+    """The 503 a connection over the cap gets before it is closed, with the error envelope."""
+    from tracestore.server.app import new_request_id  # the app's ids; loaded by then
+
+    envelope = {
+        "error": {
+            "code": ServiceUnavailable.code,
+            "message": "The service holds as many connections as it may "
+            "(TRACESTORE_MAX_CONNECTIONS), each inside a request; retry shortly",
+            "requestId": new_request_id(),
+        }
+    }
+    body = json.dumps(envelope).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"retry-after: 1\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _declares_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value != b"0")
+        for name, value in headers
+    )

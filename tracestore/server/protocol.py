@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import socket
 import threading
@@ -38,12 +37,10 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 import httptools
 from starlette.requests import ClientDisconnect
-from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
-from uvicorn.server import ServerState
 
-from tracestore.errors import ServiceUnavailable
-from tracestore.server.connections import CONNECTIONS, limits_of, quiet_accept_errors, waiting_of
+from tracestore.server import connections
+from tracestore.server.connections import ConnectionRules
 from tracestore.server.pathsend import offer_pathsend
 
 RECEIVE_INTO = "tracestore.receive_into"
@@ -51,11 +48,11 @@ RECEIVE_INTO = "tracestore.receive_into"
 HTTP_PROTOCOL = "tracestore.server.protocol:BodyProtocol"
 CHUNK = 1024 * 1024
 # A body must keep up MIN_RATE on average once its first RATE_GRACE seconds are past, and
-# end within BODY_DEADLINE: a sender that trickles or stalls is cut off (its connection
-# closed) whatever each recv does.
-MIN_RATE = 64 * 1024
-RATE_GRACE = 30.0
-BODY_DEADLINE = 3600.0
+# end within BODY_DEADLINE (connections.py: every body is held to them): a sender that
+# trickles or stalls is cut off (its connection closed) whatever each recv does.
+MIN_RATE = connections.MIN_RATE
+RATE_GRACE = connections.RATE_GRACE
+BODY_DEADLINE = connections.BODY_DEADLINE
 # A body that gets fewer than FAST_BYTES in PARK_AFTER (none at all, or a trickle) gives
 # its thread back; the event loop gathers its bytes (waking for it at most every
 # PARK_AFTER) until FAST_BYTES have come (or all of them), then a thread takes over again.
@@ -83,93 +80,14 @@ BODY_THREADS = 64
 _PUMPS = ThreadPoolExecutor(BODY_THREADS, thread_name_prefix="tracestore-body")
 
 
-class BodyProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, offering ``tracestore.receive_into`` (module doc), and
-    holding its connections to the deadlines and the cap of ``connections.py``."""
+class BodyProtocol(ConnectionRules):
+    """uvicorn's httptools protocol, offering ``tracestore.receive_into`` (module doc), its
+    connections held to the deadlines and the cap of ``connections.ConnectionRules``."""
 
     _counted: RequestResponseCycle | None = None
     _seen = 0
-    _header_timer: asyncio.TimerHandle | None = None
-
-    def __init__(
-        self,
-        config: Config,
-        server_state: ServerState,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self._limits = limits_of(config)
-        self._waiting = waiting_of(server_state)
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        quiet_accept_errors(self.loop)
-        if len(self.connections) > self._limits.cap and not self._make_room():
-            return
-        self._waiting[self] = None
-        # Until its first byte; uvicorn cancels it at every read, as its keep-alive.
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self._limits.idle_timeout, self.timeout_keep_alive_handler
-        )
-
-    def _make_room(self) -> bool:
-        """Over the cap: close the connection that has waited longest for a request's
-        headers (True), or, every one being inside a request, refuse this one (False)."""
-        oldest = next(iter(self._waiting), None)
-        if oldest is not None:
-            oldest.close_waiting()
-            CONNECTIONS.note("waiting connections closed at the cap", self._cap_detail())
-            return True
-        self.connections.discard(self)
-        self.transport.write(_refusal())
-        self.transport.close()
-        CONNECTIONS.note("new connections refused (503) at the cap", self._cap_detail())
-        return False
-
-    def _cap_detail(self) -> str:
-        return f" (TRACESTORE_MAX_CONNECTIONS {self._limits.cap})"
-
-    def close_waiting(self) -> None:
-        """Close this connection, which waits for a request's headers; it no longer counts."""
-        self._stop_waiting()
-        self.connections.discard(self)
-        self.transport.close()
-
-    def _stop_waiting(self) -> None:
-        self._waiting.pop(self, None)
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        # A request's first bytes, its headers not yet whole: they have this long.
-        if self._header_timer is None and self in self._waiting:
-            self._header_timer = self.loop.call_later(
-                self._limits.header_timeout, self._headers_too_slow
-            )
-
-    def _headers_too_slow(self) -> None:
-        self._header_timer = None
-        if self in self._waiting and not self.transport.is_closing():
-            self.close_waiting()
-            CONNECTIONS.note(
-                "closed with their headers incomplete",
-                f" (TRACESTORE_HEADER_TIMEOUT {self._limits.header_timeout:g} s)",
-            )
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self.timeout_keep_alive_task is not None:  # idle until its next request
-            self._waiting[self] = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_waiting()
-        super().connection_lost(exc)
 
     def on_headers_complete(self) -> None:
-        self._stop_waiting()
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is None or cycle.scope is not self.scope or self.scheme != "http":
@@ -194,6 +112,8 @@ class BodyProtocol(HttpToolsProtocol):
         """The extension's work for ``cycle``'s body of ``length`` bytes (module doc)."""
         if cycle.disconnected:
             raise ClientDisconnect()
+        if self._paced is cycle:  # the pump holds the body to its pace itself
+            self._unpace()
         if self._counted is cycle and self._seen != len(cycle.body):
             raise RuntimeError("Part of the request body was received already")
         # What httptools has parsed already (the body's first bytes came with the headers).
@@ -457,23 +377,3 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
                 return None
             length = int(value)
     return length
-
-
-def _refusal() -> bytes:
-    """The 503 a connection over the cap gets before it is closed, with the error envelope."""
-    from tracestore.server.app import new_request_id  # the app's ids; loaded by then
-
-    envelope = {
-        "error": {
-            "code": ServiceUnavailable.code,
-            "message": "The service holds as many connections as it may "
-            "(TRACESTORE_MAX_CONNECTIONS), each inside a request; retry shortly",
-            "requestId": new_request_id(),
-        }
-    }
-    body = json.dumps(envelope).encode()
-    head = (
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-        f"retry-after: 1\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
