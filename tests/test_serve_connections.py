@@ -159,3 +159,29 @@ def test_slow_header_connections_past_the_descriptor_limit_shut_no_client_out(
     assert "Too many open files" not in log
     assert "waiting connections closed at the cap" in log
     assert len(log) < 64 * 1024
+
+
+def test_past_the_cap_the_longest_waiting_connection_gives_way(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {"TRACESTORE_MAX_CONNECTIONS": "4"}
+    with serving(data_dir, env=env) as served:
+        idle = [socket.create_connection(_address(served), timeout=10) for _ in range(8)]
+        try:
+            with httpx.Client(base_url=served.url, timeout=5) as good:
+                assert good.get("/healthz").status_code == 200
+            assert [_closed_within(sock, 5) for sock in idle[:4]] == [True] * 4
+            assert not any(_closed_within(sock, 0.2) for sock in idle[-2:])
+        finally:
+            for sock in idle:
+                sock.close()
+    assert "waiting connections closed at the cap" in _server_log(data_dir)
+
+
+def test_a_cap_past_the_open_file_limit_is_warned_about(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with serving(data_dir, env={"TRACESTORE_MAX_CONNECTIONS": "5000"}, open_files=OPEN_FILES):
+        pass
+    assert (
+        "Warning: TRACESTORE_MAX_CONNECTIONS=5000 is more than 1024 open files allow (256)"
+        in _server_log(data_dir)
+    )

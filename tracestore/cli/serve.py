@@ -96,10 +96,18 @@ def serve(
     }
     # Deadlines for connections waiting for a request, and a cap on them within the
     # descriptors this process may open (server/connections.py).
+    open_files = raise_open_file_limit()
+    if settings.max_connections and settings.max_connections > connection_cap(open_files):
+        click.echo(
+            f"Warning: TRACESTORE_MAX_CONNECTIONS={settings.max_connections} is more than "
+            f"{open_files} open files allow ({connection_cap(open_files)}); past that, "
+            "connections are refused by the system, not closed by the service",
+            err=True,
+        )
     limits = ConnectionLimits(
         header_timeout=settings.header_timeout.total_seconds(),
         idle_timeout=settings.idle_timeout.total_seconds(),
-        max_connections=settings.max_connections or connection_cap(raise_open_file_limit()),
+        max_connections=settings.max_connections or connection_cap(open_files),
     )
     record = record_service(settings.data_dir, url)
     # uvicorn re-raises the signal it stopped on; as an exception, the record is removed.
