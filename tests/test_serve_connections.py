@@ -177,11 +177,34 @@ def test_past_the_cap_the_longest_waiting_connection_gives_way(tmp_path: Path) -
     assert "waiting connections closed at the cap" in _server_log(data_dir)
 
 
-def test_a_cap_past_the_open_file_limit_is_warned_about(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("attackers_files")
+def test_a_cap_past_the_open_file_limit_is_warned_about_and_failed_accepts_cost_a_line(
+    tmp_path: Path,
+) -> None:
+    """Set past what its descriptors allow, the cap never closes anything: the process runs
+    out of descriptors, and asyncio's accept failed (and logged a traceback) thousands of
+    times a second. It costs a line now and then."""
     data_dir = tmp_path / "data"
-    with serving(data_dir, env={"TRACESTORE_MAX_CONNECTIONS": "5000"}, open_files=OPEN_FILES):
-        pass
+    env = {"TRACESTORE_MAX_CONNECTIONS": "5000"}
+    with serving(data_dir, env=env, open_files=OPEN_FILES) as served:
+        held = []
+        try:
+            # Past the descriptors, within what the listen queue then holds (no SYN dropped).
+            for _ in range(OPEN_FILES + 64):
+                with contextlib.suppress(OSError):
+                    held.append(socket.create_connection(_address(served), timeout=5))
+            deadline = time.monotonic() + 20
+            while "accepts failed" not in _server_log(data_dir):
+                assert time.monotonic() < deadline, "no accept failed"
+                time.sleep(0.1)
+            time.sleep(1)  # a second more of asyncio retrying its accepts
+        finally:
+            for sock in held:
+                sock.close()
+    log = _server_log(data_dir)
     assert (
-        "Warning: TRACESTORE_MAX_CONNECTIONS=5000 is more than 1024 open files allow (256)"
-        in _server_log(data_dir)
+        "Warning: TRACESTORE_MAX_CONNECTIONS=5000 is more than 1024 open files allow (256)" in log
     )
+    assert "Too many open files" in log  # named, once
+    assert "Traceback" not in log
+    assert len(log) < 64 * 1024
