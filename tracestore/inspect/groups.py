@@ -2,8 +2,15 @@
 
 Groups come from every file's ``processGroups`` (Kineto ``distributedInfo.pg_config``, the
 execution trace's PG-init node or ``record_param_comms`` rows, the groups Chakra collectives
-run on, an ASTRA-sim comm-group file). One group recorded by several ranks' files is one
-group: groups are merged by their member ranks when recorded, else by name and size.
+run on, an ASTRA-sim comm-group file). A run's group is one group whichever files record it
+(each rank's, an execution trace and its Kineto twin): groups are merged by name and size,
+keeping the members any file records and every file that records it (a group named
+without a size, as Chakra traces name the groups they run on, joins the one group of known
+size of that name). An empty or absent
+member list of the default group (``pg_desc`` ``default_pg``; the execution trace writes
+``"ranks": []``) means the whole world, so without a size it takes the file's world size.
+Two groups of one name and size whose recorded members differ stay apart, as do unnamed
+groups with different members.
 
 The check holds the declared ``workloadMetadata.parallelism`` degrees (``tp``, ``pp``, ``dp``,
 ``ep``, ``cp``, ``sp``) against the group sizes found. When only some of the ranks were
@@ -42,25 +49,57 @@ class FoundGroup:
         }
 
 
+Members = tuple[int, ...] | None
+DEFAULT_GROUP = "default_pg"  # the pg_desc PyTorch gives the default group
+
+
 def process_groups(files: Sequence[tuple[str, FileInspection]]) -> tuple[FoundGroup, ...]:
     """The distinct groups of known size the files record, largest first."""
-    # The files of each group as a dict (an ordered set): a group recorded by every member of
-    # a large archive must not cost a scan of its files per member.
-    merged: dict[tuple[Any, ...], tuple[str | None, int, tuple[int, ...] | None, dict[str, None]]]
-    merged = {}
+    # (name, size) -> members (None: not recorded) -> the files (a dict as an ordered set)
+    merged: dict[tuple[str | None, int], dict[Members, dict[str, None]]] = {}
+    unsized: dict[str, dict[str, None]] = {}  # name -> files naming a group of unknown size
+    order: dict[str, int] = {}
     for top, inspection in files:
         for label, leaf in inspection.leaves(top):
+            order.setdefault(label, len(order))
             for group in leaf.process_groups:
                 ranks = tuple(sorted(set(group.ranks))) if group.ranks else None
                 size = len(ranks) if ranks else group.size
+                if size is None and group.description == DEFAULT_GROUP:
+                    size = leaf.world_size  # no members listed: the whole world
+                if size is None and group.name is not None:
+                    unsized.setdefault(group.name, {})[label] = None
                 if not size or size < 1:
                     continue
-                key: tuple[Any, ...] = ("ranks", ranks) if ranks else ("name", group.name, size)
-                if key not in merged:
-                    merged[key] = (group.name, size, ranks, {})
-                merged[key][3][label] = None
-    found = [FoundGroup(n, s, r, tuple(f)) for n, s, r, f in merged.values()]
+                _same_group(merged.setdefault((group.name, size), {}), ranks)[label] = None
+    # A Chakra trace names the groups it runs on, the comm-group file their members: when
+    # one group of known size has the name, those traces record it too.
+    by_name: dict[str, list[dict[str, None]]] = {}
+    for (name, _), by_members in merged.items():
+        if name in unsized:
+            by_name.setdefault(name, []).extend(by_members.values())
+    for name, named in by_name.items():
+        if len(named) == 1:
+            named[0].update(unsized[name])
+    found = [
+        FoundGroup(name, size, ranks, tuple(sorted(labels, key=order.__getitem__)))
+        for (name, size), by_members in merged.items()
+        for ranks, labels in by_members.items()
+    ]
     return tuple(sorted(found, key=lambda g: (-g.size, g.name or "", g.ranks or ())))
+
+
+def _same_group(by_members: dict[Members, dict[str, None]], ranks: Members) -> dict[str, None]:
+    """The files of the group of one name and size that ``ranks`` belongs to: the one with
+    those members, or any when either side's members are not recorded."""
+    if ranks in by_members:
+        return by_members[ranks]
+    if ranks is None:
+        return next(iter(by_members.values())) if by_members else by_members.setdefault(None, {})
+    if None in by_members:  # first recorded members of a group known by name and size
+        by_members[ranks] = by_members.pop(None)
+        return by_members[ranks]
+    return by_members.setdefault(ranks, {})
 
 
 def parallelism_values(workload_metadata: object, keys: Sequence[str]) -> dict[str, int]:
@@ -128,8 +167,11 @@ def process_group_check(
         return CensusCheck(True, f"{summary}; no parallelism degrees declared to check")
     sizes = {g.size for g in groups}
     problems: list[str] = []
+    # The default group stands for the groups of a degree only when that degree alone spans
+    # the world (tp=4 of a 4-rank run); with other degrees above 1 its groups are smaller.
+    spans_world = len(degrees) == 1 and world_size in degrees.values()
     for key, value in degrees.items():
-        if value not in sizes and value != world_size:
+        if value not in sizes and not spans_world:
             found = ", ".join(str(s) for s in sorted(sizes))
             problems.append(
                 f"declared {key}={value}, but no process group of size {value} "
