@@ -219,3 +219,29 @@ def group_sizes_kineto(sizes: range) -> bytes:
 
 # The seed's largest rank count: a declaration far past any set of files that is sent.
 HUGE_DECLARATION = {"shape": {"rankCount": 2_147_483_647}}
+
+
+def surrogate_kineto(rank: int = 0) -> bytes:
+    """A Kineto trace whose strings hold JSON's escape of a lone surrogate (valid JSON, no
+    Unicode text): a backend, a process group's name and description, a GPU's name, a
+    collective's name."""
+    lone = b"\\ud800"
+    return (
+        b'{"deviceProperties": [{"id": 0, "name": "H100' + lone + b'"}], '
+        b'"distributedInfo": {"backend": "nccl' + lone + b'", "rank": %d, "world_size": 2, '
+        b'"pg_config": [{"pg_name": "g' + lone + b'", "pg_desc": "d' + lone + b'", '
+        b'"pg_size": 2, "ranks": [0, 1]}]}, "traceEvents": ['
+        b'{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 7, "ts": 1, '
+        b'"dur": 2, "args": {"Collective name": "all' + lone + b'", "Rank": %d}}]}'
+    ) % (rank, rank)
+
+
+def surrogate_member_tar() -> bytes:
+    """A tar whose member name is not UTF-8 (Python reads it with lone surrogates)."""
+    buffer = io.BytesIO()
+    data = kineto_trace(1)
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        member = tarfile.TarInfo("\udcff\udcfex.json")  # the bytes ff fe, as Python reads them
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()

@@ -131,13 +131,16 @@ def _upload_through_client(served: Served, upload: Upload, delay: float) -> str:
 
 def _hostile_files() -> dict[str, bytes]:
     """Issue 41's crafted traces, small: a bzip2 ZIP bomb, a zstd bomb, an archive of many
-    members, an event time past a double, a rank past 64 bits."""
+    members, an event time past a double, a rank past 64 bits, lone surrogates in a trace's
+    strings and in a member's name."""
     return {
         "bomb.zip": crafted.zip_bomb("bzip2", 64 * MIB),
         "rank9.json.zst": crafted.stream_bomb("zstd", 64 * MIB),
         "many.tar.gz": crafted.many_members_tar_gz(2_000),
         "far.json": crafted.nonfinite_kineto(),
         "huge.json": crafted.huge_rank_kineto(),
+        "lone.json": crafted.surrogate_kineto(),
+        "lone.tar": crafted.surrogate_member_tar(),
     }
 
 

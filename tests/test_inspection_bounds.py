@@ -147,3 +147,32 @@ def test_the_get_and_libraries_never_parse_the_stored_inspection(
     assert json.loads(head)["files"][0]["rankProvenance"] == told
     assert http.get("/api/v1/libraries").status_code == 200
     assert http.get("/api/v1/tracesets").status_code == 200
+
+
+def test_a_lone_surrogate_in_a_trace_is_stored_as_a_replacement_character(
+    http: TestClient, services: Services
+) -> None:
+    """JSON's escape of a lone surrogate in a trace's strings (a backend, a group, a GPU, a
+    collective) or a tar member name that is not UTF-8 made the whole traceset's inspection
+    fail to store (UnicodeEncodeError), retried, then given up."""
+    traceset = upload(
+        http,
+        {
+            "r0.json": (crafted.surrogate_kineto(0), "primary"),
+            "r1.tar": (crafted.surrogate_member_tar(), "primary"),
+        },
+        TWO,
+    )
+    answer = http.get(f"/api/v1/tracesets/{traceset['id']}")
+    assert answer.status_code == 200
+    answer.content.decode("utf-8")  # whole Unicode text
+    got = _strict(answer.text)
+    assert got["inspection"]["status"] == "complete"
+    files = {f["name"]: f for f in got["inspection"]["files"]}
+    assert files["r0.json"]["status"] == "complete"
+    assert files["r0.json"]["backend"] == "nccl\ufffd"
+    assert files["r0.json"]["processGroups"][0]["name"] == "g\ufffd"
+    (member,) = files["r1.tar"]["members"]
+    assert member["name"] == "\ufffd\ufffdx.json" and member["rank"] == 1
+    assert got["inspection"]["census"]["ranksFound"] == [0, 1]
+    assert "\ud800" not in json.dumps(got["inspection"]["summary"], ensure_ascii=False)

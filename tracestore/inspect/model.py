@@ -16,6 +16,7 @@ given as its name (``NaN``, ``Infinity``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
@@ -280,30 +281,32 @@ class Draft:
         if problems:
             reason = "; ".join([*([reason] if reason else []), *problems])
         return FileInspection(
-            name=self.name,
+            name=text(self.name),
             format=self.format,
             status="failed" if reason else "complete",
-            reason=reason,
+            reason=_text(reason),
             compression=self.compression,
             scan=self.scan,
             rank=self.rank,
             world_size=self.world_size,
             rank_source=self.rank_source,
-            rank_provenance=self.rank_provenance,
-            backend=self.backend,
+            rank_provenance=_text(self.rank_provenance),
+            backend=_text(self.backend),
             time_span=self.time_span,
-            collectives=dict(sorted(self.collectives.items())),
-            collective_events=dict(sorted(self.collective_events.items())),
-            collective_bytes=dict(sorted(self.collective_bytes.items())),
-            node_counts=dict(sorted(self.node_counts.items())),
-            schema_version=self.schema_version,
+            collectives=_counts(self.collectives),
+            collective_events=_counts(self.collective_events),
+            collective_bytes=_counts(self.collective_bytes),
+            node_counts=_counts(self.node_counts),
+            schema_version=_text(self.schema_version),
             pid=self.pid,
-            attributes=dict(self.attributes),
-            process_groups=tuple(self.process_groups),
+            attributes={
+                text(k): text(v) if isinstance(v, str) else v for k, v in self.attributes.items()
+            },
+            process_groups=tuple(_group_text(group) for group in self.process_groups),
             members=tuple(self.members),
             bytes_scanned=self.bytes_scanned,
-            gpu_models=tuple(self.gpu_models),
-            nccl_version=self.nccl_version,
+            gpu_models=tuple(dict.fromkeys(map(text, self.gpu_models))),
+            nccl_version=_text(self.nccl_version),
             profiler_steps=self.profiler_steps,
         )
 
@@ -360,6 +363,44 @@ def _time_in_range(value: Number) -> bool:
     return (math.isfinite(value) if isinstance(value, float) else True) and abs(
         value
     ) <= MAX_TIME_US
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text(value: str) -> str:
+    """``value`` as Unicode text: a lone surrogate (JSON's ``\\ud800`` escape in a trace, a
+    member name that is not UTF-8 as Python reads it) becomes U+FFFD, which UTF-8, the
+    database and every JSON answer can hold; it made storing a traceset's inspection fail."""
+    return value if value.isascii() else _LONE_SURROGATE.sub("\ufffd", value)
+
+
+def _text(value: str | None) -> str | None:
+    return None if value is None else text(value)
+
+
+def _counts(counts: Mapping[str, int]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for name, count in sorted(counts.items()):
+        key = text(name)  # two names may become one
+        found[key] = found.get(key, 0) + count
+    return found
+
+
+def _group_text(group: ProcessGroup) -> ProcessGroup:
+    """``group`` with its names as Unicode text."""
+    texts = (group.name, group.description, group.backend)
+    if all(value is None or value.isascii() for value in texts) and not any(
+        not name.isascii() for name in group.collectives
+    ):
+        return group
+    return replace(
+        group,
+        name=_text(group.name),
+        description=_text(group.description),
+        backend=_text(group.backend),
+        collectives=_counts(group.collectives),
+    )
 
 
 def _group_in_range(group: ProcessGroup) -> ProcessGroup:
