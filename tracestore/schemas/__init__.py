@@ -52,6 +52,7 @@ from tracestore.schemas.uploads import (
     sha256_hex,
 )
 from tracestore.schemas.wire import (
+    NOT_UNICODE,
     ErrorDetail,
     ErrorEnvelope,
     Health,
@@ -62,9 +63,11 @@ from tracestore.schemas.wire import (
     Scope,
     SnakeWireModel,
     Status,
+    Text,
     Timestamp,
     WireModel,
     format_timestamp,
+    lone_surrogate,
     without_nul,
 )
 from tracestore.schemas.workload import (
@@ -80,6 +83,7 @@ from tracestore.schemas.workload import (
 __all__ = [
     "MAX_FILE_SIZE",
     "MAX_NAME_BYTES",
+    "NOT_UNICODE",
     "ApiToken",
     "CompleteRequest",
     "CompletedFileInput",
@@ -112,6 +116,7 @@ __all__ = [
     "SnakeWireModel",
     "Status",
     "Tenant",
+    "Text",
     "Timestamp",
     "Traceset",
     "TracesetListItem",
@@ -132,6 +137,7 @@ __all__ = [
     "Workspace",
     "file_name_problem",
     "format_timestamp",
+    "lone_surrogate",
     "name_collision",
     "sha256_hex",
     "wire_dict",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from tracestore.schemas.wire import lone_surrogate
+
 MAX_NAME_BYTES = 1024
 _SEGMENT = re.compile(r"[A-Za-z0-9._+=@-]+")
 
@@ -15,6 +17,9 @@ def file_name_problem(name: str) -> str | None:
     """Why ``name`` is not an acceptable file name, or None when it is."""
     if not name:
         return "is empty"
+    surrogate = lone_surrogate(name)
+    if surrogate is not None:  # a local name of bytes that are not UTF-8 (surrogateescape)
+        return f"is not Unicode text: it holds a lone surrogate ({surrogate})"
     if len(name.encode()) > MAX_NAME_BYTES:
         return f"is longer than {MAX_NAME_BYTES} bytes"
     if "\\" in name:

@@ -16,6 +16,7 @@ from tracestore.schemas.wire import (
     Scope,
     SnakeWireModel,
     Status,
+    Text,
     Timestamp,
     WireModel,
     without_nul,
@@ -142,7 +143,7 @@ class ResolveAnswer(SnakeWireModel):
 class PromoteRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/{id}/promote`` (every member optional)."""
 
-    target: str = Field(
+    target: Text = Field(
         default="tenant",
         description="The scope to promote to, one step up: `tenant` (the default) from "
         "`workspace`, `public` from `tenant` (needs a tenant admin)",
@@ -152,10 +153,10 @@ class PromoteRequest(RequestModel):
         description="Replaces the stored workloadMetadata (stored exactly as given) when the "
         "promotion succeeds; checked by promotion's typed model and rank-count guard",
     )
-    description: str | None = Field(
+    description: Text | None = Field(
         default=None, max_length=4096, description="Replaces the description on success"
     )
-    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+    tags: list[Annotated[Text, Field(min_length=1, max_length=64)]] | None = Field(
         default=None, max_length=64, description="Replace the tags on success"
     )
 

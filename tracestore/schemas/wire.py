@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -17,6 +18,7 @@ from pydantic import (
     WithJsonSchema,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 Role = Literal["primary", "supporting"]
 Status = Literal["uploading", "ready", "upload_failed", "deleted"]
@@ -69,6 +71,39 @@ def without_nul(value: Any, info: ValidationInfo) -> Any:
             f"{info.field_name} contains a NUL character (U+0000), which is not allowed"
         )
     return value
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text`` (``U+D800``), or None when it is Unicode text.
+    JSON's ``"\\ud800"`` escape decodes to one; no UTF-8 text, database or JSON reader of
+    the answers can hold it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return f"U+{ord(text[exc.start]):04X}"
+    return None
+
+
+# The pydantic error type of a string holding a lone surrogate (``validation`` words it).
+NOT_UNICODE = "not_unicode_text"
+
+
+def _unicode_text(value: str) -> str:
+    surrogate = lone_surrogate(value)
+    if surrogate is not None:
+        raise PydanticCustomError(
+            NOT_UNICODE,
+            "holds a lone surrogate ({surrogate}), which is not Unicode text",
+            {"surrogate": surrogate},
+        )
+    return value
+
+
+# Every string member of a request body: a lone surrogate is refused naming the member
+# (it reached the database's driver or the error's encoder, a 500).
+Text = Annotated[str, AfterValidator(_unicode_text)]
 
 
 class Pagination(WireModel):

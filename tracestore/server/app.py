@@ -76,6 +76,9 @@ def error_response(request_id: str, status: int, code: str, message: str) -> JSO
         # uvicorn drops the connection after an unexpected error (and a request's body may
         # be unread): say so, or the client's next request on it is reset.
         headers["Connection"] = "close"
+    # A message may quote a value the client sent: a lone surrogate in it is written as its
+    # escape, or the answer could not be encoded (a 500 in place of the error).
+    message = message.encode("utf-8", "backslashreplace").decode()
     return JSONResponse(
         {"error": {"code": code, "message": message, "requestId": request_id}},
         status_code=status,

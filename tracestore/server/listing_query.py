@@ -28,6 +28,7 @@ from typing import Any
 
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
+from tracestore.schemas import lone_surrogate
 
 # The reference's six status values. tracestore never sets processing or metadata_failed
 # (inspection runs after ready and never fails a traceset), so those two match nothing.
@@ -200,7 +201,14 @@ def _workload_filter(name: str, text: str) -> WorkloadFilter:
             f"Workload filter {name!r} is too long: at most {MAX_PATH_DEPTH} segments of "
             f"at most {MAX_SEGMENT} characters"
         )
-    return WorkloadFilter(path, filter_value(text))
+    value = filter_value(text)
+    surrogate = lone_surrogate(value) if isinstance(value, str) else None
+    if surrogate is not None:  # a JSON "\ud800": no stored metadata can hold it
+        raise ValidationError(
+            f"Workload filter {name!r} holds a lone surrogate ({surrogate}), "
+            "which is not Unicode text"
+        )
+    return WorkloadFilter(path, value)
 
 
 _INSPECTED_FACTS = (*SEARCH_FACTS, WORLD_SIZE_FACT)
