@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -338,3 +339,36 @@ def test_the_description_serves_generated_clients(http: TestClient) -> None:
         p for p in paths["/api/v1/tracesets"]["get"]["parameters"] if p["name"] == "status"
     )
     assert {"processing", "metadata_failed"} <= set(status["schema"]["enum"])
+
+
+def test_every_405_names_the_methods_the_path_allows(
+    both: tuple[TestClient, TestClient], admin_token: str
+) -> None:
+    """RFC 9110: a 405 carries Allow. Fourteen did not (schemathesis ST204), and where two
+    routes share a path the router's own header named only the first one's method."""
+    for http in both:
+        http.headers["Authorization"] = f"Bearer {admin_token}"
+        document = http.get("/openapi.json").json()
+        pages: dict[str, dict[str, Any]] = {
+            "/": {"get": {}, "head": {}},
+            "/docs": {"get": {}},
+            "/redoc": {"get": {}},
+        }
+        paths = {**document["paths"], **pages}
+        for path in paths:
+            concrete = re.sub(r"\{[^}]+\}", "x", path)
+            # Every template the path matches (upload-url is also a traceset id to the router).
+            documented = {
+                method.upper()
+                for template, operations in paths.items()
+                if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), concrete)
+                for method in operations
+            }
+            for method in {"TRACE", "PATCH", "PUT", "DELETE", "POST"} - documented:
+                response = http.request(method, concrete)
+                assert response.status_code == 405, (method, path, response.text)
+                assert_envelope(response, 405, "METHOD_NOT_ALLOWED")
+                allowed = set(response.headers["allow"].split(", "))
+                assert allowed == documented, (method, path, allowed)
+        answer = http.request("TRACE", "/static/app.js")
+        assert answer.status_code == 405 and answer.headers["allow"] == "GET, HEAD"
