@@ -76,18 +76,24 @@ def _documented(page: HTMLResponse, *, inline_styles: bool = False) -> HTMLRespo
     return HTMLResponse(text, headers=docs_headers(text, inline_styles=inline_styles))
 
 
+def _urls(request: Request) -> tuple[FastAPI, str, str]:
+    """The app, its description's URL and its viewers' files' URL, under the root path."""
+    app: FastAPI = request.app
+    root = request.scope.get("root_path", "")
+    return app, f"{root}{app.openapi_url}", f"{root}{DOCS_ASSETS}"
+
+
 @router.get(DOCS_URL, response_class=HTMLResponse)
 def swagger_ui(request: Request) -> HTMLResponse:
     """Swagger UI on the OpenAPI description."""
-    app: FastAPI = request.app
-    root = request.scope.get("root_path", "")
+    app, description, assets = _urls(request)
     page = get_swagger_ui_html(
-        openapi_url=f"{root}{app.openapi_url}",
+        openapi_url=description,
         title=f"{app.title} - Swagger UI",
-        oauth2_redirect_url=f"{root}{OAUTH2_REDIRECT}",
-        swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
-        swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
-        swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+        oauth2_redirect_url=request.scope.get("root_path", "") + OAUTH2_REDIRECT,
+        swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+        swagger_css_url=f"{assets}/swagger-ui.css",
+        swagger_favicon_url=f"{assets}/favicon.png",
         swagger_ui_parameters=app.swagger_ui_parameters,
     )
     return _documented(page)
@@ -102,13 +108,12 @@ def swagger_ui_redirect() -> HTMLResponse:
 @router.get(REDOC_URL, response_class=HTMLResponse)
 def redoc(request: Request) -> HTMLResponse:
     """ReDoc on the OpenAPI description."""
-    app: FastAPI = request.app
-    root = request.scope.get("root_path", "")
+    app, description, assets = _urls(request)
     page = get_redoc_html(
-        openapi_url=f"{root}{app.openapi_url}",
+        openapi_url=description,
         title=f"{app.title} - ReDoc",
-        redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
-        redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+        redoc_js_url=f"{assets}/redoc.standalone.js",
+        redoc_favicon_url=f"{assets}/favicon.png",
         with_google_fonts=False,
     )
     return _documented(page, inline_styles=True)
