@@ -9,11 +9,16 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
-from tests.uploading import UPLOAD_URL
+from tests.uploading import COMPLETE_URL, UPLOAD_URL, raw_post
 from tracestore.errors import ERRORS_BY_CODE
+from tracestore.schemas import MAX_NAME_BYTES, NAME_PATTERN, file_name_problem
 from tracestore.server.app import create_app
+from tracestore.server.listing import BAD_CURSOR
+from tracestore.server.listing_query import CURSOR_PATTERN
 from tracestore.server.services import Services
 from tracestore.server.settings import Settings
 
@@ -188,6 +193,39 @@ def test_bad_file_names_are_refused_naming_the_file(
     body = {"name": "x", "files": [{"name": name, "size": 1, "role": "supporting"}]}
     error = assert_envelope(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
     assert problem in error["message"]
+    assert not re.fullmatch(NAME_PATTERN, name) or len(name) > MAX_NAME_BYTES  # described
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(NAME_PATTERN, fullmatch=True).filter(lambda n: len(n) <= MAX_NAME_BYTES))
+def test_every_name_the_description_allows_is_a_good_file_name(name: str) -> None:
+    """The OpenAPI description's pattern and maxLength for a file name are the rule itself
+    (schemathesis ST202 sent names the description allowed and the route refused)."""
+    assert file_name_problem(name) is None
+
+
+def test_integral_numbers_are_integers_as_the_description_says(http: TestClient) -> None:
+    """JSON Schema's integer is any whole number: 1.0 and 1e1 are integers (a partNumber of
+    1.0 was refused, schemathesis ST202)."""
+    body = '{"name":"x","ttlDays":7.0,"files":[{"name":"a","size":1e1,"role":"supporting"}]}'
+    assert raw_post(http, UPLOAD_URL, body).status_code == 200
+    done = '{"uploadId":"upload_x","files":[{"name":"a","parts":[{"partNumber":1.0,"etag":"e"}]}]}'
+    assert_envelope(raw_post(http, COMPLETE_URL, done), 404, "NOT_FOUND")
+    half = done.replace("1.0", "1.5")
+    message = assert_envelope(raw_post(http, COMPLETE_URL, half), 400, "VALIDATION_ERROR")
+    assert message["message"].startswith("files[0].parts[0].partNumber")
+
+
+@pytest.mark.parametrize("route", ["/api/v1/tracesets", "/api/v1/libraries"])
+def test_a_cursor_not_of_the_described_form_is_told_apart_from_a_forged_one(
+    http: TestClient, route: str
+) -> None:
+    for text in ("", "abc", "a.b.c", "a b.c"):
+        assert not re.fullmatch(CURSOR_PATTERN, text)
+        error = assert_envelope(http.get(route, params={"next": text}), 400, "VALIDATION_ERROR")
+        assert error["message"] == "next must be a cursor from pagination.nextCursor"
+    forged = assert_envelope(http.get(route, params={"next": "YQ.Yg"}), 400, "VALIDATION_ERROR")
+    assert forged["message"] == BAD_CURSOR
 
 
 def test_good_file_names_are_accepted(http: TestClient) -> None:

@@ -14,7 +14,12 @@ documented as models of ``tracestore.schemas`` (docs/client.md).
 from __future__ import annotations
 
 from tracestore.schemas.admin import ApiToken, NewApiToken, Tenant, User, Workspace
-from tracestore.schemas.filenames import MAX_NAME_BYTES, file_name_problem, name_collision
+from tracestore.schemas.filenames import (
+    MAX_NAME_BYTES,
+    NAME_PATTERN,
+    file_name_problem,
+    name_collision,
+)
 from tracestore.schemas.libraries import (
     Library,
     LibraryFile,
@@ -56,6 +61,7 @@ from tracestore.schemas.wire import (
     ErrorDetail,
     ErrorEnvelope,
     Health,
+    Integer,
     MetadataStatus,
     Pagination,
     RequestModel,
@@ -83,6 +89,7 @@ from tracestore.schemas.workload import (
 __all__ = [
     "MAX_FILE_SIZE",
     "MAX_NAME_BYTES",
+    "NAME_PATTERN",
     "NOT_UNICODE",
     "ApiToken",
     "CompleteRequest",
@@ -94,6 +101,7 @@ __all__ = [
     "FileResponse",
     "FileUploadUrls",
     "Health",
+    "Integer",
     "Library",
     "LibraryFile",
     "LibraryItem",

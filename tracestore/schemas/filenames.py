@@ -11,6 +11,11 @@ from tracestore.schemas.wire import lone_surrogate
 
 MAX_NAME_BYTES = 1024
 _SEGMENT = re.compile(r"[A-Za-z0-9._+=@-]+")
+# What file_name_problem accepts, as the OpenAPI description gives it (with a maxLength of
+# MAX_NAME_BYTES: the characters are ASCII): segments of those characters, none "." or "..".
+_CHAR, _NOT_DOT = "[A-Za-z0-9._+=@-]", "[A-Za-z0-9_+=@-]"
+_PART = rf"(?:{_NOT_DOT}{_CHAR}*|\.{_NOT_DOT}{_CHAR}*|\.\.{_CHAR}+)"
+NAME_PATTERN = rf"^{_PART}(?:/{_PART})*$"
 
 
 def file_name_problem(name: str) -> str | None:

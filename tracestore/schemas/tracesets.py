@@ -145,6 +145,7 @@ class PromoteRequest(RequestModel):
 
     target: Text = Field(
         default="tenant",
+        json_schema_extra={"enum": ["tenant", "public"]},  # promotion words a bad one
         description="The scope to promote to, one step up: `tenant` (the default) from "
         "`workspace`, `public` from `tenant` (needs a tenant admin)",
     )

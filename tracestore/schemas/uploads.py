@@ -8,8 +8,21 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from tracestore.schemas.filenames import file_name_problem, name_collision
-from tracestore.schemas.wire import RequestModel, Role, Text, Timestamp, WireModel, without_nul
+from tracestore.schemas.filenames import (
+    MAX_NAME_BYTES,
+    NAME_PATTERN,
+    file_name_problem,
+    name_collision,
+)
+from tracestore.schemas.wire import (
+    Integer,
+    RequestModel,
+    Role,
+    Text,
+    Timestamp,
+    WireModel,
+    without_nul,
+)
 from tracestore.schemas.workload import MetadataField
 
 MAX_FILE_SIZE = 5 * 1024**4  # 5 TiB, as S3
@@ -25,8 +38,12 @@ def sha256_hex(value: str | None) -> str | None:
 class UploadFileSpec(RequestModel):
     """One file of an upload."""
 
-    name: Text = Field(description="Relative POSIX path, 1–1,024 bytes")
-    size: int = Field(ge=0, le=MAX_FILE_SIZE, description="Size in bytes")
+    # The pattern and length are the description's (file_name_problem words what breaks them).
+    name: Text = Field(
+        description="Relative POSIX path, 1–1,024 bytes",
+        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": MAX_NAME_BYTES},
+    )
+    size: Integer = Field(ge=0, le=MAX_FILE_SIZE, description="Size in bytes")
     role: Role
     content_type: Text | None = Field(default=None, max_length=255)
     sha256: Text | None = Field(
@@ -53,7 +70,7 @@ class TracesetUploadUrlRequest(RequestModel):
         default_factory=list, max_length=64
     )
     workspace_id: Text | None = None
-    ttl_days: int | None = Field(default=None, ge=1, le=365)
+    ttl_days: Integer | None = Field(default=None, ge=1, le=365)
     # At least one file, checked by the validator to word it as the reference does.
     files: list[UploadFileSpec] = Field(json_schema_extra={"minItems": 1})
     workload_metadata: MetadataField = None
@@ -117,7 +134,7 @@ class UploadSessionResponse(UploadUrlResponse):
 
 
 class CompletedPart(RequestModel):
-    part_number: int = Field(ge=1)
+    part_number: Integer = Field(ge=1)
     etag: Text = Field(min_length=1)
 
 

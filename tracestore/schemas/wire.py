@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -104,6 +105,17 @@ def _unicode_text(value: str) -> str:
 # Every string member of a request body: a lone surrogate is refused naming the member
 # (it reached the database's driver or the error's encoder, a 500).
 Text = Annotated[str, AfterValidator(_unicode_text)]
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema's integer is a number whose value is whole: 5.0 and 5e0 are integers too.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer member of a request body, as the OpenAPI description's "integer" means it.
+Integer = Annotated[int, BeforeValidator(_integral)]
 
 
 class Pagination(WireModel):

@@ -30,6 +30,12 @@ from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
 from tracestore.schemas import lone_surrogate
 
+# A cursor's form (``listing.encode_cursor``): its payload and signature, each base64url. The
+# OpenAPI description gives it; a cursor of this form that the service did not sign is
+# refused with listing.BAD_CURSOR.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+CURSOR_FORM = re.compile(CURSOR_PATTERN)
+
 # The reference's six status values. tracestore never sets processing or metadata_failed
 # (inspection runs after ready and never fails a traceset), so those two match nothing.
 STATUSES = ("uploading", "processing", "ready", "upload_failed", "metadata_failed", "deleted")
@@ -276,7 +282,7 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
                 raise ValidationError("workspaceId must not be empty")
             values["workspace_id"] = text
         elif name == "next":
-            if not text:
+            if not CURSOR_FORM.fullmatch(text):
                 raise ValidationError("next must be a cursor from pagination.nextCursor")
             values["cursor"] = text
         else:  # search; an empty one matches every name

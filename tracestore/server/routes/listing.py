@@ -10,6 +10,7 @@ from tracestore.server.auth import Principal
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing_query import (
+    CURSOR_PATTERN,
     DEFAULT_LIMIT,
     MAX_LIMIT,
     MAX_WORKLOAD_FILTERS,
@@ -27,7 +28,7 @@ router = APIRouter(prefix="/api/v1")
 _PARAMETERS = [
     _parameter(
         "workspaceId",
-        {"type": "string"},
+        {"type": "string", "minLength": 1},
         "Only this workspace's tracesets plus the tenant and public ones (must be a member)",
     ),
     _parameter(
@@ -50,7 +51,7 @@ _PARAMETERS = [
     ),
     _parameter(
         "next",
-        {"type": "string"},
+        {"type": "string", "pattern": CURSOR_PATTERN},
         "pagination.nextCursor of the previous page, with the same sort and filters",
     ),
     _parameter("createdAfter", {"type": "string", "format": "date-time"}, "Inclusive"),
