@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from tracestore.schemas.wire import (
+    NUL_FREE,
     MetadataStatus,
     Pagination,
     RequestModel,
@@ -155,11 +156,14 @@ class PromoteRequest(RequestModel):
         "promotion succeeds; checked by promotion's typed model and rank-count guard",
     )
     description: Text | None = Field(
-        default=None, max_length=4096, description="Replaces the description on success"
+        default=None,
+        max_length=4096,
+        description="Replaces the description on success",
+        json_schema_extra=NUL_FREE,
     )
-    tags: list[Annotated[Text, Field(min_length=1, max_length=64)]] | None = Field(
-        default=None, max_length=64, description="Replace the tags on success"
-    )
+    tags: (
+        list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] | None
+    ) = Field(default=None, max_length=64, description="Replace the tags on success")
 
     _texts_without_nul = field_validator("description", "tags")(without_nul)
 

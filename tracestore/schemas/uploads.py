@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from tracestore.schemas.filenames import (
     MAX_NAME_BYTES,
@@ -15,12 +15,15 @@ from tracestore.schemas.filenames import (
     name_collision,
 )
 from tracestore.schemas.wire import (
+    NUL_FREE,
+    SHA256_HEX,
     Integer,
     RequestModel,
     Role,
     Text,
     Timestamp,
     WireModel,
+    integral,
     without_nul,
 )
 from tracestore.schemas.workload import MetadataField
@@ -47,7 +50,9 @@ class UploadFileSpec(RequestModel):
     role: Role
     content_type: Text | None = Field(default=None, max_length=255)
     sha256: Text | None = Field(
-        default=None, description="Hex SHA-256 of the file; completion verifies it"
+        default=None,
+        description="Hex SHA-256 of the file; completion verifies it",
+        json_schema_extra=SHA256_HEX,
     )
 
     @field_validator("name")
@@ -64,13 +69,14 @@ class UploadFileSpec(RequestModel):
 class TracesetUploadUrlRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url``."""
 
-    name: Text = Field(min_length=1, max_length=255)
-    description: Text | None = Field(default=None, max_length=4096)
-    tags: list[Annotated[Text, Field(min_length=1, max_length=64)]] = Field(
-        default_factory=list, max_length=64
+    name: Text = Field(min_length=1, max_length=255, json_schema_extra=NUL_FREE)
+    description: Text | None = Field(default=None, max_length=4096, json_schema_extra=NUL_FREE)
+    tags: list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] = (
+        Field(default_factory=list, max_length=64)
     )
     workspace_id: Text | None = None
-    ttl_days: Integer | None = Field(default=None, ge=1, le=365)
+    # Bounds before the validator: inside the union, pydantic would describe them as ge/le.
+    ttl_days: Annotated[int, Field(ge=1, le=365), BeforeValidator(integral)] | None = None
     # At least one file, checked by the validator to word it as the reference does.
     files: list[UploadFileSpec] = Field(json_schema_extra={"minItems": 1})
     workload_metadata: MetadataField = None
@@ -145,6 +151,7 @@ class CompletedFileInput(RequestModel):
         default=None,
         description="Hex SHA-256 of the file, when the client hashed it while sending; "
         "completion verifies it",
+        json_schema_extra=SHA256_HEX,
     )
 
     _sha256_is_hex = field_validator("sha256")(sha256_hex)

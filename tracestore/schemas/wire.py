@@ -14,6 +14,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     PlainSerializer,
     ValidationInfo,
     WithJsonSchema,
@@ -107,15 +108,20 @@ def _unicode_text(value: str) -> str:
 Text = Annotated[str, AfterValidator(_unicode_text)]
 
 
-def _integral(value: Any) -> Any:
-    # JSON Schema's integer is a number whose value is whole: 5.0 and 5e0 are integers too.
+def integral(value: Any) -> Any:
+    """A whole float as an int: JSON Schema's integer is any whole number (5.0, 5e0)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
 
 
 # An integer member of a request body, as the OpenAPI description's "integer" means it.
-Integer = Annotated[int, BeforeValidator(_integral)]
+Integer = Annotated[int, BeforeValidator(integral)]
+
+
+# The description of a stored text member: without_nul refuses a U+0000 in it.
+NUL_FREE: dict[str, JsonValue] = {"pattern": "^[^\\x00]*$"}
+SHA256_HEX: dict[str, JsonValue] = {"pattern": "^[0-9a-fA-F]{64}$"}
 
 
 class Pagination(WireModel):

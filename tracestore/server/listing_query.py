@@ -132,6 +132,13 @@ class ListQuery:
         }
 
 
+def sort_pattern(fields: tuple[str, ...] = SORT_FIELDS) -> str:
+    """What ``parse_sort`` reads, as the OpenAPI description's pattern: a comma list of
+    fields, each with an optional ``:asc`` or ``:desc`` (any case)."""
+    part = rf"\s*(?:{'|'.join(fields)})(?:\s*|:\s*(?:[aA][sS][cC]|[dD][eE][sS][cC])?\s*)"
+    return rf"^{part}(?:,{part})*$"
+
+
 def parse_sort(text: str, fields: tuple[str, ...] = SORT_FIELDS) -> tuple[SortKey, ...]:
     """``created:desc,name:asc`` → sort keys of ``fields``; the direction defaults to ``asc``."""
     keys: list[SortKey] = []

@@ -16,7 +16,13 @@ from tracestore.server.deps import (
     error_responses,
     query_parameter,
 )
-from tracestore.server.listing_query import CURSOR_PATTERN, DEFAULT_LIMIT, MAX_LIMIT, SCOPES
+from tracestore.server.listing_query import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    SCOPES,
+    sort_pattern,
+)
 from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1", tags=["libraries"])
@@ -39,7 +45,11 @@ _PARAMETERS = [
     ),
     query_parameter(
         "sort",
-        {"type": "string", "default": "created:desc"},
+        {
+            "type": "string",
+            "default": "created:desc",
+            "pattern": sort_pattern(libraries.SORT_FIELDS),
+        },
         f"Comma list of field:direction (asc, desc); fields {', '.join(libraries.SORT_FIELDS)}",
     ),
     query_parameter(
