@@ -500,3 +500,16 @@ def test_a_local_file_name_of_bytes_that_are_not_utf8_is_refused_by_the_client(
     name = os.fsdecode(b"rank\xff.json")  # what the file system gives: a lone surrogate
     problem = schemas.file_name_problem(name)
     assert problem == "is not Unicode text: it holds a lone surrogate (U+DCFF)"
+
+
+@pytest.mark.parametrize(
+    "value", [b"bytes=abc", b"items=0-1", b"bytes=", b"bytes=5-2", b"bytes=\xed\xa0\x80", b"x"]
+)
+def test_a_range_that_is_not_one_is_ignored(http: TestClient, value: bytes) -> None:
+    """RFC 9110: a Range the server cannot use is ignored (the whole blob), not answered
+    with a plain-text 400 outside the envelope."""
+    done = upload(http, SUPPORTING)
+    url = http.get(f"/api/v1/tracesets/{done['id']}/download", params={"file": "a.bin"})
+    response = http.get(url.json()["url"], headers={"Range": value})
+    assert response.status_code == 200
+    assert response.content == SUPPORTING["a.bin"][0]
