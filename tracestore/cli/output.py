@@ -106,8 +106,17 @@ def error_lines(exc: TracestoreError, url: str | None = None) -> list[str]:
 
 
 def echo_json(value: Any) -> None:
-    """JSON on stdout; workloadMetadata numbers as the service stored them."""
-    click.echo(jsontext.dumps(value))
+    """JSON on stdout; workloadMetadata numbers as the service stored them. A lone surrogate
+    (a trace file's ``"\\ud800"``, a local name of bytes that are not UTF-8) is written as
+    its JSON escape: the same string to any JSON reader, where no stream could write it."""
+    click.echo(_LONE_SURROGATE.sub(_json_escape, jsontext.dumps(value)))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def wire(model: schemas.WireModel | schemas.SnakeWireModel) -> Any:
