@@ -476,12 +476,27 @@ def test_a_workload_filter_of_a_lone_surrogate_is_a_validation_error(http: TestC
     assert message.startswith("Workload filter 'label' holds a lone surrogate (U+D800)")
 
 
-def test_metadata_holding_a_lone_surrogate_is_refused_naming_it(http: TestClient) -> None:
-    for where in (f'{{"note":"{LONE}"}}', f'{{"{LONE}":1}}'):
-        body = f'{{"name":"a","files":[{_FILE}],"workloadMetadata":{where}}}'
-        message = assert_envelope(raw_post(http, UPLOAD_URL, body), 400, "VALIDATION_ERROR")
-        assert message["message"].startswith("workloadMetadata cannot be serialized as JSON")
-        assert "\\ud800" in message["message"]
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        (f'{{"note":"{LONE}"}}', "workloadMetadata.note holds a lone surrogate (U+D800)"),
+        (f'{{"a":[1,{{"{LONE}":1}}]}}', "workloadMetadata.a[1] has a member name holding a lone"),
+        (f'{{"ok":"\\ud83d\\ude00","b":{{"c":"x{LONE}"}}}}', "workloadMetadata.b.c holds a"),
+    ],
+)
+def test_metadata_holding_a_lone_surrogate_is_refused_naming_the_member(
+    http: TestClient, where: str, message: str
+) -> None:
+    """Stored exactly, it could not be read back as UTF-8 text: refused, at upload (400) and
+    at promotion (422), naming the member (it said \"'utf-8' codec can't encode character
+    '\\ud800' in position 12\")."""
+    body = f'{{"name":"a","files":[{_FILE}],"workloadMetadata":{where}}}'
+    error = assert_envelope(raw_post(http, UPLOAD_URL, body), 400, "VALIDATION_ERROR")
+    assert error["message"].startswith(message), error
+    done = upload(http, SUPPORTING)
+    promote = f"/api/v1/tracesets/{done['id']}/promote"
+    refused = raw_post(http, promote, f'{{"workloadMetadata":{where}}}')
+    assert assert_envelope(refused, 422, "UNPROCESSABLE_ENTITY")["message"].startswith(message)
 
 
 def test_an_error_quoting_a_lone_surrogate_is_answered_escaped(

@@ -13,6 +13,7 @@ documented as models of ``tracestore.schemas`` (docs/client.md).
 
 from __future__ import annotations
 
+from tracestore.jsontext import lone_surrogate
 from tracestore.schemas.admin import ApiToken, NewApiToken, Tenant, User, Workspace
 from tracestore.schemas.filenames import (
     MAX_NAME_BYTES,
@@ -73,7 +74,6 @@ from tracestore.schemas.wire import (
     Timestamp,
     WireModel,
     format_timestamp,
-    lone_surrogate,
     without_nul,
 )
 from tracestore.schemas.workload import (

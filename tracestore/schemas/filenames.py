@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tracestore.schemas.wire import lone_surrogate
+from tracestore.jsontext import lone_surrogate
 
 MAX_NAME_BYTES = 1024
 _SEGMENT = re.compile(r"[A-Za-z0-9._+=@-]+")

@@ -22,6 +22,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from tracestore.jsontext import lone_surrogate
+
 Role = Literal["primary", "supporting"]
 Status = Literal["uploading", "ready", "upload_failed", "deleted"]
 Scope = Literal["workspace", "tenant", "public"]
@@ -73,19 +75,6 @@ def without_nul(value: Any, info: ValidationInfo) -> Any:
             f"{info.field_name} contains a NUL character (U+0000), which is not allowed"
         )
     return value
-
-
-def lone_surrogate(text: str) -> str | None:
-    """The first lone surrogate in ``text`` (``U+D800``), or None when it is Unicode text.
-    JSON's ``"\\ud800"`` escape decodes to one; no UTF-8 text, database or JSON reader of
-    the answers can hold it."""
-    if text.isascii():
-        return None
-    try:
-        text.encode()
-    except UnicodeEncodeError as exc:
-        return f"U+{ord(text[exc.start]):04X}"
-    return None
 
 
 # The pydantic error type of a string holding a lone surrogate (``validation`` words it).
