@@ -10,9 +10,10 @@ if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
 stamp=".venv/.installed-$extras"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[$extras]"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+    # constraints.txt holds the versions CI ran (scripts/lock.sh moves it forward).
+    .venv/bin/python -m pip install --quiet -c constraints.txt --upgrade pip
+    .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[$extras]"
     touch "$stamp"
 fi
 # Where PYTHONDONTWRITEBYTECODE is set (this machine kind sets it), an editable install's

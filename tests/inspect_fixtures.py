@@ -9,8 +9,10 @@ benchmark can write gigabytes by repeating one block.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
 
@@ -18,6 +20,33 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTDATA = REPO_ROOT / "tests" / "data"
 
 InfoAt = Literal["head", "tail", "none"]
+
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child would
+# report the parent's peak.
+_CHILD = """
+import json, re, sys
+from pathlib import Path
+from tracestore.inspect import inspect_path
+result = inspect_path(sys.argv[1])
+status = Path("/proc/self/status").read_text()
+peak_mib = int(re.search(r"VmHWM:\\s+(\\d+) kB", status)[1]) / 1024
+print(json.dumps({"peakMib": peak_mib, "inspection": result.to_json()}))
+"""
+
+
+def inspect_in_child(path: Path, timeout: float) -> dict[str, Any]:
+    """Inspect ``path`` in a child process of its own (bounded by ``timeout`` seconds):
+    ``{"inspection": its JSON, "peakMib": the child's peak RSS}``."""
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    )
+    return dict(json.loads(child.stdout))
+
 
 BASE_TS = 1694128201426556
 
@@ -134,6 +163,19 @@ def kineto_trace(
     return head + b",\n".join([block] * blocks) + tail
 
 
+def kineto_with_devices(count: int) -> tuple[bytes, list[str]]:
+    """A Kineto trace whose ``deviceProperties`` names ``count`` distinct devices (and repeats
+    the first, padded), as a hostile file would; the trace and the names."""
+    names = [f"GPU {i:05d}" for i in range(count)]
+    devices = [{"id": i, "name": name} for i, name in enumerate(names)]
+    devices.append({"id": count, "name": f"  {names[0]} "})
+    listed = '"deviceProperties": ' + json.dumps(devices, separators=(",", ":"))
+    data = kineto_trace(0, 1).decode()
+    data = data.replace('"deviceProperties": [\n    {"id": 0, "name": "Tesla V100"}\n  ]', listed)
+    assert listed in data
+    return data.encode(), names
+
+
 CommRows = list[list[object]]
 
 
@@ -151,6 +193,22 @@ def comms_values(
     if collective == "wait":
         return [31, ["", ""], rank, "wait", [], [], -1, -1, 1]
     return [*tensors, 31, list(pg), rank, collective, [], [], start, stride, world_size]
+
+
+def old_comms_values(
+    rank: int,
+    collective: str = "allreduce",
+    *,
+    pg_ptr: int = 94251230035200,
+    group_size: int | None = None,
+) -> list[object]:
+    """The ``inputs`` of a record_param_comms node as schema-1.0.1 PyTorch writes them: a
+    group pointer and no group name; seven slots, the eighth (group size) from PyTorch 2.2 on."""
+    tensors: list[object] = [[[1, 2, 0, 4, 2, f"cuda:{rank}"]]]
+    if collective == "wait":
+        tensors = []
+    values = [*tensors, 337, pg_ptr, rank, collective, [], []]
+    return values if group_size is None else [*values, group_size]
 
 
 def execution_trace_with_rows(
@@ -392,6 +450,33 @@ def chakra_converter_block(first_id: int = 1) -> bytes:
         else:
             attrs = {"is_cpu_op": False, "num_ops": 524288, "tensor_size": 2097152, "stream": 7}
             out += delimited(chakra_node(node_id, _KERNEL, 4, attrs, data_deps=(node_id - 1,)))
+    return bytes(out)
+
+
+def chakra_old_converter_calls(calls: list[str], *, gpu: bool = True) -> bytes:
+    """Length-prefixed nodes as Chakra's older PyTorch converter (pytorch2chakra_converter)
+    wrote each collective call: the host ops ``c10d::<op>_`` and ``nccl:<op>`` typed
+    COMM_COLL_NODE without ``comm_type``, a record_param_comms COMP_NODE between them, and
+    (with ``gpu``) the NCCL kernel, a COMM_COLL_NODE with ``comm_type`` and ``comm_size``."""
+    out = bytearray()
+    kernels = {
+        "allreduce": ("all_reduce", "AllReduce", 0),
+        "broadcast": ("broadcast", "Broadcast", 5),
+    }
+    node_id = 10
+    for seq, call in enumerate(calls):
+        op, kernel, comm_type = kernels[call]
+        cpu: Attrs = {"rf_id": node_id, "seq_id": seq, "tid": 1, "is_cpu_op": True}
+        row = f"[[[15, 5, 0, 4, 4, 'cuda:0']], {seq}, ['0', 'default_pg'], 0, '{call}', "
+        row += "[], [], 0, 1, 2]"
+        out += delimited(chakra_node(node_id, f"c10d::{call}_", 7, cpu, deps=(node_id - 1,)))
+        out += delimited(chakra_node(node_id + 1, "record_param_comms", 4, cpu, io_values=row))
+        out += delimited(chakra_node(node_id + 2, f"nccl:{op}", 7, cpu, deps=(node_id + 1,)))
+        if gpu:
+            attrs: Attrs = {"is_cpu_op": False, "comm_type": comm_type, "comm_size": 102760448}
+            name = f"ncclKernel_{kernel}_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+            out += delimited(chakra_node(node_id + 3, name, 7, attrs, data_deps=(node_id + 2,)))
+        node_id += 4
     return bytes(out)
 
 

@@ -94,3 +94,16 @@ def test_the_upload_benchmark_times_the_command_line_against_another_commit(
     assert len(against["this_runs_s"]) == len(against["that_runs_s"]) == 2
     assert "HEAD takes" in out
     assert ("each to its tree's server" in out) is serve
+
+
+@pytest.mark.slow
+def test_the_analysis_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
+    # Every contender once on a 2 MiB file, HTA included; the big-file step with a tiny one.
+    out = run_tiny(
+        "analysis.py",
+        tmp_path,
+        *("--size-mib", "2", "--rounds", "1", "--big-gib", "0.004", "--no-targets"),
+        *("--dir", str(tmp_path)),
+    )
+    for line in ("tracestore analyze", "json.load", "HTA", "speed vs HTA ≥ 10×", "4 MiB file"):
+        assert line in out, out

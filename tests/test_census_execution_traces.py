@@ -12,6 +12,7 @@ from tests.inspect_fixtures import (
     comms_values,
     execution_trace_with_rows,
     kineto_trace,
+    old_comms_values,
 )
 from tracestore.inspect import FileInspection, RankRange, inspect_file, inspect_path, rank_census
 
@@ -43,6 +44,25 @@ def test_complete_eight_rank_et_set(tmp_path: Path) -> None:
         paths.append(path)
     census, _ = census_of(paths, 8)
     assert census.ranks_found == tuple(range(8)) and census.rank_count_matches.passed
+
+
+def test_complete_eight_rank_set_of_seven_slot_rows(tmp_path: Path) -> None:
+    # Schema 1.0.1 as PyTorch 2.0/2.1 wrote it: [tensors, seq, pg_ptr, rank, collective,
+    # in_split, out_split], the group pointer differing by process, no group size.
+    paths = []
+    for rank in range(8):
+        rows = [old_comms_values(rank, pg_ptr=94251230035200 + 4096 * rank)] * 2
+        rows.append(old_comms_values(rank, "wait"))
+        path = tmp_path / f"megatron_et_{rank}.json"
+        path.write_bytes(execution_trace_with_rows(rows, old_layout=True, pid=2590092 + rank))
+        paths.append(path)
+    census, files = census_of(paths, 8)
+    assert [files[p.name].rank for p in paths] == list(range(8))
+    assert census.ranks_found == tuple(range(8)) and census.unranked_files == ()
+    assert census.rank_count_matches.passed, census.rank_count_matches.message
+    undeclared, _ = census_of(paths, None)
+    assert (undeclared.expected_rank_count, undeclared.expected_from) == (8, "ranks")
+    assert undeclared.rank_count_matches.passed, undeclared.rank_count_matches.message
 
 
 # --- Kineto and execution-trace halves -----------------------------------------------------

@@ -11,6 +11,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,13 @@ from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
 from tests.conftest import TESTDATA, FakeClock
+from tests.httpserver import serving
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
 from tracestore.cli.output import NEXT_STEPS, with_url
-from tracestore.client import Client
-from tracestore.errors import ERRORS_BY_CODE
+from tracestore.client import Client, RetryPolicy
+from tracestore.client.transfers import RetryWait
+from tracestore.errors import ERRORS_BY_CODE, NetworkError
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
@@ -200,18 +203,86 @@ def test_the_local_service_and_its_admin_token_are_found_in_the_data_dir(
     assert stale.exit_code == 2 and "is not running" in stale.stderr
 
 
-def test_network_error_says_it_waits_then_exits_1() -> None:
+def test_a_url_where_nothing_answers_fails_within_seconds_naming_what_to_check() -> None:
+    # Issue 43, 5: ten "Waiting for the service" lines and 62 s for a wrong port.
     started = time.monotonic()
+    result = CliRunner().invoke(main, ["ls", "--url", "http://127.0.0.1:9", "--token", "t"])
+    assert result.exit_code == 1
+    assert time.monotonic() - started < 5
+    assert "Waiting for the service" not in result.stderr
+    error = result.stderr.splitlines()[0]
+    assert error.startswith("Error: Cannot reach http://127.0.0.1:9"), result.stderr
+    assert "nothing has answered at http://127.0.0.1:9" in error
+    assert NEXT_STEPS["NETWORK_ERROR"] in result.stderr
+
+
+def test_a_service_that_answered_and_went_away_is_waited_for(tmp_path: Path) -> None:
+    # A restart of a service that was answering is waited out with the long patience,
+    # saying so; a few seconds would fail uploads through every restart.
+    answered: list[str] = []
+
+    class Once(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            answered.append(self.path)
+            page = {"items": [], "pagination": {"count": 0, "hasMore": False, "nextCursor": None}}
+            body = json.dumps(page).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    waits: list[RetryWait] = []
+    with serving(Once) as url:
+        client = Client(url, "t", retry=RetryPolicy(patience=6.0, on_wait=waits.append))
+        assert list(client.list_tracesets()) == []
+    started = time.monotonic()
+    with client, pytest.raises(NetworkError):
+        list(client.list_tracesets())
+    assert time.monotonic() - started >= 6.0 > RetryPolicy.unreached_patience
+    assert waits and all(wait.reached for wait in waits)
+    assert answered == ["/api/v1/tracesets"]
+
+
+def test_the_local_service_recorded_running_is_waited_for_while_it_restarts(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The data directory's `tracestore serve` is alive but not listening yet (a restart):
+    # the command waits for it, saying so, as long as for a service that answered.
+    data_dir = services.settings.data_dir
+    monkeypatch.setenv("TRACESTORE_DATA_DIR", str(data_dir))
+    record_service(data_dir, "http://127.0.0.1:9")
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["ls"], env={"TRACESTORE_RETRY_SECONDS": "4.5"})
+    assert result.exit_code == 1
+    assert time.monotonic() - started >= 4.5 > RetryPolicy.unreached_patience
+    assert "Waiting for the service (Cannot reach http://127.0.0.1:9" in result.stderr
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "localhost", "ftp://host", "http://"])
+def test_a_url_that_cannot_name_a_service_is_a_usage_error_at_once(url: str) -> None:
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["ls", "--url", url, "--token", "t"])
+    assert result.exit_code == 2, result.output
+    assert time.monotonic() - started < 2
+    assert "must start with http:// or https://" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_url_given_with_the_api_prefix_reaches_the_api(
+    app_http: TestClient, admin_token: str
+) -> None:
+    # Issue 43, 9: --url http://host:8000/api/v1 asked for /api/v1/api/v1/tracesets.
     result = CliRunner().invoke(
         main,
-        ["ls", "--url", "http://127.0.0.1:9", "--token", "t"],
-        env={"TRACESTORE_RETRY_SECONDS": "1.5"},
+        ["ls", "--url", "http://testserver/api/v1/", "--token", admin_token],
+        obj={"http": app_http},
     )
-    assert result.exit_code == 1
-    assert time.monotonic() - started >= 1.5  # it kept trying, as through a restart
-    assert "Waiting for the service (Cannot reach http://127.0.0.1:9" in result.stderr
-    assert "Cannot reach http://127.0.0.1:9" in result.stderr.splitlines()[-2]
-    assert NEXT_STEPS["NETWORK_ERROR"] in result.stderr
+    assert result.exit_code == 0, result.output
 
 
 def test_a_retry_budget_that_is_not_a_number_is_a_usage_error() -> None:
@@ -503,3 +574,16 @@ def test_an_error_message_prints_its_control_characters_escaped(run: Any) -> Non
     assert result.exit_code == 1
     assert not OBEYED.search(result.output), result.output
     assert result.stderr.splitlines()[0] == f"Error: Traceset 'ts_{HOSTILE_SHOWN}' not found"
+
+
+def test_the_python_client_on_a_url_where_nothing_answers_fails_within_seconds() -> None:
+    # Issue 43, 5: the Client waited 65 s in silence.
+    waits: list[RetryWait] = []
+    started = time.monotonic()
+    with (
+        Client("http://127.0.0.1:9", "t", retry=RetryPolicy(on_wait=waits.append)) as client,
+        pytest.raises(NetworkError, match=re.escape("nothing has answered at http://127.0.0.1:9")),
+    ):
+        client.get_traceset("ts_x")
+    assert time.monotonic() - started < 5
+    assert waits and not any(wait.reached for wait in waits)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import crafted
 from tests.ports import free_port
 from tests.test_e2e_serve import MIB, Served, make_traces, serving
 from tracestore.client import Client, RetryPolicy
@@ -128,6 +129,18 @@ def _upload_through_client(served: Served, upload: Upload, delay: float) -> str:
     return traceset.id
 
 
+def _hostile_files() -> dict[str, bytes]:
+    """Issue 41's crafted traces, small: a bzip2 ZIP bomb, a zstd bomb, an archive of many
+    members, an event time past a double, a rank past 64 bits."""
+    return {
+        "bomb.zip": crafted.zip_bomb("bzip2", 64 * MIB),
+        "rank9.json.zst": crafted.stream_bomb("zstd", 64 * MIB),
+        "many.tar.gz": crafted.many_members_tar_gz(2_000),
+        "far.json": crafted.nonfinite_kineto(),
+        "huge.json": crafted.huge_rank_kineto(),
+    }
+
+
 def _new_uploads(tmp_path: Path, rng: random.Random, first: int) -> list[Upload]:
     uploads = []
     for number in range(first, first + UPLOADS_PER_ROUND):
@@ -136,6 +149,10 @@ def _new_uploads(tmp_path: Path, rng: random.Random, first: int) -> list[Upload]
             sizes.append(rng.randrange(5 * MIB, 12 * MIB))
         directory = tmp_path / f"traces-{number}"
         files = make_traces(directory, sizes)
+        if number == first:  # each round, one upload carries the hostile traces too
+            for name, data in _hostile_files().items():
+                (directory / name).write_bytes(data)
+                files[name] = data
         uploads.append(
             Upload(
                 number=number,
@@ -265,6 +282,10 @@ def _assert_store_consistent(data_dir: Path) -> set[str]:
     return {upload_id for upload_id in left if upload_id not in states}
 
 
+def _no_constant(name: str) -> object:
+    raise AssertionError(f"{name} in an answer: not JSON")
+
+
 def _run_round(
     tmp_path: Path,
     data_dir: Path,
@@ -312,6 +333,10 @@ def _run_round(
             traceset = client.get_traceset(traceset_id)
             assert traceset.status == "ready", f"{earlier.name} was lost: {traceset.status}"
             assert {f.name: f.hash for f in traceset.files} == _expected_hashes(earlier)
+        with served.api() as api:  # every answer JSON, whatever its traces held
+            for traceset_id in stored:
+                answer = api.get(f"/api/v1/tracesets/{traceset_id}")
+                json.loads(answer.text, parse_constant=_no_constant)
         time.sleep(1.5)  # past the purge grace
         gc = _cli(served, "gc", "--data-dir", str(data_dir), "--json")
         assert gc.returncode == 0, gc.stderr

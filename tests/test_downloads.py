@@ -6,18 +6,23 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import threading
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 from urllib.parse import parse_qs, urlencode, urlparse
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from tests.conftest import FakeClock
 from tests.uploading import put_parts, request_upload, upload
 from tracestore.server import db
+from tracestore.server.blobs import ContentStore
+from tracestore.server.integrity import VerifiedBlobs
 from tracestore.server.lifecycle import sweep
 from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
@@ -219,7 +224,7 @@ def test_resolve_answers_the_spec_shape_and_real_locations(
 
 
 def test_validate_passes_then_catches_corrupt_and_missing_blobs(
-    http: TestClient, services: Services
+    http: TestClient, services: Services, clock: FakeClock
 ) -> None:
     files = _files()
     ts = upload(http, files, METADATA)
@@ -261,6 +266,7 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
     assert isinstance(store, LocalBlobStore)
     deep = store.root / store.blob_key(_sha(files["ranks/deeper/rank_1.json"][0]))
     deep.write_bytes(b"x" * 1000)  # same size, other bytes
+    clock.advance(seconds=services.settings.reverify_interval.total_seconds())
     body = http.post(_api(ts["id"], "validate")).json()
     assert body["valid"] is False
     integrity = body["checks"][0]
@@ -309,3 +315,111 @@ def test_a_traceset_of_shared_bytes_downloads_whole_while_parts_upload(
 
 def _stamp(moment: Any) -> str:
     return str(moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+
+
+def _counting_reads(services: Services, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The blobs the store opens from now on, in order (the real store still reads them)."""
+    opened: list[str] = []
+    store = services.store
+    real_open = store.open_blob
+
+    def open_blob(sha256: str) -> BinaryIO:
+        opened.append(sha256)
+        return real_open(sha256)
+
+    monkeypatch.setattr(store, "open_blob", open_blob)
+    return opened
+
+
+def test_validates_of_one_traceset_rehash_its_bytes_once_per_interval(
+    http: TestClient, services: Services, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """48 readers looping validate re-hashed 45 GiB in 30 s (issue 41): within the
+    interval a blob is read whole once, however many validate it, at once or in turn."""
+    files = _files()
+    ts = upload(http, files, METADATA)
+    blobs = {_sha(data) for data, _ in files.values()}
+    opened = _counting_reads(services, monkeypatch)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: http.post(_api(ts["id"], "validate")), range(16)))
+    assert [a.status_code for a in answers] == [200] * 16
+    assert all(a.json()["checks"][0]["passed"] for a in answers)
+    assert sorted(opened) == sorted(blobs)  # each once
+    clock.advance(seconds=services.settings.reverify_interval.total_seconds() - 1)
+    integrity = http.post(_api(ts["id"], "validate")).json()["checks"][0]
+    assert integrity["passed"] is True
+    assert "bytes last read whole at" in integrity["message"]
+    assert sorted(opened) == sorted(blobs)
+
+    # Changed in place, the bytes are caught once the interval allows a new read.
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    deep = store.root / store.blob_key(_sha(files["ranks/deeper/rank_1.json"][0]))
+    deep.write_bytes(b"x" * 1000)
+    clock.advance(seconds=1)
+    integrity = http.post(_api(ts["id"], "validate")).json()["checks"][0]
+    assert integrity["passed"] is False
+    assert "'ranks/deeper/rank_1.json': its bytes hash to sha256:" in integrity["message"]
+    assert len(opened) == 2 * len(blobs)
+    # A problem is looked at afresh each time (a restored blob is seen at once).
+    http.post(_api(ts["id"], "validate"))
+    assert len(opened) == 2 * len(blobs) + 1
+
+
+def test_a_blob_removed_within_the_interval_is_missing_at_once(
+    http: TestClient, services: Services
+) -> None:
+    files = _files()
+    ts = upload(http, files, METADATA)
+    assert http.post(_api(ts["id"], "validate")).json()["checks"][0]["passed"] is True
+    store = services.store
+    assert isinstance(store, LocalBlobStore)
+    (store.root / store.blob_key(_sha(files["ranks/deeper/rank_1.json"][0]))).unlink()
+    integrity = http.post(_api(ts["id"], "validate")).json()["checks"][0]
+    assert integrity["passed"] is False
+    assert "'ranks/deeper/rank_1.json': its blob sha256:" in integrity["message"]
+
+
+def test_a_zero_interval_rehashes_at_every_validate(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(services.settings, "reverify_interval", timedelta(0))
+    files = _files()
+    ts = upload(http, files, METADATA)
+    opened = _counting_reads(services, monkeypatch)
+    for _ in range(3):
+        assert http.post(_api(ts["id"], "validate")).json()["checks"][0]["passed"] is True
+    assert len(opened) == 3 * len(files)
+
+
+def test_validates_of_a_blob_being_read_wait_for_that_read(
+    services: Services, clock: FakeClock
+) -> None:
+    """Concurrent asks share the read in flight, even with no interval at all."""
+    data = b"shared bytes" * 1000
+    sha256 = _sha(data)
+    reads: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    class SlowStore:
+        def open_blob(self, asked: str) -> BinaryIO:
+            reads.append(asked)
+            entered.set()
+            assert release.wait(30)
+            return io.BytesIO(data)
+
+        def blob_exists(self, asked: str) -> bool:
+            return True
+
+    store = cast(ContentStore, SlowStore())
+    verified = VerifiedBlobs()
+    with ThreadPoolExecutor(6) as pool:
+        first = pool.submit(verified.outcome, store, sha256, clock(), timedelta(0))
+        assert entered.wait(30)
+        others = [
+            pool.submit(verified.outcome, store, sha256, clock(), timedelta(0)) for _ in range(5)
+        ]
+        release.set()
+        outcomes = [first.result(30), *(o.result(30) for o in others)]
+    assert {size for size, _ in outcomes} == {len(data)}
+    assert reads == [sha256]

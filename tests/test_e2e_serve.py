@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import json
 import os
+import resource
 import shlex
 import signal
 import socket
@@ -54,10 +55,12 @@ def serving(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     port: int | None = None,
+    open_files: int | None = None,
 ) -> Iterator[Served]:
     """``tracestore serve`` on ``port`` (a free one by default) over ``data_dir``, stopped at
     the end; with ``cwd``, started there without --data-dir (``data_dir`` is then its default
-    one); ``env`` adds to its environment."""
+    one); ``env`` adds to its environment; ``open_files`` limits its descriptors (soft and
+    hard)."""
     port = port or free_port()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
     base_env["TRACESTORE_PART_SIZE"] = str(PART)
@@ -71,6 +74,7 @@ def serving(
         cwd=cwd,
         stdout=log,
         stderr=subprocess.STDOUT,
+        preexec_fn=None if open_files is None else lambda: _limit_open_files(open_files),
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -91,6 +95,10 @@ def serving(
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def _limit_open_files(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 @pytest.fixture(scope="module")
@@ -348,3 +356,36 @@ def test_blob_downloads_and_part_puts_pipelined_on_one_connection(
             sender.join()
         done = complete(api, upload["uploadId"], {"p.bin": etags})
         assert done.status_code == 201, done.text
+
+
+def test_the_first_admin_token_is_only_in_its_private_file(tmp_path: Path) -> None:
+    """serve printed the token it created (and the app's lifespan logged it): it belongs
+    only in the 0600 file, whose place is what the output names (issue 41)."""
+    data_dir = tmp_path / "data"
+    with serving(data_dir) as served:
+        pass
+    output = (tmp_path / "server.log").read_text()
+    token_file = data_dir / "admin-token"
+    assert served.token.startswith("tst_")
+    assert served.token not in output
+    assert served.token[4:12] not in output  # not even a part of it
+    assert str(token_file.resolve()) in output
+    assert token_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_an_app_that_bootstraps_logs_where_the_token_is_not_the_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from tracestore.server.app import create_app
+    from tracestore.server.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", in_process_worker=False)
+    with caplog.at_level("INFO"), TestClient(create_app(settings)) as http:
+        assert http.get("/healthz").status_code == 200
+    token = (tmp_path / "data" / "admin-token").read_text().strip()
+    assert token.startswith("tst_")
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert str(tmp_path / "data" / "admin-token") in logged
+    assert token not in logged

@@ -5,7 +5,9 @@ is lost. Each test reproduces a finding of the attack on the service (issue 15).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -14,6 +16,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from tests import crafted
 from tests.test_http_contract import assert_envelope
 from tests.uploading import (
     COMPLETE_URL,
@@ -528,3 +531,40 @@ def test_a_range_that_is_not_one_is_ignored(http: TestClient, value: bytes) -> N
     response = http.get(url.json()["url"], headers={"Range": value})
     assert response.status_code == 200
     assert response.content == SUPPORTING["a.bin"][0]
+
+
+CRAFTED: dict[str, Callable[[], bytes]] = {
+    "bomb.zip": lambda: crafted.zip_bomb("bzip2", 64 * MIB),
+    "lzma.zip": lambda: crafted.zip_bomb("lzma", 16 * MIB),
+    "rank0.json.zst": lambda: crafted.stream_bomb("zstd", 64 * MIB),
+    "rank0.json.xz": lambda: crafted.stream_bomb("xz", 16 * MIB),
+    "bomb.tar.bz2": lambda: crafted.tar_bomb("bzip2", 64 * MIB),
+    "many.tar.gz": lambda: crafted.many_members_tar_gz(20_000, empty=True),
+    "many.zip": lambda: crafted.many_members_zip(12_000),
+    "pax.tar.gz": lambda: crafted.pax_bomb(8 * MIB),
+    "far.json": crafted.nonfinite_kineto,
+    "huge.json": crafted.huge_rank_kineto,
+    "et.json": crafted.huge_pid_et,
+}
+
+
+def _leaves(found: dict[str, Any]) -> list[dict[str, Any]]:
+    members = found.get("members") or []
+    return [leaf for member in members for leaf in _leaves(member)] if members else [found]
+
+
+@pytest.mark.parametrize("name", sorted(CRAFTED))
+def test_a_crafted_trace_is_stored_ready_and_answered_as_json(http: TestClient, name: str) -> None:
+    """Issue 41's hostile traces: each is stored, its inspection recorded with the reason
+    it stopped (a budget, a cap, a number out of range), and every answer is JSON."""
+
+    def refuse(constant: str) -> Any:
+        raise AssertionError(f"{constant} in the answer")
+
+    traceset = upload(http, {name: (CRAFTED[name](), "primary")}, {"shape": {"rankCount": 1}})
+    answer = http.get(f"/api/v1/tracesets/{traceset['id']}")
+    got = json.loads(answer.text, parse_constant=refuse)
+    assert (got["status"], got["inspection"]["status"]) == ("ready", "complete")
+    (found,) = got["inspection"]["files"]
+    reasons = [found["reason"], *(leaf["reason"] for leaf in _leaves(found))]
+    assert any(reasons), found

@@ -7,6 +7,7 @@ import io
 import tarfile
 import zipfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from tests.inspect_fixtures import (
 )
 from tracestore.inspect import (
     FileInspection,
+    ProcessGroup,
     RankRange,
     rank_census,
     validation_checks,
@@ -431,3 +433,27 @@ def test_two_jsonized_chakra_jobs_are_not_one_traceset() -> None:
     assert census.duplicated == {0: ("j0_0.json", "j1_0.json")}
     assert not census.rank_count_matches.passed
     assert "2 unrelated Chakra prefixes" in census.rank_count_matches.message
+
+
+# --- issue 41: the census is linear (or n log n) in the files --------------------------------
+
+MANY = 300_000
+
+
+@pytest.mark.timeout(60)  # a hang guard: the quadratic census took many minutes here
+def test_many_files_of_one_rank_are_counted_in_work_linear_in_them() -> None:
+    """300,000 rank-0 files (as in a tar of 300,000 identical members) and 20,000 archives
+    whose members all hold rank 0, each file recording the same process group: the duplicate
+    check, the groups' files and each archive's provenance once per file, not per pair."""
+    group = ProcessGroup(name="0", size=2, ranks=(0, 1))
+    trace = replace(fake("r0.json", 0, 2), process_groups=(group,))
+    files = [(f"r{i}.json", trace) for i in range(MANY)]
+    archive = FileInspection(name="a.zip", format="zip", members=(trace,))
+    files += [(f"a{i}.zip", archive) for i in range(20_000)]
+    census = rank_census(files, declared_rank_count=2, workload_metadata={"parallelism": {"tp": 2}})
+    assert list(census.duplicated) == [0] and len(census.duplicated[0]) == MANY + 20_000
+    message = census.rank_count_matches.message
+    assert message.startswith(f"rank 0 is recorded by {MANY + 20_000} files: r0.json, r1.json")
+    assert census.process_groups[0].files[:2] == ("r0.json", "r1.json")
+    assert len(census.process_groups[0].files) == MANY + 20_000
+    assert census.rank_provenance["a7.zip"] == "1 ranked members: r0.json: distributedInfo"

@@ -17,10 +17,12 @@ from tests.inspect_fixtures import (
     chakra_allreduce,
     chakra_metadata_attrs,
     chakra_node,
+    chakra_old_converter_calls,
     chakra_trace,
     comms_values,
     delimited,
     execution_trace_with_rows,
+    old_comms_values,
 )
 from tracestore.inspect import FileInspection, inspect_file, inspect_path
 
@@ -89,6 +91,24 @@ def test_old_layout_takes_the_largest_group_over_a_singleton_group() -> None:
     assert (result.rank, result.world_size) == (5, 8)
     assert result.rank_provenance is not None
     assert "largest group" in result.rank_provenance and "100001" in result.rank_provenance
+
+
+def test_seven_slot_rows_give_the_rank_on_the_group_of_the_highest_rank() -> None:
+    # Schema 1.0.1 from PyTorch before 2.2: no group size. Rank 5 on the world's group, and
+    # rank 1 of its pair {4, 5} in more rows: a rank within a group is never above the world's.
+    world, pair = 94251230035200, 94251230099968
+    rows = [old_comms_values(1, pg_ptr=pair)] * 3 + [old_comms_values(5, pg_ptr=world)]
+    rows += [old_comms_values(0, "broadcast", pg_ptr=world), old_comms_values(5, "wait")]
+    result = inspect_bytes(execution_trace_with_rows(rows, old_layout=True), "et.json")
+    assert (result.rank, result.world_size, result.rank_source) == (5, None, "record_param_comms")
+    assert result.rank_provenance == (
+        f'record_param_comms node 100003: rank 5 in allreduce on process group "{world}", '
+        "the group of the highest rank, no group size recorded (1 rows)"
+    )
+    assert [(g.name, g.size) for g in result.process_groups] == [
+        (str(pair), None),
+        (str(world), None),
+    ]
 
 
 def test_a_subgroup_rank_is_mapped_through_its_start_and_stride() -> None:
@@ -219,6 +239,24 @@ def test_missing_comm_type_is_unknown_not_all_reduce() -> None:
     assert result.collective_bytes == {"all_reduce": 1_048_576, "unknown": 64}
 
 
+RESNET_CALLS = ["broadcast", "broadcast"] + ["allreduce"] * 5
+
+
+def test_a_call_typed_on_its_host_ops_and_its_kernel_counts_once() -> None:
+    # The older converter typed c10d::allreduce_ and nccl:all_reduce COMM_COLL_NODE too,
+    # without comm_type: the kernel's node counts the call, they do not.
+    result = inspect_bytes(chakra_trace(chakra_old_converter_calls(RESNET_CALLS)), "eg.0.et")
+    assert result.node_counts == {"COMM_COLL_NODE": 21, "COMP_NODE": 7}
+    assert result.collectives == {"broadcast": 2, "all_reduce": 5}
+    assert result.collective_bytes == {"broadcast": 2 * 102760448, "all_reduce": 5 * 102760448}
+    assert (result.rank, result.world_size) == (0, 2)
+    # Without the kernels the host ops count, by name and one kind of them only.
+    host_only = chakra_trace(chakra_old_converter_calls(RESNET_CALLS, gpu=False))
+    result = inspect_bytes(host_only, "eg.0.et")
+    assert result.node_counts == {"COMM_COLL_NODE": 14, "COMP_NODE": 7}
+    assert result.collectives == {"broadcast": 2, "all_reduce": 5}
+
+
 def test_inside_rank_disagreeing_with_the_name_is_said() -> None:
     row = "[[[15, 5, 0, 4, 4, 'cuda:3']], [1, False], ['0', 'default_pg'], 3, 'allreduce', "
     row += "[], [], 0, 1, 4]"
@@ -283,6 +321,51 @@ def test_every_chakra_json_form_counts_nodes(form: str) -> None:
         3,
         "file name llama.3.json (<prefix>.<rank>.json or <prefix>_<rank>.json)",
     )
+
+
+def test_chakra_json_counts_a_call_typed_on_its_host_ops_and_its_kernel_once() -> None:
+    nodes: list[dict[str, object]] = [
+        {"id": "1", "name": "c10d::allreduce_", "type": "COMM_COLL_NODE"},
+        {"id": "2", "name": "nccl:all_reduce", "type": "COMM_COLL_NODE"},
+        {"id": "4", "name": "c10d::broadcast_", "type": "COMM_COLL_NODE"},
+        {"id": "5", "name": "nccl:broadcast", "type": "COMM_COLL_NODE"},
+    ]
+    result = inspect_bytes(json.dumps({"workload_graph": nodes}).encode(), "t.0.json")
+    assert result.collectives == {"all_reduce": 1, "broadcast": 1}  # by name, once each
+    nodes += [
+        chakra_json_node(3, "COMM_COLL_NODE", "0"),
+        chakra_json_node(6, "COMM_COLL_NODE", "5"),
+    ]
+    result = inspect_bytes(json.dumps({"workload_graph": nodes}).encode(), "t.0.json")
+    assert result.collectives == {"all_reduce": 1, "broadcast": 1}  # by the typed nodes
+
+
+def feeder_node(node_id: int, name: str, node_type: int, **comm: int) -> dict[str, object]:
+    """A node as Chakra's feeder reads ``workload_graph`` JSON (json_node.cpp): flat keys."""
+    node: dict[str, object] = {"Id": node_id, "Name": name, "NodeType": node_type}
+    node |= {"is_cpu_op": node_type == 4, "runtime": 120, "data_deps": [node_id - 1]}
+    return node | comm
+
+
+def test_feeder_json_nodes_with_integer_node_types_are_counted() -> None:
+    nodes = [
+        feeder_node(1, "embedding_fwd", 4),
+        feeder_node(2, "allreduce_grad", 7, comm_type=0, comm_size=1048576, comm_priority=0),
+        feeder_node(3, "mlp_fwd", 4),
+        feeder_node(4, "all_to_all_emb", 7, comm_type=6, comm_size=65536),
+        feeder_node(5, "allgather_params", 7, comm_type=2, comm_size=4096),
+    ]
+    data = json.dumps({"workload_graph": nodes}, indent=4).encode()
+    result = inspect_bytes(data, "dlrm.2.json")
+    assert (result.format, result.status) == ("chakra_json", "complete"), result.reason
+    assert result.node_counts == {"COMP_NODE": 2, "COMM_COLL_NODE": 3}
+    assert result.collectives == {"all_reduce": 1, "all_to_all": 1, "all_gather": 1}
+    assert result.collective_bytes == {
+        "all_reduce": 1048576,
+        "all_to_all": 65536,
+        "all_gather": 4096,
+    }
+    assert result.rank == 2
 
 
 def test_chakra_json_larger_than_a_chunk_and_truncated() -> None:

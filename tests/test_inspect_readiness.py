@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tests.bounded import bounded_memory
 from tests.inspect_fixtures import TESTDATA, execution_trace_parts, kineto_trace
 from tracestore.inspect import FileInspection, inspect_path, rank_census
 from tracestore.inspect.readiness import readiness, readiness_checks
@@ -152,3 +153,40 @@ def test_a_json_trace_past_a_gib_is_not_perfetto_ready() -> None:
         "warning": False,
         "message": "no JSON traces to open in a browser viewer",
     }
+
+
+# --- issue 41: the checks answer in work bounded by the files, not by the declared count ----
+
+BOUND = 2_147_483_647  # the seed's largest rank count
+
+
+def _ranked(name: str, fmt: str, rank: int) -> FileInspection:
+    return FileInspection(name=name, format=fmt, rank=rank)  # type: ignore[arg-type]
+
+
+def test_the_largest_declared_count_is_one_missing_interval_in_every_check() -> None:
+    files = [
+        ("k0.json", _ranked("k0.json", "kineto_json", 0)),
+        ("e0.json", _ranked("e0.json", "pytorch_et_json", 0)),
+        ("k5.json", _ranked("k5.json", "kineto_json", 5)),
+        ("t.0.et", _ranked("t.0.et", "chakra_et", 0)),
+        ("t.1.et", _ranked("t.1.et", "chakra_et", 1)),
+    ]
+    with bounded_memory(512) as peak:
+        ready = _of(files, BOUND)
+    assert peak.mib < 2, f"readiness of {len(files)} files held {peak.mib:.0f} MiB"
+    assert ready["hta"]["message"] == f"no Kineto trace for ranks 1..4, 6..{BOUND - 1}"
+    assert ready["chakra"]["message"] == (
+        "no host execution trace for ranks 5 (Kineto: k5.json); "
+        f"neither trace for ranks 1..4, 6..{BOUND - 1}"
+    )
+    assert ready["astra"]["message"] == f"no Chakra trace for ranks 2..{BOUND - 1}"
+
+
+def test_a_rank_a_file_records_at_the_bound_is_one_missing_interval() -> None:
+    files = [(f"t.{r}.et", _ranked(f"t.{r}.et", "chakra_et", r)) for r in (0, BOUND - 1)]
+    with bounded_memory(512) as peak:
+        ready = _of(files, None)  # expected from the highest rank found
+    assert peak.mib < 2, f"readiness held {peak.mib:.0f} MiB"
+    assert ready["astra"]["message"] == f"no Chakra trace for ranks 1..{BOUND - 2}"
+    assert ready["hta"]["message"].startswith("no Kineto traces")

@@ -6,9 +6,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.inspect_fixtures import TESTDATA, kineto_trace
+import pytest
+
+from tests.inspect_fixtures import TESTDATA, kineto_trace, kineto_with_devices
 from tracestore.inspect import FileInspection, inspect_path, rank_census
-from tracestore.inspect.summary import search_facts, summary_world_size, traceset_summary
+from tracestore.inspect.summary import (
+    MAX_DISTINCT_VALUES,
+    SEARCH_FACTS,
+    search_facts,
+    summary_world_size,
+    traceset_summary,
+)
 
 
 def _summary(files: list[tuple[str, FileInspection]], declared: int | None) -> dict[str, Any]:
@@ -95,3 +103,29 @@ def test_an_empty_set() -> None:
     summary = _summary([], None)
     assert summary["formats"] == [] and summary["worldSize"] is None
     assert search_facts(summary) == set()
+
+
+@pytest.mark.timeout(60)  # a hang guard: the lists' membership tests took minutes here
+def test_a_hundred_thousand_distinct_gpu_models_are_kept_once_and_cut(tmp_path: Path) -> None:
+    """Issue 41: 100,000 distinct deviceProperties names are deduplicated with one look-up
+    each, and the summary keeps 32 of them, saying how many it left out."""
+    data, names = kineto_with_devices(100_000)
+    path = tmp_path / "rank0.json"
+    path.write_bytes(data)
+    assert len(data) < 4 * 1024 * 1024
+    found = inspect_path(path, path.name)
+    assert found.status == "complete", found.reason
+    assert found.gpu_models == tuple(names)
+    files = [(path.name, found), ("again.json", found)]
+    summary = _summary(files, None)
+    assert summary["gpuModels"] == names[:MAX_DISTINCT_VALUES]
+    assert summary["valuesCut"] == {"gpuModels": 100_000 - MAX_DISTINCT_VALUES}
+    facts = search_facts(summary)
+    gpu = {value for fact, value in facts if fact == "gpu_model"}
+    assert {"gpu 00000", "gpu 00031", "gpu", "00030"} <= gpu
+    assert len(gpu) == 2 * MAX_DISTINCT_VALUES  # 32 names and 32 of their words
+    assert len(facts) <= (len(SEARCH_FACTS) + 1) * MAX_DISTINCT_VALUES
+    census = rank_census(files, declared_rank_count=None, workload_metadata=None)
+    three = traceset_summary(files, census, max_values=3)
+    assert three["gpuModels"] == names[:3] and three["valuesCut"] == {"gpuModels": 99_997}
+    assert len(search_facts(three, max_values=3)) == 3 + 3 + 1 + 1  # names, words, backend, format

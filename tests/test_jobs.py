@@ -213,17 +213,20 @@ def test_a_job_that_keeps_failing_is_given_up_with_its_error(
     with services.db.session(write=False) as session:
         row = session.scalars(select(db.Job).where(db.Job.kind == "test")).one()
     assert row.state == "failed"
-    assert row.error == f"RuntimeError: attempt {services.settings.job_attempts} failed"
+    attempts = services.settings.job_attempts
+    assert (
+        row.error == f"gave up after {attempts} attempts: RuntimeError: attempt {attempts} failed"
+    )
     assert not worker.run_next(["test"])
 
 
-def test_an_inspection_out_of_attempts_shows_failed_not_pending(
+def test_an_inspection_whose_workers_die_shows_failed_not_pending(
     http: TestClient, services: Services, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
     traceset = upload(http, {"r0.json": (TRACE, "primary")}, ONE_RANK)
     # Every worker that takes it dies mid-inspection (claims, never renews or ends).
-    for attempt in range(services.settings.job_attempts):
+    for attempt in range(services.settings.job_crashes):
         assert _claim(services, f"doomed{attempt}", [jobs.INSPECT]) is not None
         clock.advance(seconds=services.settings.job_lease.total_seconds() + 1)
     services.wait_for_background()
@@ -231,7 +234,9 @@ def test_an_inspection_out_of_attempts_shows_failed_not_pending(
     assert after["files"][0]["metadataStatus"] == "failed"
     told = after["inspection"]
     assert told["status"] == "failed"
-    assert told["reason"].startswith("inspection gave up after 3 attempts: its worker doomed2")
+    assert told["reason"].startswith(
+        "inspection was given up: its worker died while running it 2 times"
+    )
     assert told["files"] == [{"name": "r0.json", "status": "failed", "reason": told["reason"]}]
     assert after["status"] == "ready"
 

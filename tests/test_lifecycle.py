@@ -416,3 +416,38 @@ def test_gc_command_sweeps_a_data_directory(tmp_path: Path) -> None:
     assert report["expiredTracesets"] == 0 and report["purgedBlobs"] == 0
     human = runner.invoke(main, ["gc", "--data-dir", str(tmp_path / "data")])
     assert human.exit_code == 0 and "expired 0 tracesets" in human.output
+
+
+def test_a_zero_purge_grace_lets_gc_reclaim_the_bytes_now(
+    http: TestClient, services: Services, settings: Settings
+) -> None:
+    """``TRACESTORE_PURGE_GRACE=0 tracestore gc`` exited 1 ("expected a positive
+    duration"): an operator who must free the disk now could not (issue 41)."""
+    kept = upload(http, {"kept.bin": (b"still used", "supporting")})
+    deleted = upload(http, {"gone.bin": (b"deleted just now", "supporting")})
+    assert http.delete(f"/api/v1/tracesets/{deleted['id']}").status_code == 204
+    with services.db.session() as session:  # on the real clock the command runs on
+        session.execute(
+            update(db.Blob)
+            .where(db.Blob.unreferenced_since.is_not(None))
+            .values(unreferenced_since=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    command = [sys.executable, "-m", "tracestore.cli", "gc", "--json"]
+    command += ["--data-dir", str(settings.data_dir)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
+    env["TRACESTORE_DATABASE_URL"] = settings.resolved_database_url
+    reports = []
+    for grace in ("PT24H", "0"):
+        result = subprocess.run(
+            command,
+            env={**env, "TRACESTORE_PURGE_GRACE": grace},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        reports.append(json.loads(result.stdout)["purgedBlobs"])
+    assert reports == [0, 1]
+    assert _blob_row(services, b"deleted just now") is None
+    assert not _blob_path(services, b"deleted just now").exists()
+    assert _download(http, kept["id"], "kept.bin") == b"still used"

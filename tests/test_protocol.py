@@ -23,7 +23,7 @@ import uvicorn
 from starlette.requests import ClientDisconnect
 
 from tests.ports import free_port
-from tracestore.server import protocol
+from tracestore.server import connections, protocol
 from tracestore.server.protocol import HTTP_PROTOCOL, BodyProtocol, _run_pump, receive_into
 
 
@@ -424,3 +424,44 @@ def test_a_body_that_trickles_is_cut_off(
                 time.sleep(pause)
     assert "disconnect" in app.events
     assert time.monotonic() - started < 5
+
+
+def test_a_body_read_through_receive_that_trickles_is_cut_off(
+    served: tuple[int, HashingApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body without the extension (chunked here; JSON bodies, which the app reads through
+    ``receive()``) was held as long as its sender trickled (issue 41): it keeps the same
+    pace as a part body, or its connection is closed."""
+    port, app = served
+    monkeypatch.setattr(connections, "MIN_RATE", 50_000)
+    monkeypatch.setattr(connections, "RATE_GRACE", 0.5)
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        with contextlib.suppress(OSError):  # the server closes the connection on us
+            while "disconnect" not in app.events and time.monotonic() - started < 10:
+                sock.sendall(b"3e8\r\n" + b"x" * 1000 + b"\r\n")  # ~10 kB/s
+                time.sleep(0.1)
+        _wait_closed(sock)
+    assert app.events == ["disconnect"]
+    assert time.monotonic() - started < 5
+
+
+def test_a_chunked_body_at_pace_is_received_whole(served: tuple[int, HashingApp]) -> None:
+    port, app = served
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"PUT /sink HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(3):
+            sock.sendall(b"3e8\r\n" + b"x" * 1000 + b"\r\n")
+        sock.sendall(b"0\r\n\r\n")
+        [(status, answer)] = read_responses(sock, 1)
+    assert (status, answer["length"], answer["via"]) == (200, 3000, "receive")
+    assert app.events == ["received"]
+
+
+def _wait_closed(sock: socket.socket) -> None:
+    """Return once the server has closed ``sock``; TimeoutError after 10 s."""
+    sock.settimeout(10)
+    with contextlib.suppress(ConnectionError):
+        while sock.recv(65536):
+            pass  # the 400 the app answered, if it got out first

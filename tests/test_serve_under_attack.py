@@ -99,18 +99,21 @@ def test_the_log_holds_no_signature_and_no_traceback_for_a_dropped_part(
 
 
 def test_an_upload_started_while_the_service_restarts_rides_it_out(tmp_path: Path) -> None:
+    # The client has seen the service answer: a refused connection is a restart, waited
+    # out with the long patience (one that never answered is a wrong URL: test_cli.py).
     data_dir = tmp_path / "data"
     source = tmp_path / "source"
     source.mkdir()
     (source / "a.bin").write_bytes(os.urandom(6 * MIB))
-    with serving(data_dir) as first:
-        port = urlsplit(first.url).port
     waits: list[RetryWait] = []
     outcome: dict[str, Any] = {}
+    with serving(data_dir) as first:
+        port = urlsplit(first.url).port
+        client = Client(first.url, first.token, retry=RetryPolicy(on_wait=waits.append))
+        client.list_page()
 
     def upload() -> None:
-        retry = RetryPolicy(on_wait=waits.append)
-        with Client(first.url, first.token, retry=retry) as client:
+        with client:
             try:
                 outcome["traceset"] = client.upload_traceset(source, role="supporting")
             except Exception as exc:  # reported by the assertion below

@@ -170,3 +170,47 @@ def test_the_pages_extra_origins_are_origins(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("TRACESTORE_WEB_CONNECT_ORIGINS", "https://s3.lan/bucket")
     with pytest.raises(SettingsError, match="no path"):
         Settings.load()
+
+
+# Where 0 means "now": no grace before unreferenced bytes go, no wait for open requests,
+# a blob re-hashed at every validate.
+ZERO_MEANS_NOW = {"purge_grace", "shutdown_grace", "reverify_interval"}
+
+
+def _durations() -> list[str]:
+    return [n for n, f in Settings.model_fields.items() if f.annotation is timedelta]
+
+
+def test_the_durations_that_take_zero_are_the_documented_ones() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert set(_durations()) >= ZERO_MEANS_NOW
+    for name in _durations():
+        row = next(line for line in readme.splitlines() if f"`TRACESTORE_{name.upper()}`" in line)
+        assert ("(0:" in row) == (name in ZERO_MEANS_NOW), row
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_MEANS_NOW))
+def test_zero_is_now_for_graces(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(f"TRACESTORE_{name.upper()}", "0")
+    assert getattr(Settings.load(), name) == timedelta(0)
+    monkeypatch.setenv(f"TRACESTORE_{name.upper()}", "PT0S")
+    assert getattr(Settings.load(), name) == timedelta(0)
+
+
+@pytest.mark.parametrize("name", sorted(set(_durations()) - ZERO_MEANS_NOW))
+def test_zero_is_refused_where_a_duration_must_pass(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    variable = f"TRACESTORE_{name.upper()}"
+    monkeypatch.setenv(variable, "0")
+    with pytest.raises(SettingsError) as refused:
+        Settings.load()
+    assert str(refused.value) == (
+        f"{variable}=0: expected a positive duration: seconds (60) or ISO 8601 (PT1M, P1D)"
+    )
+
+
+def test_a_negative_duration_is_refused_everywhere() -> None:
+    for name in _durations():
+        with pytest.raises(SettingsError, match=name.upper()):
+            Settings.load(**{name: -1})

@@ -5,6 +5,9 @@ worker is SIGKILLed mid-inspection, and a second one finishes the job once the l
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,6 +20,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from tests import crafted
 from tests.ports import free_port
 from tests.processes import stop_process
 from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
@@ -29,9 +33,11 @@ from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtur
     s3,
 )
 from tests.s3server import AWS_ENV, MotoServer
+from tests.test_e2e_serve import serving
 from tracestore.client import Client
 
 LEASE_SECONDS = 2
+MIB = crafted.MIB
 # Over the 64 MiB inspected before completion answers: its inspection is a queued job,
 # which takes a worker seconds (a Kineto trace of ~1M collective events).
 EVENTS = 950_000
@@ -50,11 +56,17 @@ def big_kineto(path: Path) -> None:
 
 
 @contextmanager
-def worker_process(root: Path, name: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """A `tracestore worker` with ``env``'s settings; its output in ``root/name.log``."""
+def worker_process(
+    root: Path, name: str, env: dict[str, str], data_dir: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `tracestore worker` with ``env``'s settings (on ``data_dir``, by default
+    ``root/name``); its output in ``root/name.log``."""
     with open(root / f"{name}.log", "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tracestore.cli", "worker", "--data-dir", str(root / name)],
+            [
+                *(sys.executable, "-m", "tracestore.cli", "worker"),
+                *("--data-dir", str(data_dir or root / name)),
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -225,3 +237,84 @@ def test_a_worker_without_its_database_refuses_to_start_with_one_line(tmp_path: 
     line = refusal(tmp_path, replica_env(TRACESTORE_DATABASE_URL=url), command="worker")
     assert line.startswith("Error: Cannot use the database postgresql+psycopg://tracestore:***@")
     assert "(TRACESTORE_DATABASE_URL)" in line and "secret" not in line
+
+
+def _job(data_dir: Path) -> dict[str, Any] | None:
+    """The inspect job, straight from the SQLite jobs table."""
+    with sqlite3.connect(data_dir / "tracestore.db", timeout=30) as connection:
+        row = connection.execute(
+            "SELECT state, lease_owner, attempts, crashes, error FROM jobs WHERE kind = 'inspect'"
+        ).fetchone()
+    keys = ("state", "lease_owner", "attempts", "crashes", "error")
+    return None if row is None else dict(zip(keys, row, strict=True))
+
+
+def test_a_job_that_kills_its_processes_is_given_up_after_the_crashes_allowed(
+    tmp_path: Path,
+) -> None:
+    """The issue's bomb killed `serve`, and after each restart the worker took the job up
+    again and died again. Here the processes running it are SIGKILLed mid-inspection (a
+    zstd trace that unpacks to 4 GiB, the budget lifted so it runs long): the serve that
+    inspects it in the completion, then a worker; the next worker gives it up with the
+    reason (TRACESTORE_JOB_CRASHES=2), and the traceset shows it failed, not pending."""
+    source = tmp_path / "traces"
+    source.mkdir()
+    (source / "rank0.json.zst").write_bytes(crafted.stream_bomb("zstd", 4096 * MIB))
+    data = tmp_path / "data"
+    env = {
+        "TRACESTORE_JOB_LEASE": str(LEASE_SECONDS),
+        "TRACESTORE_INSPECT_MAX_EXPANSION": "1000000000",
+    }
+    metadata = tmp_path / "meta.json"
+    metadata.write_text(json.dumps({"shape": {"rankCount": 1}}))
+    logs = [tmp_path / "server.log", tmp_path / "upload.log"]
+    with serving(data, "--no-worker", env=env) as served, logs[1].open("wb") as told:
+        uploader = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tracestore.cli", "upload", str(source)),
+                *("--workload-metadata", str(metadata)),
+            ],
+            env={**served.env, "TRACESTORE_RETRY_SECONDS": "1"},
+            stdout=told,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(
+                lambda: (row := _job(data)) and row["state"] == "running",
+                "the completion never took its inspection",
+                120,
+                logs,
+            )
+            os.kill(served.pid, signal.SIGKILL)  # crash 1: the serve inspecting it
+        finally:
+            uploader.kill()
+            uploader.wait()
+    worker_env = {**served.env, **env}
+    for number in (1, 2):
+        with worker_process(tmp_path, f"worker{number}", worker_env, data) as worker:
+            logs.append(tmp_path / f"worker{number}.log")
+            if number == 1:
+                wait_for(
+                    lambda: (row := _job(data)) and row["attempts"] == 2,
+                    "the first worker never took the job over",
+                    60,
+                    logs,
+                )
+                worker.kill()  # crash 2: the worker inspecting it
+                worker.wait()
+            else:
+                given_up = wait_for(
+                    lambda: (row := _job(data)) and row["state"] == "failed" and row,
+                    "the second worker never gave the job up",
+                    60,
+                    logs,
+                )
+    assert given_up["crashes"] == 2 and given_up["attempts"] == 3, given_up
+    assert "its worker died while running it 2 times" in given_up["error"]
+    assert "Traceback" not in (tmp_path / "worker2.log").read_text()
+    with serving(data, "--no-worker") as served, Client(served.url, served.token) as client:
+        (traceset,) = list(client.list_tracesets())
+        after = client.get_traceset(traceset.id)
+    assert after.files[0].metadata_status == "failed"
+    assert after.inspection is not None and after.inspection["status"] == "failed"
+    assert "its worker died while running it 2 times" in after.inspection["reason"]

@@ -1,10 +1,10 @@
 """The ``tracestore`` command: run the service, administer it, and work with tracesets.
 
 ``client`` holds the commands that talk to a service over HTTP, ``inspect`` the local
-inspection; ``serve`` (serve, worker, migrate), ``admin`` (tenant, user, token, workspace) and
-``maintenance`` (gc, signing-key) those that run or administer a service on its data
-directory (they import the server only when they run, through ``store``); ``common`` and
-``output`` are what they all share.
+inspection, ``analyze`` the local analysis; ``serve`` (serve, worker, migrate), ``admin``
+(tenant, user, token, workspace) and ``maintenance`` (gc, signing-key) those that run or
+administer a service on its data directory (they import the server only when they run,
+through ``store``); ``common`` and ``output`` are what they all share.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import click
 
 from tracestore import __version__
 from tracestore.cli.admin import COMMANDS as ADMIN_COMMANDS
+from tracestore.cli.analyze import analyze_command
 from tracestore.cli.client import COMMANDS as CLIENT_COMMANDS
 from tracestore.cli.common import OWN_PROCESS
 from tracestore.cli.inspect import inspect_command
@@ -46,6 +47,7 @@ for _command in (
     *MAINTENANCE_COMMANDS,
     *CLIENT_COMMANDS,
     inspect_command,
+    analyze_command,
 ):
     main.add_command(_command)
 

@@ -114,7 +114,8 @@ def given_url() -> str | None:
 
 def retry_policy() -> RetryPolicy:
     """The client's retries, saying when they wait; ``TRACESTORE_RETRY_SECONDS`` (default
-    60) is how long a command keeps retrying a service that fails or cannot be reached."""
+    60) is how long a command keeps retrying a service that fails or cannot be reached
+    (a few seconds, for one that has not answered: ``RetryPolicy.unreached_patience``)."""
     from tracestore.client import RetryPolicy
 
     given = os.environ.get("TRACESTORE_RETRY_SECONDS")
@@ -123,6 +124,13 @@ def retry_policy() -> RetryPolicy:
     except ValueError:
         raise click.UsageError(f"TRACESTORE_RETRY_SECONDS={given!r} is not a number") from None
     return RetryPolicy(patience=patience, on_wait=waiting_notice())
+
+
+def recorded_running(url: str) -> bool:
+    """Whether ``url`` is the `tracestore serve` recorded as running in the data directory:
+    a service known to be there (restarting, if it refuses connections)."""
+    recorded = read_service(default_data_dir())
+    return recorded is not None and recorded.is_running() and same_service(url, recorded.url)
 
 
 def connection(command: F) -> F:
@@ -147,7 +155,13 @@ def connection(command: F) -> F:
         with lasting_imports():
             from tracestore.client import Client
 
-        with Client(url, token, http=http, retry=retry_policy()) as client:
+        try:
+            client = Client(
+                url, token, http=http, retry=retry_policy(), reached=recorded_running(url)
+            )
+        except ValueError as exc:  # a URL that cannot name a service
+            raise click.UsageError(f"--url: {exc}") from None
+        with client:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:

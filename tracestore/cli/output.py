@@ -250,6 +250,8 @@ def waiting_notice(every: float = 5.0) -> Callable[[RetryWait], None]:
 
     def notice(wait: RetryWait) -> None:
         nonlocal last
+        if not wait.reached:  # a few quiet seconds, then the error says what to check
+            return
         with lock:
             now = time.monotonic()
             if now - last < every:

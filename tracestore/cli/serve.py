@@ -42,7 +42,13 @@ def serve(
 
     from tracestore.server.accesslog import log_config
     from tracestore.server.app import create_app
-    from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+    from tracestore.server.auth import bootstrap
+    from tracestore.server.connections import (
+        ConnectionLimits,
+        ServeConfig,
+        connection_cap,
+        raise_open_file_limit,
+    )
     from tracestore.server.protocol import HTTP_PROTOCOL
     from tracestore.server.services import build_services
 
@@ -55,12 +61,12 @@ def serve(
     if failures:
         services.close()
         raise click.ClickException("Cannot start: " + "; ".join(failures))
-    token = bootstrap(services.db, settings.data_dir, services.now())
+    token_file = bootstrap(services.db, settings.data_dir, services.now())
     services.close()
-    if token is not None:
+    if token_file is not None:
         click.echo(
-            f"Created the admin user. Its API token (saved in "
-            f"{settings.data_dir / ADMIN_TOKEN_FILE}, shown once here):\n  {token}",
+            f"Created the admin user. Its API token is in {token_file.resolve()} (mode 0600; "
+            "`tracestore` commands on this machine read it from there)",
             err=True,
         )
     listener = _listen(settings.host, settings.port)
@@ -83,15 +89,26 @@ def serve(
         # connections, for a bare Starlette route as for ours; asyncio: p99 77 ms, the same
         # throughput). The byte paths run on threads and sendfile, alike on both.
         "loop": "asyncio",
-        # An idle keep-alive connection is kept longer than a load balancer's (60 s is the
-        # common default): with uvicorn's 5 s, a client or balancer reusing a connection
-        # the service was just closing got no answer at all.
-        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         # Stopping, uvicorn waits for every open connection; one that never ends (a client
         # that stopped reading a download) held the process up for good.
         "timeout_graceful_shutdown": settings.shutdown_grace.total_seconds(),
         "proxy_headers": False,
     }
+    # Deadlines for connections waiting for a request, and a cap on them within the
+    # descriptors this process may open (server/connections.py).
+    open_files = raise_open_file_limit()
+    if settings.max_connections and settings.max_connections > connection_cap(open_files):
+        click.echo(
+            f"Warning: TRACESTORE_MAX_CONNECTIONS={settings.max_connections} is more than "
+            f"{open_files} open files allow ({connection_cap(open_files)}); past that, "
+            "connections are refused by the system, not closed by the service",
+            err=True,
+        )
+    limits = ConnectionLimits(
+        header_timeout=settings.header_timeout.total_seconds(),
+        idle_timeout=settings.idle_timeout.total_seconds(),
+        max_connections=settings.max_connections or connection_cap(open_files),
+    )
     record = record_service(settings.data_dir, url)
     # uvicorn re-raises the signal it stopped on; as an exception, the record is removed.
     signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -105,12 +122,17 @@ def serve(
             os.environ["TRACESTORE_HOST"] = settings.host
             os.environ["TRACESTORE_PORT"] = str(port)
             os.environ["TRACESTORE_IN_PROCESS_WORKER"] = str(settings.in_process_worker)
-            config = uvicorn.Config(
-                "tracestore.server.app:create_app", factory=True, workers=workers, **options
+            config = ServeConfig(
+                "tracestore.server.app:create_app",
+                connections=limits,
+                factory=True,
+                workers=workers,
+                **options,
             )
             Multiprocess(config, sockets=[listener]).run()
         else:
-            uvicorn.Server(uvicorn.Config(create_app(settings), **options)).run([listener])
+            config = ServeConfig(create_app(settings), connections=limits, **options)
+            uvicorn.Server(config).run([listener])
     except KeyboardInterrupt:
         pass
     finally:
@@ -192,9 +214,6 @@ def migrate(data_dir: Path | None) -> None:
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
-
-
-KEEP_ALIVE_SECONDS = 75
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -25,10 +25,11 @@ from tracestore.client.transfers import (
     body_text,
     network_error,
 )
-from tracestore.errors import Conflict, InternalError, TracestoreError
+from tracestore.errors import Conflict, InternalError, NetworkError, TracestoreError
 
-API = "/api/v1/tracesets"
-LIBRARIES = "/api/v1/libraries"
+API_PREFIX = "/api/v1"
+API = API_PREFIX + "/tracesets"
+LIBRARIES = API_PREFIX + "/libraries"
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 COMPLETE_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
 _LIST_PARAMS = {
@@ -75,10 +76,29 @@ def _query_value(value: object) -> str:
     return str(value)
 
 
+def service_base_url(url: str) -> str:
+    """The base of the service's routes for the URL a user gave: ``http(s)://host[:port]``
+    and an optional path prefix, without a trailing slash or the routes' own ``/api/v1``
+    (given it, users meant the service). ValueError, naming what to write, for anything
+    that cannot reach a service: it would otherwise be retried as if the service were down."""
+    try:
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError, ValueError):
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(
+            f"The service URL must start with http:// or https:// and name a host, got "
+            f"{url!r} (for example http://127.0.0.1:8000)"
+        )
+    base = str(parsed.copy_with(query=None, fragment=None)).rstrip("/")
+    return base.removesuffix(API_PREFIX).rstrip("/")
+
+
 class ApiClient:
     """The API's routes at ``base_url``, one typed method each, called with the API token
     ``token``; ``Client`` adds what takes several calls (every page of a listing, whole
-    uploads and downloads)."""
+    uploads and downloads). ``reached``: the service is known to be there (a connection it
+    refuses is a restart, waited out as for a service that has answered this client)."""
 
     def __init__(
         self,
@@ -88,8 +108,13 @@ class ApiClient:
         http: httpx.Client | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
+        reached: bool = False,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = service_base_url(base_url)
+        # Whether the service has answered this client once (or is ``reached``, known to be
+        # there): until then a connection refused is a wrong URL more likely than a restart,
+        # retried for ``RetryPolicy.unreached_patience`` only.
+        self.reached = reached
         self._auth = {"Authorization": f"Bearer {token}"}
         self._owns_http = http is None
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
@@ -136,8 +161,7 @@ class ApiClient:
         if body is not None:
             content = body_text(body)
             headers["Content-Type"] = "application/json"
-        attempt = 0
-        failing_since: float | None = None
+        tries = self.retry.tries()
         while True:
             try:
                 response = self.http.request(
@@ -153,22 +177,23 @@ class ApiClient:
                 )
             except httpx.TransportError as exc:
                 # A request that never connected was never seen: safe to send again.
-                retriable = idempotent or isinstance(exc, httpx.ConnectError)
+                connecting = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
                 error: TracestoreError = network_error(exc, url)
-                failing_since = failing_since or time.monotonic()
-                if not retriable or self.retry.gives_up(attempt, failing_since):
+                if not (idempotent or connecting):
                     raise error from None
-            else:
-                if response.status_code < 400:
-                    return response
-                error = api_error(response)
-                failing_since = failing_since or time.monotonic()
-                if not (idempotent and response.status_code in RETRY_STATUSES):
-                    raise error
-                if self.retry.gives_up(attempt, failing_since):
-                    raise error
-            self.retry.wait(attempt, error)
-            attempt += 1
+                if connecting and not self.reached:
+                    error = NetworkError(
+                        f"{error.message}; nothing has answered at {self.base_url}"
+                    )
+                tries.failed(error, reached=self.reached or not connecting)
+                continue
+            self.reached = True
+            if response.status_code < 400:
+                return response
+            error = api_error(response)
+            if not (idempotent and response.status_code in RETRY_STATUSES):
+                raise error
+            tries.failed(error)
 
     # --- tracesets ---
 

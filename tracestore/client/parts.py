@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,8 +189,7 @@ def put_part(
     url = job.url or fresh_url(job)
     refreshed = False
     last: TracestoreError | None = None
-    attempt = 0
-    failing_since: float | None = None
+    tries = retry.tries(stop)
     while True:
         sent = 0
         transfer = job.digest.transfer(job.part_number)
@@ -243,8 +241,4 @@ def put_part(
         if stop.is_set():
             raise Stopped
         assert last is not None
-        failing_since = failing_since or time.monotonic()
-        if retry.gives_up(attempt, failing_since):
-            raise last
-        retry.wait(attempt, last, stop)
-        attempt += 1
+        tries.failed(last)

@@ -8,6 +8,7 @@ so the client's memory does not grow with file size.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import random
 import threading
@@ -62,47 +63,100 @@ class UploadInterrupted(KeyboardInterrupt):
 
 class RetryWait(NamedTuple):
     """A retry about to wait: why (the error of the try that failed), which try comes next
-    (2 for the first retry), and the seconds until it."""
+    (2 for the first retry), the seconds until it, and whether the service had answered
+    before (if not, the URL may be wrong rather than the service restarting)."""
 
     reason: TracestoreError
     attempt: int
     delay: float
+    reached: bool = True
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how patiently to retry a network error or a 5xx answer: with backoff,
     until ``attempts`` tries or until it has failed for ``patience`` seconds, whichever comes
-    first. The default rides out a service restart of half a minute. ``on_wait`` hears of
-    every wait (the command line says it is waiting)."""
+    first. The default rides out a service restart of half a minute. A service that has not
+    answered once (a wrong URL, nothing listening) gets ``unreached_patience`` seconds
+    instead: waiting a minute for it helps nobody. ``on_wait`` hears of every wait (the
+    command line says it is waiting)."""
 
     attempts: int = 100
     base_delay: float = 0.25
     max_delay: float = 5.0
     patience: float = 60.0
+    unreached_patience: float = 3.0
     on_wait: Callable[[RetryWait], None] | None = field(default=None, compare=False)
 
     def delay(self, attempt: int) -> float:
         """Exponential backoff with full jitter, so parallel retries do not march in step."""
         return random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
 
-    def gives_up(self, attempt: int, failing_since: float) -> bool:
+    def gives_up(self, attempt: int, failing_since: float, *, reached: bool = True) -> bool:
         """Whether try ``attempt`` (from 0), which just failed, was the last: the tries are
         used up, or the first failure was ``patience`` seconds ago (``failing_since``, by
-        ``time.monotonic()``; a try that takes long is not failing while it runs)."""
-        return attempt + 1 >= self.attempts or time.monotonic() - failing_since >= self.patience
+        ``time.monotonic()``; a try that takes long is not failing while it runs), or
+        ``unreached_patience`` seconds ago when the service never ``reached`` answered."""
+        return attempt + 1 >= self.attempts or self.patience_left(failing_since, reached) <= 0
+
+    def patience_left(self, failing_since: float, reached: bool = True) -> float:
+        """Seconds of patience left for a request failing since ``failing_since``."""
+        patience = self.patience if reached else min(self.patience, self.unreached_patience)
+        return patience - (time.monotonic() - failing_since)
 
     def wait(
-        self, attempt: int, reason: TracestoreError, stop: threading.Event | None = None
+        self,
+        attempt: int,
+        reason: TracestoreError,
+        stop: threading.Event | None = None,
+        *,
+        reached: bool = True,
+        at_most: float = math.inf,
     ) -> None:
-        """Sleep before try ``attempt + 1`` (cut short when ``stop`` is set)."""
-        delay = self.delay(attempt)
+        """Sleep before try ``attempt + 1`` (cut short when ``stop`` is set), no longer than
+        ``at_most`` seconds (the patience left: the last try comes before it runs out)."""
+        delay = min(self.delay(attempt), at_most)
         if self.on_wait is not None:
-            self.on_wait(RetryWait(reason, attempt + 2, delay))
+            self.on_wait(RetryWait(reason, attempt + 2, delay, reached))
         if stop is not None:
             stop.wait(delay)
         else:
             time.sleep(delay)
+
+    def tries(self, stop: threading.Event | None = None) -> Retries:
+        """The count of one request's tries under this policy."""
+        return Retries(self, stop)
+
+
+@dataclass
+class Retries:
+    """The tries of one request (an API call, a part PUT, a download) under ``policy``: the
+    one retry loop of the client. After a try fails, ``failed`` waits before the next or
+    raises the error when that try was the last; ``progressed`` starts over (bytes came)."""
+
+    policy: RetryPolicy
+    stop: threading.Event | None = None
+    attempt: int = 0
+    failing_since: float | None = None
+
+    def failed(self, error: TracestoreError, *, reached: bool = True) -> None:
+        """Wait before the next try, or raise ``error`` when the policy gives up (sooner
+        when the service was never ``reached``)."""
+        self.failing_since = self.failing_since or time.monotonic()
+        if self.policy.gives_up(self.attempt, self.failing_since, reached=reached):
+            raise error from None
+        left = self.policy.patience_left(self.failing_since, reached)
+        self.policy.wait(self.attempt, error, self.stop, reached=reached, at_most=left)
+        self.attempt += 1
+
+    def progressed(self) -> None:
+        """The failing try moved bytes: count its failures anew."""
+        self.attempt, self.failing_since = 0, None
+
+    @property
+    def last_try(self) -> bool:
+        """Whether the next try is the last the policy allows by count."""
+        return self.attempt + 1 >= self.policy.attempts
 
 
 def api_error(response: httpx.Response) -> TracestoreError:
@@ -317,8 +371,7 @@ def download_to(
     )
     current = url()
     last: TracestoreError | None = None
-    attempt = 0
-    failing_since: float | None = None
+    tries = retry.tries(stop)
     while sink.have < size or (size == 0 and not partial.exists()):
         had = sink.have
         headers = {"Range": f"bytes={sink.have}-"} if sink.have else {}
@@ -346,7 +399,7 @@ def download_to(
         except NetworkError as exc:
             last = exc
         except TracestoreError as exc:
-            if exc.status == 403 and attempt + 1 < retry.attempts:
+            if exc.status == 403 and not tries.last_try:
                 current, last = url(), exc
             elif exc.status in RETRY_STATUSES:
                 last = exc
@@ -356,12 +409,8 @@ def download_to(
             sink.close()
         if last is not None:
             if sink.have > had:  # bytes came: failing starts anew
-                attempt, failing_since = 0, None
-            failing_since = failing_since or time.monotonic()
-            if retry.gives_up(attempt, failing_since):
-                raise last
-            retry.wait(attempt, last, stop)
-            attempt += 1
+                tries.progressed()
+            tries.failed(last)
     if sha256 is not None and sink.digest.hexdigest() != sha256:
         partial.unlink(missing_ok=True)
         raise IntegrityError(

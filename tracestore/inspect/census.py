@@ -22,7 +22,7 @@ from tracestore.inspect.census_files import (
     rank_ranges,
     single_file_holds_all,
 )
-from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
+from tracestore.inspect.census_text import describe_files, describe_ranks, gaps, intervals
 from tracestore.inspect.chakra import rank_from_name
 from tracestore.inspect.groups import FoundGroup, process_group_check, process_groups
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, CensusCheck, FileInspection
@@ -34,6 +34,7 @@ from tracestore.inspect.parallelism import (
 )
 
 MAX_DUPLICATES_SHOWN = 5
+MAX_MEMBERS_LISTED = 16
 ExpectedFrom = Literal["declared", "worldSize", "ranks"]
 
 
@@ -183,29 +184,34 @@ class _Found:
 
     def group_problems(self) -> list[str]:
         """Chakra traces whose collectives run on groups the comm-group file leaves out, or
-        that do not hold their rank."""
+        that do not hold their rank (the first few named, the rest counted)."""
         if not self.groups:
             return []
-        problems = []
+        members = {name: frozenset(ranks) for name, (_, ranks) in self.groups.items()}
+        listing = describe_files(sorted({f for f, _ in self.groups.values()}))
+        problems: list[str] = []
+        count = 0
         for label, rank, used in self.group_uses:
             for name in used:
-                if name not in self.groups:
-                    files = describe_files(sorted({f for f, _ in self.groups.values()}))
+                if name in members and rank in members[name]:
+                    continue
+                count += 1
+                if count > MAX_DUPLICATES_SHOWN:
+                    continue
+                if name not in members:
                     problems.append(
-                        f'{label} runs collectives on process group "{name}", which {files} '
+                        f'{label} runs collectives on process group "{name}", which {listing} '
                         "does not list"
                     )
-                elif rank not in self.groups[name][1]:
+                else:
                     where, ranks = self.groups[name]
                     problems.append(
                         f'{label} (rank {rank}) runs collectives on process group "{name}", '
-                        f"which {where} gives as {list(ranks)}, without rank {rank}"
+                        f"which {where} gives as {_members_text(ranks)}, without rank {rank}"
                     )
-        return problems[:MAX_DUPLICATES_SHOWN] + (
-            [f"{len(problems) - MAX_DUPLICATES_SHOWN} more process-group problems"]
-            if len(problems) > MAX_DUPLICATES_SHOWN
-            else []
-        )
+        if count > MAX_DUPLICATES_SHOWN:
+            problems.append(f"{count - MAX_DUPLICATES_SHOWN} more process-group problems")
+        return problems
 
     def unranked(self, pairing: Pairing) -> list[str]:
         """Unranked files, and primary archives holding no ranked trace, in file order."""
@@ -240,7 +246,7 @@ def rank_census(
     degrees = parallelism_degrees(workload_metadata)
     product = parallelism_product(degrees.values()) if degrees else None
     expected, expected_from = _expected(declared, seen.world_sizes, found)
-    missing = _missing(found, expected)
+    missing = gaps(found, expected or 0)
     unexpected = [r for r in found if expected is not None and r >= expected]
     duplicated = pairing.duplicated()
     single_opaque, not_opaque = single_file_holds_all(files, declared, found)
@@ -339,17 +345,11 @@ def _expected(
     return None, None
 
 
-def _missing(found: list[int], expected: int | None) -> list[tuple[int, int]]:
-    """The ranges of ranks absent from 0..expected-1 (``found`` is sorted)."""
-    if not expected:
-        return []
-    gaps: list[tuple[int, int]] = []
-    previous = -1
-    for rank in [*(r for r in found if r < expected), expected]:
-        if rank > previous + 1:
-            gaps.append((previous + 1, rank - 1))
-        previous = rank
-    return gaps
+def _members_text(ranks: Sequence[int]) -> str:
+    """A group's members as the comm-group file lists them, or as runs when they are many."""
+    if len(ranks) <= MAX_MEMBERS_LISTED:
+        return str(list(ranks))
+    return f"{len(ranks)} ranks {describe_ranks(intervals(sorted(ranks)))}"
 
 
 def _source_text(expected_from: ExpectedFrom | None, declared: int | None) -> str:

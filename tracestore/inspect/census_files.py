@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tracestore.inspect.model import ARCHIVE_FORMATS, TRACE_FORMATS, FileInspection
 from tracestore.inspect.pairing import Pairing
+from tracestore.ranks import merge
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ def rank_provenance(
         if inspection.format not in ARCHIVE_FORMATS:
             result[name] = told.get(name)
             continue
-        members = [(label, told[label]) for label in sorted(told) if label.startswith(name + ":")]
+        members = sorted(
+            (label, told[label]) for label, _ in inspection.leaves(name) if label in told
+        )
         shown = "; ".join(f"{label[len(name) + 1 :]}: {text}" for label, text in members[:3])
         more = f"; and {len(members) - 3} more members" if len(members) > 3 else ""
         result[name] = f"{len(members)} ranked members: {shown}{more}" if members else None
@@ -102,11 +105,11 @@ def rank_provenance(
 def _file_range(inspection: FileInspection) -> RankRange | None:
     if inspection.format not in ARCHIVE_FORMATS:
         return None if inspection.rank is None else RankRange(inspection.rank, inspection.rank)
-    ranks: set[int] = set()
-    for member in inspection.members:
-        member_range = _file_range(member)
-        if member_range is not None:
-            ranks.update(range(member_range.start, member_range.end + 1))
-    if not ranks or max(ranks) - min(ranks) + 1 != len(ranks):
+    runs = merge(
+        (found.start, found.end)
+        for member in inspection.members
+        if (found := _file_range(member)) is not None
+    )
+    if len(runs) != 1:
         return None  # an archive with holes has no honest single range
-    return RankRange(min(ranks), max(ranks))
+    return RankRange(*runs[0])

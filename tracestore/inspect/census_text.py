@@ -1,4 +1,8 @@
-"""Short human texts for census messages: rank ranges and file lists, capped in length."""
+"""Short human texts for census messages: rank ranges and file lists, capped in length.
+
+Rank sets are runs (``(start, end)``, inclusive) wherever a declared count bounds them: the
+ranks missing of 2³¹−1 are one run, never a list of each.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,22 @@ def intervals(ranks: Iterable[int]) -> list[tuple[int, int]]:
             runs[-1] = (runs[-1][0], max(runs[-1][1], rank))
         else:
             runs.append((rank, rank))
+    return runs
+
+
+def gaps(ranks: Iterable[int], expected: int) -> list[tuple[int, int]]:
+    """The runs of ``0..expected-1`` that the sorted ``ranks`` leave out, in work bounded by
+    ``ranks``: ``0, 1, 5`` of 8 → ``(2, 4), (6, 7)``."""
+    runs: list[tuple[int, int]] = []
+    previous = -1
+    for rank in ranks:
+        if rank >= expected:
+            break
+        if rank > previous + 1:
+            runs.append((previous + 1, rank - 1))
+        previous = max(previous, rank)
+    if expected > previous + 1:
+        runs.append((previous + 1, expected - 1))
     return runs
 
 

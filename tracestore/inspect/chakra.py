@@ -8,6 +8,12 @@ attributes ``schema``, ``pid``, ``time`` ...), then ``Node`` messages (``id = 1`
 keeps (their ``inputs.values`` is the row ``param_comms`` reads) and otherwise from the
 ``<prefix>.<rank>.et`` file name.
 
+Collectives are the COMM_COLL_NODEs, by their ``comm_type``. Chakra's older PyTorch converter
+also typed the host-side ops of each call (``c10d::allreduce_``, ``nccl:all_reduce``) as
+COMM_COLL_NODEs, without ``comm_type``: those are the same calls as the GPU nodes, so they
+count only in a trace without typed nodes, and then by name from one kind of them (as
+``collectives.summarize`` does), never as ``unknown``.
+
 Counting node types has to touch every node, so the loop below reads the ``type`` field
 without decoding the whole message (serializers write fields in field-number order, so
 ``id`` and ``name`` come first); only communication nodes have their attributes decoded.
@@ -24,7 +30,7 @@ from tracestore.inspect.chakra_attrs import (
     find_string_attribute,
     is_global_metadata,
 )
-from tracestore.inspect.collectives import canonical
+from tracestore.inspect.collectives import HOST_RECORDS, canonical, host_record, is_collective
 from tracestore.inspect.model import Draft, InspectionError, ProcessGroup
 from tracestore.inspect.param_comms import RankVote, comm_row
 from tracestore.inspect.protowire import (
@@ -67,6 +73,10 @@ COLLECTIVE_TYPES: dict[int, str] = {
     9: "BARRIER",
     UNKNOWN_COLLECTIVE: "unknown",
 }
+_COLLECTIVE_BY_NAME: dict[str, int] = {}
+for _number, _name in COLLECTIVE_TYPES.items():
+    if _number != UNKNOWN_COLLECTIVE:
+        _COLLECTIVE_BY_NAME.setdefault(canonical(_name), _number)
 # Node field number -> wire types allowed (repeated scalars may be packed).
 _NODE_FIELDS: dict[int, tuple[int, ...]] = {
     1: (VARINT,),
@@ -206,6 +216,33 @@ class _Malformed(Exception):
         self.detail = detail
 
 
+class Calls:
+    """Collective calls by ``comm_type``: counts, bytes, and counts per process group."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.bytes: dict[int, int] = {}
+        self.by_group: dict[str, dict[int, int]] = {}
+
+    def add(self, comm_type: int, comm_size: int, group: str | None) -> None:
+        """Count one call."""
+        self.counts[comm_type] = self.counts.get(comm_type, 0) + 1
+        self.bytes[comm_type] = self.bytes.get(comm_type, 0) + comm_size
+        if group is not None:
+            counts = self.by_group.setdefault(group, {})
+            counts[comm_type] = counts.get(comm_type, 0) + 1
+
+    def merge(self, other: Calls) -> None:
+        """Add ``other``'s calls to these."""
+        for kind, count in other.counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + count
+            self.bytes[kind] = self.bytes.get(kind, 0) + other.bytes.get(kind, 0)
+        for group, counts in other.by_group.items():
+            mine = self.by_group.setdefault(group, {})
+            for kind, count in counts.items():
+                mine[kind] = mine.get(kind, 0) + count
+
+
 class Tally:
     """Node and collective counts, and the rank vote of record_param_comms nodes."""
 
@@ -213,10 +250,9 @@ class Tally:
         self.position = 0  # start of the message being read, for error messages
         self.types = [0] * 16
         self.other_types: dict[int, int] = {}
-        self.collectives: dict[int, int] = {}
-        self.collective_bytes: dict[int, int] = {}
+        self.calls = Calls()
+        self.host_calls = {record: Calls() for record in HOST_RECORDS}
         self.vote = RankVote()
-        self.group_collectives: dict[str, dict[int, int]] = {}
 
     def messages(self, buf: bytes, pos: int) -> int:
         """Count the complete messages of ``buf[pos:]``; where the first incomplete one starts."""
@@ -272,19 +308,23 @@ class Tally:
                 self.other_types[node_type] = self.other_types.get(node_type, 0) + 1
             if node_type == COMM_COLL_NODE:
                 comm_type, comm_size = _comm_attrs(buf, start, end)
-                self.collectives[comm_type] = self.collectives.get(comm_type, 0) + 1
-                total = self.collective_bytes.get(comm_type, 0) + comm_size
-                self.collective_bytes[comm_type] = total
                 group = find_string_attribute(buf, start, end, b"\x0a\x07pg_name")
-                if group is not None:
-                    self.on_group(group, comm_type)
+                if comm_type == UNKNOWN_COLLECTIVE:
+                    self.untyped(_node_name(buf, start, end), comm_size, group)
+                else:
+                    self.calls.add(comm_type, comm_size, group)
             pos = end
         return pos
 
-    def on_group(self, group: str, comm_type: int) -> None:
-        """Count a collective on the process group its ``pg_name`` names."""
-        counts = self.group_collectives.setdefault(group, {})
-        counts[comm_type] = counts.get(comm_type, 0) + 1
+    def untyped(self, name: str | None, comm_size: int, group: str | None) -> None:
+        """Count a COMM_COLL_NODE without ``comm_type``: a host-side record of a call
+        (``c10d::allreduce_``) by its name, for ``store`` to use or drop; else unknown."""
+        record = None if name is None else host_record(name)
+        if record is None or name is None:
+            self.calls.add(UNKNOWN_COLLECTIVE, comm_size, group)
+        elif is_collective(name):  # a wait or set-up op is no collective
+            kind = _COLLECTIVE_BY_NAME.get(canonical(name.split(":")[-1]), UNKNOWN_COLLECTIVE)
+            self.host_calls[record].add(kind, comm_size, group)
 
     def node(
         self,
@@ -292,18 +332,18 @@ class Tally:
         comm_type: int | None = None,
         comm_size: int = 0,
         group: str | None = None,
+        name: str | None = None,
     ) -> None:
-        """Count one node decoded elsewhere (Chakra JSON); ``comm_type`` None is unknown."""
+        """Count one node decoded elsewhere (Chakra JSON); ``comm_type`` None: ``untyped``."""
         if node_type < 16:
             self.types[node_type] += 1
         else:
             self.other_types[node_type] = self.other_types.get(node_type, 0) + 1
         if node_type == COMM_COLL_NODE:
-            kind = UNKNOWN_COLLECTIVE if comm_type is None else comm_type
-            self.collectives[kind] = self.collectives.get(kind, 0) + 1
-            self.collective_bytes[kind] = self.collective_bytes.get(kind, 0) + comm_size
-            if group is not None:
-                self.on_group(group, kind)
+            if comm_type is None:
+                self.untyped(name, comm_size, group)
+            else:
+                self.calls.add(comm_type, comm_size, group)
 
     def _comm_row(self, buf: bytes, start: int, end: int) -> None:
         """Vote with the row in a record_param_comms node's ``inputs.values``."""
@@ -335,10 +375,14 @@ class Tally:
             draft.rank_provenance += f"; the {named_provenance} {agrees}"
         counts = {t: c for t, c in enumerate(self.types) if c} | self.other_types
         draft.node_counts = {NODE_TYPES.get(t, f"NODE_TYPE_{t}"): c for t, c in counts.items()}
-        names = {t: canonical(COLLECTIVE_TYPES.get(t, f"TYPE_{t}")) for t in self.collectives}
-        draft.collectives = {names[t]: c for t, c in self.collectives.items()}
-        draft.collective_bytes = {names[t]: c for t, c in self.collective_bytes.items()}
-        draft.process_groups = _merged_groups(draft.process_groups, self.group_collectives, names)
+        calls = self.calls
+        if all(kind == UNKNOWN_COLLECTIVE for kind in calls.counts):  # no typed node
+            host = next((c for c in self.host_calls.values() if c.counts), Calls())
+            calls.merge(host)
+        names = {t: canonical(COLLECTIVE_TYPES.get(t, f"TYPE_{t}")) for t in calls.counts}
+        draft.collectives = {names[t]: c for t, c in calls.counts.items()}
+        draft.collective_bytes = {names[t]: c for t, c in calls.bytes.items()}
+        draft.process_groups = _merged_groups(draft.process_groups, calls.by_group, names)
 
 
 def _merged_groups(
@@ -355,6 +399,14 @@ def _merged_groups(
 
 def _group_counts(counts: dict[int, int], names: dict[int, str]) -> dict[str, int]:
     return dict(sorted((names[t], c) for t, c in counts.items()))
+
+
+def _node_name(buf: bytes, start: int, end: int) -> str | None:
+    """Node.name, or None when the node has none."""
+    for number, wire, a, b in iter_fields(buf, start, end):
+        if number == 2 and wire == LENGTH_DELIMITED:
+            return buf[a:b].decode("utf-8", "replace")
+    return None
 
 
 def _node_type(buf: bytes, start: int, end: int) -> int:

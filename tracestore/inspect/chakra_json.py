@@ -9,6 +9,11 @@ snake_case names):
 - ``{"workload_graph": [node, ...]}`` (also ``{"nodes": [...]}`` without a PyTorch schema);
 - a bare array of nodes.
 
+Chakra's feeder reads ``{"workload_graph": [...]}`` files whose nodes are flat instead:
+``Id``, ``Name``, an integer ``NodeType`` (``et_def.proto``'s numbers: 4 = COMP_NODE,
+7 = COMM_COLL_NODE) and top-level ``comm_type``, ``comm_size`` ... (its ``json_node.cpp``);
+those are read as well.
+
 Nothing inside names a rank but a ``record_param_comms`` node's row (as in the protobuf
 form); otherwise the rank comes from a ``<prefix>.<rank>.json`` or ``<prefix>_<rank>.json``
 name.
@@ -116,12 +121,19 @@ def _metadata(item: Mapping[str, Any], draft: Draft) -> None:
         draft.pid = pid
 
 
+_FLAT_ATTRIBUTES = ("comm_type", "comm_size", "pg_name")  # the feeder's nodes hold them flat
+
+
 def _node(item: Mapping[str, Any], tally: Tally) -> None:
-    raw_type = item.get("type", 0)
+    raw_type = item.get("type", item.get("NodeType", 0))
     node_type = _NODE_TYPE_NUMBERS.get(raw_type) if isinstance(raw_type, str) else raw_type
     if not isinstance(node_type, int) or isinstance(node_type, bool):
         return
     attrs = attribute_values(item.get("attr", item.get("attribute")))
+    for key in _FLAT_ATTRIBUTES:
+        if key not in attrs and isinstance(value := item.get(key), int | str):
+            attrs[key] = value
+    name = item.get("name", item.get("Name"))
     comm_type = attrs.get("comm_type")
     if isinstance(comm_type, str):
         comm_type = _COLLECTIVE_NUMBERS.get(comm_type)
@@ -131,11 +143,12 @@ def _node(item: Mapping[str, Any], tally: Tally) -> None:
         comm_type if isinstance(comm_type, int) and not isinstance(comm_type, bool) else None,
         size if isinstance(size, int) and not isinstance(size, bool) else 0,
         group if isinstance(group, str) else None,
+        name if isinstance(name, str) else None,
     )
-    if item.get("name") == "record_param_comms":
+    if name == "record_param_comms":
         inputs = item.get("inputs")
         values = inputs.get("values") if isinstance(inputs, Mapping) else None
-        node_id = item.get("id")
+        node_id = item.get("id", item.get("Id"))
         number = int(node_id) if isinstance(node_id, int | str) and str(node_id).isdigit() else None
         if (row := comm_row(values, number)) is not None:
             tally.vote.add(row)

@@ -48,6 +48,18 @@ def is_collective(name: str) -> bool:
     return re.sub(r"[^a-z0-9]", "", name.split(":", 1)[-1].lower()) not in _NOT_COLLECTIVES
 
 
+def host_record(name: str) -> str | None:
+    """Which host-side record of a collective call an event or node named ``name`` is:
+    ``"annotation"`` (``nccl:all_reduce``, ``gloo:broadcast`` ...), ``"c10d"``
+    (``c10d::allreduce_``), or None (a kernel, or another name)."""
+    if name.startswith(_ANNOTATION_PREFIXES):
+        return "annotation"
+    return "c10d" if name.startswith("c10d::") else None
+
+
+HOST_RECORDS = ("annotation", "c10d")  # the order ``summarize`` prefers them in
+
+
 def event_name(raw: str) -> str:
     """An event name as reported: kernel names lose their ``(argument list)``."""
     if raw.startswith(("nccl", "rccl")) and "Kernel_" in raw:
@@ -71,8 +83,8 @@ def summarize(
     for name, count in events.items():
         shown = event_name(name)
         raw[shown] = raw.get(shown, 0) + count
-    annotations = {k: v for k, v in raw.items() if k.startswith(_ANNOTATION_PREFIXES)}
-    c10d = {k: v for k, v in raw.items() if k.startswith("c10d::")}
+    annotations = {k: v for k, v in raw.items() if host_record(k) == "annotation"}
+    c10d = {k: v for k, v in raw.items() if host_record(k) == "c10d"}
     kernels: dict[str, int] = {}
     for name, count in raw.items():
         if match := _KERNEL_RE.match(name):

@@ -1,14 +1,18 @@
-"""Inspecting one file: unwrap gzip/zstd, recognise the format, hand over to its reader.
+"""Inspecting one file: unwrap gzip/zstd/bzip2/xz, recognise the format, hand over to its reader.
 
 The format is recognised from the first bytes, never from the name alone (the name only
 breaks a tie for Chakra traces without a metadata message). Whatever happens while reading,
 the answer is a ``FileInspection``: an unknown format is ``unknown``, a truncated or
-malformed file is ``failed`` with a reason, and nothing is raised.
+malformed file is ``failed`` with a reason, and nothing is raised. What one stored file may
+cost is bounded by ``Limits``: its decompressed bytes (members and nested files included)
+and the members inspected per archive; past either, it is ``failed`` with the reason and
+keeps what was read.
 """
 
 from __future__ import annotations
 
 import gzip
+import lzma
 import os
 import re
 import tarfile
@@ -23,9 +27,12 @@ import zstandard
 from tracestore.inspect import archives, chakra, chakra_json, comm_groups, kineto, pytorch_et
 from tracestore.inspect.model import Draft, FileInspection, Format, InspectionError
 from tracestore.inspect.streams import (
+    DEFAULT_LIMITS,
     HEAD_SIZE,
     BinaryReader,
+    Budget,
     Failing,
+    Limits,
     PrefixedReader,
     decompressed,
     detect_compression,
@@ -46,23 +53,43 @@ _ET_KEYS = re.compile(rb'"(?:nodes|start_ts|finish_ts)"\s*:')
 _CHROME_EVENT = re.compile(rb'"ph"\s*:')
 
 
-def inspect_file(opener: Opener, name: str, *, quick: bool = False) -> FileInspection:
+def inspect_file(
+    opener: Opener,
+    name: str,
+    *,
+    quick: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    stored_size: int | None = None,
+) -> FileInspection:
     """Inspect the file ``opener()`` returns (a binary file object, closed afterwards).
 
     ``name`` is the file's name in the traceset (or its path); Chakra ranks come from it.
     ``quick=True`` stops a Kineto trace as soon as its ``distributedInfo`` is read (rank and
     world size), leaving time span and collectives empty, and an execution trace at its first
     ``record_param_comms`` row on the default group; other formats ignore it.
+    ``limits`` bound the work; ``stored_size`` (the file's bytes, when known) sets its
+    budget of decompressed bytes.
     """
-    return _inspect(opener, name, quick=quick, depth=0)
+    budget = limits.budget(stored_size)
+    return _inspect(opener, name, quick=quick, depth=0, limits=limits, budget=budget)
 
 
 def inspect_path(
-    path: str | os.PathLike[str], name: str | None = None, *, quick: bool = False
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    *,
+    quick: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> FileInspection:
     """Inspect a local file; ``name`` defaults to the path as given."""
     location = Path(path)
-    return inspect_file(lambda: location.open("rb"), name or str(path), quick=quick)
+    try:
+        size: int | None = location.stat().st_size
+    except OSError:
+        size = None  # opening it reports why
+    return inspect_file(
+        lambda: location.open("rb"), name or str(path), quick=quick, limits=limits, stored_size=size
+    )
 
 
 def sniff_format(head: bytes, name: str) -> Format:
@@ -89,7 +116,9 @@ def sniff_format(head: bytes, name: str) -> Format:
     return "unknown"
 
 
-def _inspect(opener: Opener, name: str, *, quick: bool, depth: int) -> FileInspection:
+def _inspect(
+    opener: Opener, name: str, *, quick: bool, depth: int, limits: Limits, budget: Budget
+) -> FileInspection:
     draft = Draft(name=name, nested=depth > 0)
     try:
         raw = opener()
@@ -97,7 +126,7 @@ def _inspect(opener: Opener, name: str, *, quick: bool, depth: int) -> FileInspe
         return draft.freeze(f"cannot open: {exc}")
     try:
         with closing(raw):
-            _scan(raw, draft, quick=quick, depth=depth)
+            _scan(raw, draft, quick=quick, depth=depth, limits=limits, budget=budget)
     except InspectionError as exc:
         return draft.freeze(str(exc))
     except EOFError:
@@ -107,18 +136,24 @@ def _inspect(opener: Opener, name: str, *, quick: bool, depth: int) -> FileInspe
         return draft.freeze(f"malformed gzip stream: {exc}")
     except zstandard.ZstdError as exc:
         return draft.freeze(f"malformed zstd stream: {exc}")
+    except lzma.LZMAError as exc:
+        return draft.freeze(f"malformed {draft.compression or 'LZMA'} stream: {exc}")
     except zipfile.BadZipFile as exc:
         return draft.freeze(f"malformed or truncated ZIP archive: {exc}")
     except tarfile.TarError as exc:
         return draft.freeze(f"truncated or malformed tar archive: {exc}")
     except OSError as exc:
+        if draft.compression == "bzip2" and str(exc) == "Invalid data stream":
+            return draft.freeze("malformed bzip2 stream: invalid data")
         return draft.freeze(f"read error: {exc}")
     except Exception as exc:  # the contract is a result, never an exception
         return draft.freeze(f"unexpected {type(exc).__name__}: {exc}")
     return draft.freeze()
 
 
-def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
+def _scan(
+    raw: BinaryReader, draft: Draft, *, quick: bool, depth: int, limits: Limits, budget: Budget
+) -> None:
     origin = tell(raw)
     head = read_up_to(raw, HEAD_SIZE)
     failure: Exception | None = None
@@ -127,7 +162,7 @@ def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
     compression = detect_compression(head)
     if compression is not None:
         draft.compression = compression
-        stream = decompressed(rewound(raw, head, origin), compression)
+        stream = decompressed(rewound(raw, head, origin), compression, budget)
         head, failure = read_chunk(stream, HEAD_SIZE)
         if failure is not None:
             stream = Failing(failure)  # scan the intact head first, then report the break
@@ -141,7 +176,14 @@ def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
     stream = rewound(raw, head, origin) if seekable else PrefixedReader(head, stream)
 
     def inspect_member(member_opener: Opener, member_name: str) -> FileInspection:
-        return _inspect(member_opener, member_name, quick=quick, depth=depth + 1)
+        return _inspect(
+            member_opener,
+            member_name,
+            quick=quick,
+            depth=depth + 1,
+            limits=limits,
+            budget=budget,
+        )
 
     if draft.format in ("zip", "tar") and depth >= MAX_ARCHIVE_DEPTH:
         raise InspectionError(f"archive nested more than {MAX_ARCHIVE_DEPTH} levels deep")
@@ -156,6 +198,8 @@ def _scan(raw: BinaryReader, draft: Draft, *, quick: bool, depth: int) -> None:
     elif draft.format == "comm_groups":
         comm_groups.scan(stream, draft)
     elif draft.format == "zip":
-        archives.scan_zip(stream, draft, inspect_member, seekable=seekable)
+        archives.scan_zip(
+            stream, draft, inspect_member, seekable=seekable, limits=limits, budget=budget
+        )
     else:
-        archives.scan_tar(stream, draft, inspect_member)
+        archives.scan_tar(stream, draft, inspect_member, max_members=limits.members)

@@ -2,8 +2,15 @@
 
 Groups come from every file's ``processGroups`` (Kineto ``distributedInfo.pg_config``, the
 execution trace's PG-init node or ``record_param_comms`` rows, the groups Chakra collectives
-run on, an ASTRA-sim comm-group file). One group recorded by several ranks' files is one
-group: groups are merged by their member ranks when recorded, else by name and size.
+run on, an ASTRA-sim comm-group file). A run's group is one group whichever files record it
+(each rank's, an execution trace and its Kineto twin): groups are merged by name and size,
+keeping the members any file records and every file that records it (a group named
+without a size, as Chakra traces name the groups they run on, joins the one group of known
+size of that name). An empty or absent
+member list of the default group (``pg_desc`` ``default_pg``; the execution trace writes
+``"ranks": []``) means the whole world, so without a size it takes the file's world size.
+Two groups of one name and size whose recorded members differ stay apart, as do unnamed
+groups with different members.
 
 The check holds the declared ``workloadMetadata.parallelism`` degrees (``tp``, ``pp``, ``dp``,
 ``ep``, ``cp``, ``sp``) against the group sizes found. When only some of the ranks were
@@ -42,23 +49,57 @@ class FoundGroup:
         }
 
 
+Members = tuple[int, ...] | None
+DEFAULT_GROUP = "default_pg"  # the pg_desc PyTorch gives the default group
+
+
 def process_groups(files: Sequence[tuple[str, FileInspection]]) -> tuple[FoundGroup, ...]:
     """The distinct groups of known size the files record, largest first."""
-    merged: dict[tuple[Any, ...], tuple[str | None, int, tuple[int, ...] | None, list[str]]] = {}
+    # (name, size) -> members (None: not recorded) -> the files (a dict as an ordered set)
+    merged: dict[tuple[str | None, int], dict[Members, dict[str, None]]] = {}
+    unsized: dict[str, dict[str, None]] = {}  # name -> files naming a group of unknown size
+    order: dict[str, int] = {}
     for top, inspection in files:
         for label, leaf in inspection.leaves(top):
+            order.setdefault(label, len(order))
             for group in leaf.process_groups:
                 ranks = tuple(sorted(set(group.ranks))) if group.ranks else None
                 size = len(ranks) if ranks else group.size
+                if size is None and group.description == DEFAULT_GROUP:
+                    size = leaf.world_size  # no members listed: the whole world
+                if size is None and group.name is not None:
+                    unsized.setdefault(group.name, {})[label] = None
                 if not size or size < 1:
                     continue
-                key: tuple[Any, ...] = ("ranks", ranks) if ranks else ("name", group.name, size)
-                if key not in merged:
-                    merged[key] = (group.name, size, ranks, [])
-                if label not in merged[key][3]:
-                    merged[key][3].append(label)
-    found = [FoundGroup(n, s, r, tuple(f)) for n, s, r, f in merged.values()]
+                _same_group(merged.setdefault((group.name, size), {}), ranks)[label] = None
+    # A Chakra trace names the groups it runs on, the comm-group file their members: when
+    # one group of known size has the name, those traces record it too.
+    by_name: dict[str, list[dict[str, None]]] = {}
+    for (name, _), by_members in merged.items():
+        if name in unsized:
+            by_name.setdefault(name, []).extend(by_members.values())
+    for name, named in by_name.items():
+        if len(named) == 1:
+            named[0].update(unsized[name])
+    found = [
+        FoundGroup(name, size, ranks, tuple(sorted(labels, key=order.__getitem__)))
+        for (name, size), by_members in merged.items()
+        for ranks, labels in by_members.items()
+    ]
     return tuple(sorted(found, key=lambda g: (-g.size, g.name or "", g.ranks or ())))
+
+
+def _same_group(by_members: dict[Members, dict[str, None]], ranks: Members) -> dict[str, None]:
+    """The files of the group of one name and size that ``ranks`` belongs to: the one with
+    those members, or any when either side's members are not recorded."""
+    if ranks in by_members:
+        return by_members[ranks]
+    if ranks is None:
+        return next(iter(by_members.values())) if by_members else by_members.setdefault(None, {})
+    if None in by_members:  # first recorded members of a group known by name and size
+        by_members[ranks] = by_members.pop(None)
+        return by_members[ranks]
+    return by_members.setdefault(ranks, {})
 
 
 def parallelism_values(workload_metadata: object, keys: Sequence[str]) -> dict[str, int]:
@@ -83,15 +124,17 @@ def declared_degrees(workload_metadata: object) -> dict[str, int]:
     return {key: value for key, value in found.items() if value > 1}
 
 
-def _partitions(groups: Sequence[FoundGroup], size: int, world: int) -> bool:
-    """Do the groups of ``size`` split ranks 0..world-1 evenly (each rank in as many of
-    them, as when they are the groups of one parallelism dimension, or of two of size)?"""
+def _partitions(groups: Sequence[FoundGroup], world: int) -> bool:
+    """Do ``groups`` (of one size) split ranks 0..world-1 evenly (each rank in as many of
+    them, as when they are the groups of one parallelism dimension, or of two of size)?
+    The work is their members', whatever ``world`` says."""
     counts: dict[int, int] = {}
     for group in groups:
-        if group.size == size and group.ranks is not None:
-            for rank in group.ranks:
-                counts[rank] = counts.get(rank, 0) + 1
-    return sorted(counts) == list(range(world)) and len(set(counts.values())) == 1
+        for rank in group.ranks or ():
+            counts[rank] = counts.get(rank, 0) + 1
+    # ``world`` distinct ranks, none outside 0..world-1, are every one of them.
+    covered = len(counts) == world and min(counts) == 0 and max(counts) == world - 1
+    return covered and len(set(counts.values())) == 1
 
 
 def _sizes_text(groups: Sequence[FoundGroup]) -> str:
@@ -124,18 +167,24 @@ def process_group_check(
         return CensusCheck(True, f"{summary}; no parallelism degrees declared to check")
     sizes = {g.size for g in groups}
     problems: list[str] = []
+    # The default group stands for the groups of a degree only when that degree alone spans
+    # the world (tp=4 of a 4-rank run); with other degrees above 1 its groups are smaller.
+    spans_world = len(degrees) == 1 and world_size in degrees.values()
     for key, value in degrees.items():
-        if value not in sizes and value != world_size:
+        if value not in sizes and not spans_world:
             found = ", ".join(str(s) for s in sorted(sizes))
             problems.append(
                 f"declared {key}={value}, but no process group of size {value} "
                 f"(group sizes recorded: {found})"
             )
     undeclared = [k for k in GROUP_DEGREES[:5] if k not in degrees]
+    by_size: dict[int, list[FoundGroup]] = {}  # each size's groups, read once for them all
+    for group in groups:
+        by_size.setdefault(group.size, []).append(group)
     for size in sorted(sizes):
         if size <= 1 or size in degrees.values() or world_size is None or size >= world_size:
             continue
-        if _partitions(groups, size, world_size):
+        if _partitions(by_size[size], world_size):
             guess = " or ".join((undeclared or list(degrees))[:2])
             problems.append(
                 f"groups of size {size} partition {world_size} ranks, but no declared degree "

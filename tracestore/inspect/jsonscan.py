@@ -23,7 +23,9 @@ from tracestore.inspect.model import Draft, InspectionError, Number, TimeSpan
 from tracestore.inspect.streams import BinaryReader, read_chunk
 
 CHUNK_SIZE = 4 * 1024 * 1024
-MAX_OBJECT = 64 * 1024 * 1024  # the largest object (distributedInfo ...) decoded whole
+# The largest object (distributedInfo ...) decoded whole: decoding one costs several copies
+# of its text, and a real distributedInfo of thousands of process groups is a few MiB.
+MAX_OBJECT = 16 * 1024 * 1024
 
 # Names of events that are collective operations or carry one: the profiler's
 # record_param_comms, backend annotations (nccl:all_reduce, gloo:broadcast), c10d ops and
@@ -178,7 +180,11 @@ def decode_value_at(window: Window, pos: int, first_try: int = 64 * 1024) -> tup
         text = buf[pos:stop].decode("utf-8", "replace")
         try:
             value, used = json.JSONDecoder().raw_decode(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:
+            if not isinstance(exc, json.JSONDecodeError):  # an integer past int's digit limit
+                raise InspectionError(
+                    f"malformed JSON at byte {window.offset + pos}: {exc}"
+                ) from None
             if stop < len(buf):
                 size *= 4
                 continue

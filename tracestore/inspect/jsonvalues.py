@@ -100,7 +100,11 @@ class _TextWindow:
         while True:
             try:
                 value, end = self._json.raw_decode(self.buf, self.pos)
-            except json.JSONDecodeError as exc:
+            except ValueError as exc:
+                if not isinstance(exc, json.JSONDecodeError):  # past int's digit limit
+                    raise InspectionError(
+                        f"malformed JSON at character {self.offset + self.pos}: {exc}"
+                    ) from None
                 if len(self.buf) - self.pos > MAX_OBJECT:
                     raise InspectionError(
                         f"malformed: an object at character {self.offset + self.pos} is "

@@ -98,10 +98,12 @@ def gpu_models(window: Window, end: int, draft: Draft) -> None:
         return
     if decoded is None or not isinstance(decoded[0], list):
         return
+    names = dict.fromkeys(draft.gpu_models)  # an ordered set: one look-up per device
     for device in decoded[0]:
         name = device.get("name") if isinstance(device, dict) else None
-        if isinstance(name, str) and name.strip() and name.strip() not in draft.gpu_models:
-            draft.gpu_models.append(name.strip())
+        if isinstance(name, str) and name.strip():
+            names[name.strip()] = None
+    draft.gpu_models = list(names)
 
 
 def host_pid(buf: bytes, end: int, draft: Draft) -> None:

@@ -4,13 +4,25 @@
 shape of the HTTP API) and ``from_json`` (so the server can store a result and read it back).
 Scanners fill a mutable ``Draft`` and freeze it once they are done, or once they fail: a file
 that breaks off half-way still reports what was found before the break.
+
+Every number an inspection holds is finite and within what the service stores: ``freeze``
+leaves out a rank, world size, process group or pid beyond ``MAX_RANK_COUNT`` or 64 bits
+and a time beyond a double or ``MAX_TIME_US``, and fails the file naming it (only that
+file: a rank of 10^30 would overflow the database's 64-bit column for the whole traceset,
+and ``"ts": 1e400`` would store ``Infinity``, which is no JSON); a non-finite attribute is
+given as its name (``NaN``, ``Infinity``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
+
+# The seed's bound on a rank count, ``metadata.MAX_RANK_COUNT`` (metadata imports pydantic,
+# which a reader of one format need not load; tests/test_inspect_extremes.py holds them equal).
+MAX_RANK_COUNT = 2_147_483_647
 
 Format = Literal[
     "kineto_json",
@@ -22,7 +34,7 @@ Format = Literal[
     "tar",
     "unknown",
 ]
-Compression = Literal["gzip", "zstd"]
+Compression = Literal["gzip", "zstd", "bzip2", "xz"]
 Status = Literal["complete", "failed"]
 RankSource = Literal["distributedInfo", "record_param_comms", "filename", "memberName", "pid"]
 AttributeValue = str | int | float | bool
@@ -35,6 +47,8 @@ TRACE_FORMATS: frozenset[str] = frozenset(
 ARCHIVE_FORMATS: frozenset[str] = frozenset({"zip", "tar"})
 
 Number = int | float
+MAX_TIME_US = 2**63  # microseconds either way of 0: durations between two stay finite
+MAX_PID = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -260,7 +274,11 @@ class Draft:
     profiler_steps: int | None = None
 
     def freeze(self, reason: str | None = None) -> FileInspection:
-        """The finished inspection; a ``reason`` marks it ``failed``."""
+        """The finished inspection; a ``reason`` marks it ``failed``, as does a number out
+        of range (left out, and named in the reason)."""
+        problems = self._numbers_out_of_range()
+        if problems:
+            reason = "; ".join([*([reason] if reason else []), *problems])
         return FileInspection(
             name=self.name,
             format=self.format,
@@ -288,6 +306,73 @@ class Draft:
             nccl_version=self.nccl_version,
             profiler_steps=self.profiler_steps,
         )
+
+    def _numbers_out_of_range(self) -> list[str]:
+        """Leave out every number the service cannot store; what was left out, in words."""
+        problems = []
+        if self.rank is not None and not 0 <= self.rank < MAX_RANK_COUNT:
+            source = f"{self.rank_source} " if self.rank_source else ""
+            problems.append(
+                f"{source}rank {_number_text(self.rank)} is out of range (0 to "
+                f"{MAX_RANK_COUNT - 1:,}): left out"
+            )
+            self.rank, self.rank_source, self.rank_provenance = None, None, None
+        if self.world_size is not None and not 1 <= self.world_size <= MAX_RANK_COUNT:
+            problems.append(
+                f"world_size {_number_text(self.world_size)} is out of range (1 to "
+                f"{MAX_RANK_COUNT:,}): left out"
+            )
+            self.world_size = None
+        if self.pid is not None and not 0 <= self.pid <= MAX_PID:
+            problems.append(f"pid {_number_text(self.pid)} is out of range: left out")
+            self.pid = None
+        groups = [_group_in_range(group) for group in self.process_groups]
+        if any(
+            fixed is not group for fixed, group in zip(groups, self.process_groups, strict=True)
+        ):
+            problems.append(
+                "process group sizes or member ranks out of range (0 to "
+                f"{MAX_RANK_COUNT - 1:,}): left out"
+            )
+            self.process_groups = groups
+        span = self.time_span
+        if span is not None and not (_time_in_range(span.start_us) and _time_in_range(span.end_us)):
+            problems.append(
+                f"the time span ({_number_text(span.start_us)} to {_number_text(span.end_us)} "
+                "us) is not finite within ±2^63 us (an event's ts or dur): left out"
+            )
+            self.time_span = None
+        for key, value in self.attributes.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                infinity = "Infinity" if value > 0 else "-Infinity"
+                self.attributes[key] = "NaN" if math.isnan(value) else infinity
+        return problems
+
+
+def _number_text(value: Number) -> str:
+    """A number for a message: whole when short, else its size (str() of a long int fails)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"of {value.bit_length()} bits"
+    return f"{value}" if isinstance(value, int) else repr(value)
+
+
+def _time_in_range(value: Number) -> bool:
+    return (math.isfinite(value) if isinstance(value, float) else True) and abs(
+        value
+    ) <= MAX_TIME_US
+
+
+def _group_in_range(group: ProcessGroup) -> ProcessGroup:
+    """``group``, or a copy without the size or ranks out of range."""
+    size_ok = group.size is None or 0 <= group.size <= MAX_RANK_COUNT
+    ranks_ok = group.ranks is None or all(0 <= r < MAX_RANK_COUNT for r in group.ranks)
+    if size_ok and ranks_ok:
+        return group
+    return replace(
+        group,
+        size=group.size if size_ok else None,
+        ranks=group.ranks if ranks_ok else None,
+    )
 
 
 class InspectionError(Exception):

@@ -9,6 +9,7 @@ kind of their own (converted from such a pair), never paired.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -86,9 +87,9 @@ class Pairing:
         """Ranks held by more than one file of the same kind."""
         found: dict[int, tuple[str, ...]] = {}
         for rank, files in sorted(self.by_rank.items()):
-            kinds = [f.kind for f in files]
-            if any(kinds.count(k) > 1 for k in kinds):
-                found[rank] = tuple(f.file for f in files if kinds.count(f.kind) > 1)
+            kinds = Counter(f.kind for f in files)
+            if any(count > 1 for count in kinds.values()):
+                found[rank] = tuple(f.file for f in files if kinds[f.kind] > 1)
         return found
 
 

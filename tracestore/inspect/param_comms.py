@@ -6,13 +6,17 @@ layouts seen in the wild::
     [tensors, seq, [pg_name, pg_desc], rank, collective, in_split, out_split,
      global_rank_start, global_rank_stride, world_size]             schema 1.0.2 and later
     [tensors, seq, pg_ptr, rank, collective, in_split, out_split, group_size]   schema 1.0.1
+    [tensors, seq, pg_ptr, rank, collective, in_split, out_split]    1.0.1, older PyTorch
 
 (``wait`` rows have no tensors; Chakra's converter keeps the list as a Python literal.) The
 ``rank`` slot is the caller's rank *in that group*, except for rooted collectives
 (broadcast, reduce, gather, scatter), where it is the root. So the file's rank is read from
 unrooted rows on the default group (``pg_desc == "default_pg"``) when there are any, else on
 the largest group recorded, mapped to a global rank through the group's start and stride
-when they are recorded; a group-local rank on a smaller group never replaces it.
+when they are recorded; a group-local rank on a smaller group never replaces it. Rows that
+record no group size (the seven slots) are read last, on the group whose rank is highest:
+a rank within a group (its members sorted, as ``new_group`` keeps them) is never above the
+rank in the world.
 """
 
 from __future__ import annotations
@@ -117,6 +121,7 @@ class RankVote:
 
     rows_on_default: list[CommRow] = field(default_factory=list)
     rows_by_size: dict[int, list[CommRow]] = field(default_factory=dict)
+    rows_unsized: dict[str | None, list[CommRow]] = field(default_factory=dict)
     groups: dict[str, ProcessGroup] = field(default_factory=dict)
 
     def add(self, row: CommRow) -> None:
@@ -134,6 +139,8 @@ class RankVote:
             self.rows_on_default.append(row)
         elif row.group_size is not None:
             self.rows_by_size.setdefault(row.group_size, []).append(row)
+        else:
+            self.rows_unsized.setdefault(row.group_name, []).append(row)
 
     @property
     def decided(self) -> bool:
@@ -147,6 +154,9 @@ class RankVote:
         elif self.rows_by_size:
             largest = max(self.rows_by_size)
             pool, why = self.rows_by_size[largest], "the largest group recorded"
+        elif self.rows_unsized:
+            pool = max(self.rows_unsized.values(), key=lambda rows: max(r.rank for r in rows))
+            why = "the group of the highest rank, no group size recorded"
         else:
             pool, why = [], ""
         if not draft.process_groups:

@@ -9,8 +9,9 @@
 - ``perfetto_ready``: a browser trace viewer (Perfetto UI, chrome://tracing) cannot open a
   JSON trace much past 1 GiB uncompressed; names the largest.
 
-Every message names the files and ranks at fault. These checks say what a traceset can be
-used for; they do not make it invalid.
+Every message names the files and ranks at fault, ranks as runs (``0..4, 6..7``): the work
+and the text grow with the files, never with the expected rank count. These checks say what
+a traceset can be used for; they do not make it invalid.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tracestore.inspect.census import RankCensus
-from tracestore.inspect.census_text import describe_files, describe_ranks, intervals
+from tracestore.inspect.census import MAX_DUPLICATES_SHOWN, RankCensus
+from tracestore.inspect.census_text import describe_files, describe_ranks, gaps, intervals
 from tracestore.inspect.chakra import rank_from_name
 from tracestore.inspect.model import CensusCheck, FileInspection
 from tracestore.inspect.pairing import CHAKRA, EXECUTION_TRACE, KINDS, KINETO
@@ -66,17 +67,21 @@ class _Set:
     def of_kind(self, kind: str) -> dict[int, list[str]]:
         return {rank: held[kind] for rank, held in sorted(self.by_rank.items()) if kind in held}
 
-    def missing(self, ranks: Mapping[int, object]) -> list[int]:
-        return [r for r in range(self.expected or 0) if r not in ranks]
+    def missing(self, ranks: Mapping[int, object]) -> list[tuple[int, int]]:
+        """The runs of the expected ranks that ``ranks`` does not hold."""
+        return gaps(sorted(ranks), self.expected or 0)
 
 
 def _one_per_rank(by_rank: Mapping[int, list[str]], unranked: list[str], kind: str) -> list[str]:
     """Ranks held by several traces of a kind, and traces of it without a rank."""
+    several = [(rank, names) for rank, names in by_rank.items() if len(names) > 1]
     problems = [
         f"rank {rank} is in {len(names)} {kind} traces: {describe_files(names)}"
-        for rank, names in by_rank.items()
-        if len(names) > 1
+        for rank, names in several[:MAX_DUPLICATES_SHOWN]
     ]
+    if len(several) > MAX_DUPLICATES_SHOWN:
+        more = len(several) - MAX_DUPLICATES_SHOWN
+        problems.append(f"{more} more ranks are in several {kind} traces")
     if unranked:
         problems.append(f"{len(unranked)} {kind} traces record no rank: {describe_files(unranked)}")
     return problems
@@ -89,7 +94,7 @@ def hta_ready(traces: _Set) -> CensusCheck:
         return CensusCheck(False, "no Kineto traces: HTA reads the PyTorch profiler's JSON")
     problems = _one_per_rank(kineto, unranked, "Kineto")
     if missing := traces.missing(kineto):
-        problems.append(f"no Kineto trace for ranks {_ranks_text(missing)}")
+        problems.append(f"no Kineto trace for ranks {describe_ranks(missing)}")
     if problems:
         return CensusCheck(False, "; ".join(problems))
     shown = [f"{rank}: {names[0]}" for rank, names in list(kineto.items())[:MAX_MAP_SHOWN]]
@@ -99,14 +104,14 @@ def hta_ready(traces: _Set) -> CensusCheck:
 
 def chakra_ready(traces: _Set) -> CensusCheck:
     kineto, host = traces.of_kind(KINETO), traces.of_kind(EXECUTION_TRACE)
-    ranks = sorted(set(kineto) | set(host) | set(traces.missing({})))
-    if not ranks:
+    held = sorted(kineto.keys() | host.keys())
+    neither = traces.missing(dict.fromkeys(held))
+    if not held and not neither:
         return CensusCheck(
             False, "no ranked Kineto or execution traces: chakra_trace_link needs both per rank"
         )
-    no_host = [r for r in ranks if r in kineto and r not in host]
-    no_device = [r for r in ranks if r in host and r not in kineto]
-    neither = [r for r in ranks if r not in host and r not in kineto]
+    no_host = [r for r in held if r not in host]
+    no_device = [r for r in held if r not in kineto]
     problems = []
     if no_host:
         problems.append(
@@ -119,12 +124,12 @@ def chakra_ready(traces: _Set) -> CensusCheck:
             f"{describe_files([host[r][0] for r in no_device])})"
         )
     if neither:
-        problems.append(f"neither trace for ranks {_ranks_text(neither)}")
+        problems.append(f"neither trace for ranks {describe_ranks(neither)}")
     if problems:
         return CensusCheck(False, "; ".join(problems))
     return CensusCheck(
         True,
-        f"each of ranks {_ranks_text(ranks)} has its host execution trace and its device "
+        f"each of ranks {_ranks_text(held)} has its host execution trace and its device "
         "Kineto trace",
     )
 
@@ -140,8 +145,8 @@ def astra_ready(traces: _Set) -> CensusCheck:
         )
     problems = _one_per_rank(chakra, unranked, "Chakra")
     expected = traces.expected or (max(chakra) + 1 if chakra else 0)
-    if missing := [r for r in range(expected) if r not in chakra]:
-        problems.append(f"no Chakra trace for ranks {_ranks_text(missing)}")
+    if missing := gaps(chakra, expected):  # of_kind's ranks are sorted
+        problems.append(f"no Chakra trace for ranks {describe_ranks(missing)}")
     formats = {leaf.format for _, leaf in traces.leaves if KINDS.get(leaf.format) == CHAKRA}
     if "chakra_json" in formats:
         problems.append("Chakra JSON is a dump for reading, not ASTRA-sim input (.et protobuf)")

@@ -1,15 +1,24 @@
-"""Byte streams for the inspectors: peeking at the head, gzip and zstd unwrapping.
+"""Byte streams for the inspectors: peeking at the head, unwrapping gzip, zstd, bzip2 and xz,
+and the budget of decompressed bytes one stored file may cost.
 
 Every inspector reads through ``read_up_to`` in bounded pieces, so memory never depends on
-the size of a file. A zstd stream that ends inside a frame is reported as truncated (the
-``zstandard`` reader itself just stops), by walking the frame and block headers of the
-compressed bytes as they pass by.
+the size of a file, and every decompressor is asked for at most the piece wanted (never
+"all this input's output": a few bytes of bzip2 unpack to gigabytes). What a file's
+decompressors produce in all (its archive members', nested ones' too) is drawn from one
+``Budget``, so the work a small file can cause is bounded by its stored size (``Limits``):
+past it the read fails with the reason, and the scanners keep what they read before.
+A zstd stream that ends inside a frame is reported as truncated (the ``zstandard`` reader
+itself just stops), by walking the frame and block headers of the compressed bytes as they
+pass by.
 """
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Any, Protocol, cast
 
 import zstandard
@@ -19,6 +28,89 @@ from tracestore.inspect.model import Compression, InspectionError
 HEAD_SIZE = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+# "BZh", the block size digit, then a block's magic (pi) or the end of an empty stream (sqrt pi).
+_BZIP2_BLOCKS = (b"1AY&SY", b"\x17rE8P\x90")
+
+MIB = 1024 * 1024
+# Decompressed bytes one stored file may produce (its members' and nested files' included):
+# at most MAX_UNPACKED, and at most MAX_EXPANSION times its stored size plus UNPACKED_ALLOWANCE.
+# Real Kineto traces compress 17-26 times (gzip -9, zstd -19, xz, bzip2).
+MAX_UNPACKED = 16 * 1024 * MIB
+MAX_EXPANSION = 100
+UNPACKED_ALLOWANCE = MIB
+MAX_MEMBERS = 10_000  # archive members inspected per archive
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What inspecting one stored file may cost: ``unpacked`` decompressed bytes at most,
+    and at most ``expansion`` times its stored size (plus ``UNPACKED_ALLOWANCE``);
+    ``members`` archive members inspected per archive (the rest are counted, not read)."""
+
+    unpacked: int = MAX_UNPACKED
+    expansion: int = MAX_EXPANSION
+    members: int = MAX_MEMBERS
+
+    def budget(self, stored_size: int | None) -> Budget:
+        """The budget of a file of ``stored_size`` bytes (None: unknown, the absolute cap)."""
+        if stored_size is None:
+            return Budget(self.unpacked, f"at most {self.unpacked:,} per file")
+        relative = self.expansion * stored_size + UNPACKED_ALLOWANCE
+        if relative >= self.unpacked:
+            return Budget(self.unpacked, f"at most {self.unpacked:,} per file")
+        return Budget(
+            relative, f"{self.expansion} times its {stored_size:,} stored bytes, plus 1 MiB"
+        )
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class Budget:
+    """The decompressed bytes a stored file has left; ``spend`` raises once they are out."""
+
+    def __init__(self, limit: int, rule: str) -> None:
+        self.limit = limit
+        self.left = limit
+        self.rule = rule
+
+    def exceeded(self) -> InspectionError:
+        """The error a read past the budget raises: what was read, and the limit's rule."""
+        return InspectionError(
+            f"inspection stopped after {self.limit:,} decompressed bytes, the limit for this "
+            f"file ({self.rule})"
+        )
+
+
+class Budgeted:
+    """A decompressor's output drawn from ``budget``: a read past it raises (once the bytes
+    before it were handed out), so a bomb is read only as far as its stored size allows."""
+
+    def __init__(self, stream: BinaryReader, budget: Budget) -> None:
+        self._stream = stream
+        self._budget = budget
+        self._inner_read1 = getattr(stream, "read1", None)
+
+    def read(self, size: int = -1, /) -> bytes:
+        return self._drawn(self._stream.read, size)
+
+    def read1(self, size: int = -1, /) -> bytes:
+        return self._drawn(self._inner_read1 or self._stream.read, size)
+
+    def _drawn(self, read: Callable[[int], bytes], size: int) -> bytes:
+        budget = self._budget
+        if budget.left <= 0:
+            if size != 0 and read(1):  # more than the budget: not merely its exact end
+                raise budget.exceeded()
+            return b""
+        wanted = budget.left if size < 0 else min(size, budget.left)
+        data = read(wanted)
+        budget.left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._stream.close()
 
 
 class BinaryReader(Protocol):
@@ -117,21 +209,33 @@ def rewound(stream: BinaryReader, head: bytes, origin: int | None) -> BinaryRead
 
 
 def detect_compression(head: bytes) -> Compression | None:
-    """``gzip`` or ``zstd`` from the magic bytes, else None."""
+    """``gzip``, ``zstd``, ``bzip2`` or ``xz`` from the magic bytes, else None."""
     if head.startswith(GZIP_MAGIC):
         return "gzip"
     if head.startswith(ZSTD_MAGIC):
         return "zstd"
+    if head.startswith(XZ_MAGIC):
+        return "xz"
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in _BZIP2_BLOCKS:
+        return "bzip2"
     return None
 
 
-def decompressed(stream: BinaryReader, compression: Compression) -> BinaryReader:
-    """A reader of the decompressed bytes of ``stream`` (which starts at its first byte)."""
+def decompressed(stream: BinaryReader, compression: Compression, budget: Budget) -> BinaryReader:
+    """A reader of the decompressed bytes of ``stream`` (which starts at its first byte),
+    drawn from ``budget``. Each of these readers asks its decompressor for at most the
+    bytes wanted (``max_length``), however much the input would unpack to."""
+    source = cast(IO[bytes], stream)
+    reader: BinaryReader
     if compression == "gzip":
-        reader = cast(BinaryReader, gzip.GzipFile(fileobj=cast(IO[bytes], stream), mode="rb"))
-    else:
+        reader = cast(BinaryReader, gzip.GzipFile(fileobj=source, mode="rb"))
+    elif compression == "zstd":
         reader = _ZstdReader(stream)
-    return _Salvaging(reader)
+    elif compression == "bzip2":
+        reader = cast(BinaryReader, bz2.BZ2File(source, mode="rb"))
+    else:
+        reader = cast(BinaryReader, lzma.LZMAFile(source, mode="rb"))  # noqa: SIM115
+    return _Salvaging(Budgeted(reader, budget))
 
 
 class _Salvaging:

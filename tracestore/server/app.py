@@ -9,6 +9,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from anyio import to_thread
@@ -30,8 +31,10 @@ from tracestore.errors import (
     PayloadTooLarge,
     TracestoreError,
 )
+from tracestore.metadata import MAX_METADATA_BYTES
+from tracestore.schemas.filenames import MAX_NAME_BYTES
 from tracestore.server import lanes, presigned
-from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+from tracestore.server.auth import bootstrap
 from tracestore.server.database import POOL_SIZE
 from tracestore.server.heap import freeze_startup_heap, keep_heap_warm
 from tracestore.server.routes import (
@@ -96,16 +99,50 @@ def _request_id(request: Request) -> str:
     return str(getattr(request.state, "request_id", None) or new_request_id())
 
 
+# JSON may write each byte of a text as ``\u00XX``; and a body may be pretty-printed.
+_ESCAPED = 6
+# Any body but upload-url's and completion's: every member of a request written out in full
+# (promote's workloadMetadata pretty-printed, its description and tags escaped).
+SMALL_BODY = 16 * MAX_METADATA_BYTES
+# One file of upload-url at most: its name and content type escaped, the rest and whitespace.
+UPLOAD_FILE_BODY = _ESCAPED * (MAX_NAME_BYTES + 255) + 512
+COMPLETE_PATH = lanes.UPLOAD_PATH + "/complete"  # routes/uploads.py
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """The largest JSON body each route takes (413 above it), from the rules of its members:
+    upload-url's grows with ``TRACESTORE_MAX_FILES_PER_UPLOAD``, completion's with the parts
+    an upload may have; the others are small. None passes ``TRACESTORE_MAX_JSON_BODY``."""
+
+    upload_url: int
+    complete: int
+    other: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> BodyLimits:
+        most = settings.max_json_body
+        files = SMALL_BODY + settings.max_files_per_upload * UPLOAD_FILE_BODY
+        return cls(upload_url=min(most, files), complete=most, other=min(most, SMALL_BODY))
+
+    def of_request(self, scope: Scope) -> int:
+        path = scope.get("path")
+        if path == lanes.UPLOAD_PATH:
+            return self.upload_url
+        return self.complete if path == COMPLETE_PATH else self.other
+
+
 class RequestContext:
-    """Gives every request an id, and refuses JSON bodies over the limit before reading them
-    whole (part uploads to the embedded store are exempt: their size is checked per part).
-    Answers ``GET /healthz`` and the hot requests' lanes (``lanes.lane_of``) itself."""
+    """Gives every request an id, and refuses JSON bodies over their route's limit
+    (``BodyLimits``) before reading them whole (part uploads to the embedded store are
+    exempt: their size is checked per part). Answers ``GET /healthz`` and the hot requests'
+    lanes (``lanes.lane_of``) itself."""
 
     def __init__(
-        self, app: ASGIApp, max_body: int, lanes: bool = True, part_lane: bool = False
+        self, app: ASGIApp, limits: BodyLimits, lanes: bool = True, part_lane: bool = False
     ) -> None:
         self.app = app
-        self.max_body = max_body
+        self.limits = limits
         self.lanes = lanes
         self.part_lane = lanes and part_lane
 
@@ -135,7 +172,7 @@ class RequestContext:
                 return
             await self.app(scope, receive, send_with_id)
             return
-        limit = self.max_body
+        limit = self.limits.of_request(scope)
         for key, value in scope.get("headers", []):
             if key == b"content-length" and value.isdigit() and int(value) > limit:
                 response = error_response(request_id, 413, PayloadTooLarge.code, _too_large(limit))
@@ -317,13 +354,9 @@ def create_app(
         if app.state.services is None:
             app.state.services = build_services(settings)
         services = app.state.services
-        token = bootstrap(services.db, services.settings.data_dir, services.now())
-        if token is not None:
-            log.warning(
-                "created the admin user; its API token (also in %s) is: %s",
-                services.settings.data_dir / ADMIN_TOKEN_FILE,
-                token,
-            )
+        token_file = bootstrap(services.db, services.settings.data_dir, services.now())
+        if token_file is not None:
+            log.warning("created the admin user; its API token is in %s (mode 0600)", token_file)
         # One job worker per served app, unless it is an API-only replica; services shared
         # by several apps (tests) keep the first's.
         worker = None
@@ -372,7 +405,7 @@ def create_app(
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         RequestContext,
-        max_body=settings.max_json_body,
+        limits=BodyLimits.of(settings),
         lanes=with_lanes,
         part_lane=stores_bytes_locally(settings),  # as local_store_router is mounted
     )

@@ -260,10 +260,11 @@ def revoke_token(session: Session, token_id: str, now: datetime) -> None:
 ADMIN_TOKEN_FILE = "admin-token"
 
 
-def bootstrap(database: Database, data_dir: Path, now: datetime) -> str | None:
+def bootstrap(database: Database, data_dir: Path, now: datetime) -> Path | None:
     """On an empty database, create the default tenant, workspace and admin user, and write
-    the admin's API token to ``<data-dir>/admin-token`` (mode 0600). Returns the token when
-    it was created now, else None."""
+    the admin's API token to ``<data-dir>/admin-token`` (mode 0600). Returns that file's
+    path when the admin was created now, else None: the token itself is the file's alone
+    (never printed, never logged)."""
     try:
         with database.session() as session:
             serialize(session)  # N replicas starting at once: one bootstraps, the rest wait
@@ -280,8 +281,9 @@ def bootstrap(database: Database, data_dir: Path, now: datetime) -> str | None:
     except IntegrityError:
         # Another process bootstrapped the same database first (tenant names are unique).
         return None
-    write_private_file(data_dir / ADMIN_TOKEN_FILE, issued.token + "\n")
-    return issued.token
+    path = data_dir / ADMIN_TOKEN_FILE
+    write_private_file(path, issued.token + "\n")
+    return path
 
 
 def write_private_file(path: Path, text: str) -> None:

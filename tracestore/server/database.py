@@ -8,6 +8,8 @@ an advisory lock (``serialize``), on SQLite under its write lock.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sqlite3
 import threading
@@ -65,7 +67,9 @@ class Database:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        kwargs: dict[str, Any] = {}
+        # A JSON column holds JSON: NaN or Infinity (no JSON; PostgreSQL refuses them, SQLite
+        # would store them and every reader choke) is an error where it is written.
+        kwargs: dict[str, Any] = {"json_serializer": functools.partial(json.dumps, allow_nan=False)}
         if ":memory:" not in url:  # an in-memory SQLite database has one connection per thread
             kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
         if url.startswith("sqlite"):

@@ -191,7 +191,8 @@ class Traceset(Base):
     metadata_text: Mapped[str | None] = mapped_column(Text)
     # ... and the same document as queryable JSON for the list filters.
     workload_metadata: Mapped[Any] = mapped_column(JSONDoc, nullable=True)
-    inspection: Mapped[Any] = mapped_column(JSON, nullable=True)
+    # Read only where it is used (deferred): a stored inspection can be megabytes of JSON.
+    inspection: Mapped[Any] = mapped_column(JSON, nullable=True, deferred=True)
     # The world size inspection found (inspection.summary.worldSize), for the list's ranges.
     inspected_world_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     __table_args__ = (
@@ -244,9 +245,12 @@ class TracesetFile(Base):
     staging_handle: Mapped[str | None] = mapped_column(String(1024))
     metadata_status: Mapped[str] = mapped_column(String(16))
     metadata_reason: Mapped[str | None] = mapped_column(Text)
-    inspection: Mapped[Any] = mapped_column(JSON, nullable=True)
+    inspection: Mapped[Any] = mapped_column(JSON, nullable=True, deferred=True)
     rank_start: Mapped[int | None] = mapped_column(BigInteger)
     rank_end: Mapped[int | None] = mapped_column(BigInteger)
+    # Where inspection found the file's ranks (the census's rankProvenance), which the GET
+    # answers without reading the traceset's inspection (migration 0008).
+    rank_provenance: Mapped[str | None] = mapped_column(Text, nullable=True)
     __table_args__ = (UniqueConstraint("traceset_id", "name", name="uq_traceset_files_name"),)
 
 
@@ -307,6 +311,9 @@ class Job(Base):
     dedupe_key: Mapped[str | None] = mapped_column(String(255), unique=True)
     state: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Attempts whose worker died mid-run (its lease lapsed): past TRACESTORE_JOB_CRASHES the
+    # job is given up (migration 0008).
+    crashes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     run_after: Mapped[datetime] = mapped_column(UTCDateTime)

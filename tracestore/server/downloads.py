@@ -3,7 +3,6 @@ the archive stream itself, resolve (where the bytes are) and validate (are they 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -27,12 +26,12 @@ from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
 from tracestore.server.blobs import ContentStore
 from tracestore.server.inspection import stored_census_checks
+from tracestore.server.integrity import file_integrity
 from tracestore.server.lifecycle import record_use
 from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.tracesets import files_of, find_visible
 
-CHUNK = 4 * 1024 * 1024
 NOT_EVALUATED = "Not evaluated yet: trace inspection has not reported on this traceset"
 
 
@@ -294,14 +293,22 @@ def resolve_traceset(
 def validate_traceset(
     services: Services, principal: Principal, traceset_id: str
 ) -> schemas.ValidateAnswer:
-    """Re-read every blob, check the metadata, and report inspection's checks."""
+    """Re-read every blob (at most once per ``TRACESTORE_REVERIFY_INTERVAL``: ``integrity``),
+    check the metadata, and report inspection's checks."""
     with services.db.session(write=False) as session:
         traceset = _ready(session, principal, traceset_id, "validated")
         files = files_of(session, traceset_id)
         rank_count = traceset.rank_count
         recorded = stored_census_checks(traceset) or []
-    return validate_checks(
+    integrity = file_integrity(
         services.store,
+        files,
+        services.verified_blobs,
+        services.now(),
+        services.settings.reverify_interval,
+    )
+    return validate_checks(
+        integrity,
         files,
         rank_count,
         inspected=[schemas.ValidationCheck(**check) for check in recorded],
@@ -315,20 +322,21 @@ INSPECTION_CHECKS = ("rank_census", "parallelism_consistency", "process_groups",
 
 
 def validate_checks(
-    store: ContentStore,
+    integrity: schemas.ValidationCheck,
     files: Sequence[db.TracesetFile],
     rank_count: int | None,
     *,
     inspected: Sequence[schemas.ValidationCheck] = (),
 ) -> schemas.ValidateAnswer:
-    """The validate answer. ``inspected`` are inspection's verdicts; a check of
+    """The validate answer, after ``integrity`` (``integrity.file_integrity``'s check).
+    ``inspected`` are inspection's verdicts; a check of
     ``INSPECTION_CHECKS`` it does not hold (inspection has not finished, or ran before the
     check existed) is reported as not evaluated (``passed: null``), which does not make the
     traceset invalid; neither does a warning, nor a failed readiness check (``hta_ready``
     ...: which tools can read the set)."""
     by_name = {check.name: check for check in inspected}
     checks = [
-        file_integrity(store, files),
+        integrity,
         metadata_complete(files, rank_count),
         *(
             by_name.get(name)
@@ -342,52 +350,6 @@ def validate_checks(
         ),
         checks=checks,
     )
-
-
-def file_integrity(
-    store: ContentStore, files: Sequence[db.TracesetFile]
-) -> schemas.ValidationCheck:
-    """Every file's blob is present, and its size and SHA-256 are what was recorded."""
-    problems: list[str] = []
-    read: dict[str, int | str] = {}  # per blob: the bytes read, or what is wrong with it
-    for file in files:
-        if file.sha256 is None:
-            problems.append(f"'{file.name}' has no stored bytes")
-            continue
-        if file.sha256 not in read:
-            read[file.sha256] = _reread_blob(store, file.sha256)
-        outcome = read[file.sha256]
-        if isinstance(outcome, str):
-            problems.append(f"'{file.name}': {outcome}")
-        elif outcome != file.size:
-            problems.append(f"'{file.name}' is {outcome} bytes; {file.size} were recorded")
-    if problems:
-        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
-        return schemas.ValidationCheck(
-            name="file_integrity", passed=False, message="; ".join(problems[:5]) + more
-        )
-    total = sum(f.size for f in files)
-    return schemas.ValidationCheck(
-        name="file_integrity",
-        passed=True,
-        message=f"{len(files)} files present; sizes and SHA-256 re-verified ({total} bytes)",
-    )
-
-
-def _reread_blob(store: ContentStore, sha256: str) -> int | str:
-    """The blob's size after hashing it whole, or why it is not the recorded blob."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with store.open_blob(sha256) as source:
-            while chunk := source.read(CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-    except FileNotFoundError:
-        return f"its blob sha256:{sha256} is missing"
-    if digest.hexdigest() != sha256:
-        return f"its bytes hash to sha256:{digest.hexdigest()}, not the recorded sha256:{sha256}"
-    return size
 
 
 def metadata_complete(

@@ -5,12 +5,19 @@ A small one's job is held by the completing request, which inspects it before an
 the answer already carries the census; a larger one's waits for a worker (``worker.py``).
 Either way a process that dies mid-inspection leaves a job whose lease lapses and another
 worker takes it over. Files stay ``pending`` until read; a job given up after
-``TRACESTORE_JOB_ATTEMPTS`` tries marks them ``failed`` with the reason.
+``TRACESTORE_JOB_ATTEMPTS`` tries, or after its worker died ``TRACESTORE_JOB_CRASHES``
+times running it, marks them ``failed`` with the reason.
+
+What one traceset's inspection may cost is bounded by the settings: each stored file by
+``inspect.Limits`` (decompressed bytes, members per archive), the results held while the
+set is read by ``RESULTS_PER_LIMIT`` times ``TRACESTORE_MAX_INSPECTION_SIZE`` (files past
+it are recorded as not inspected), and what is stored by that size itself (``bounded``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import secrets
 from datetime import datetime
@@ -28,7 +35,12 @@ from tracestore.inspect import (
     validation_checks,
 )
 from tracestore.inspect.readiness import readiness, readiness_checks
-from tracestore.inspect.summary import search_facts, summary_world_size, traceset_summary
+from tracestore.inspect.summary import (
+    MAX_DISTINCT_VALUES,
+    search_facts,
+    summary_world_size,
+    traceset_summary,
+)
 from tracestore.server import db, jobs
 from tracestore.server.jobs import ClaimedJob
 from tracestore.server.services import Services
@@ -37,6 +49,13 @@ log = logging.getLogger("tracestore.inspection")
 
 # Primary bytes up to this size are inspected before completion answers.
 INLINE_INSPECTION_BYTES = 64 * 1024 * 1024
+# Files' results held while a traceset is read, in times TRACESTORE_MAX_INSPECTION_SIZE.
+RESULTS_PER_LIMIT = 4
+# How a stored inspection over its limit is shortened, step by step until it fits: every
+# list and object below the top two levels to its first N members, every text to its first
+# M characters (the checks' messages to at least 1024).
+SHRINK_STEPS = ((1000, 4096), (100, 1024), (10, 256), (0, 256))
+_WHOLE = ("checks", "readiness")  # objects whose members are kept: validate reports them
 
 
 def queue_inspection(
@@ -98,7 +117,7 @@ def inspect_traceset(
         return None
     with services.db.session(write=False) as session:
         files = [
-            (f.position, f.name, f.sha256)
+            (f.position, f.name, f.sha256, f.size)
             for f in session.scalars(
                 select(db.TracesetFile)
                 .where(
@@ -109,11 +128,25 @@ def inspect_traceset(
         ]
         declared = traceset.rank_count
         metadata = traceset.workload_metadata
+    settings = services.settings
     found: list[tuple[str, FileInspection]] = []
-    for _, name, sha256 in files:
-        found.append((name, _inspect_blob(services, name, sha256)))
+    held = 0  # bytes of the results so far, as JSON
+    for _, name, sha256, size in files:
+        if held > RESULTS_PER_LIMIT * settings.max_inspection_size:
+            result = FileInspection(
+                name=name,
+                status="failed",
+                reason=f"not inspected: the results of this traceset's files passed "
+                f"{RESULTS_PER_LIMIT} times its {settings.max_inspection_size:,} bytes of "
+                "inspection (TRACESTORE_MAX_INSPECTION_SIZE)",
+            )
+        else:
+            result = _inspect_blob(services, name, sha256, size)
+            held += len(json.dumps(result.to_json()))
+        found.append((name, result))
     census = rank_census(found, declared_rank_count=declared, workload_metadata=metadata)
     by_name = dict(found)
+    per_file = max(settings.max_inspection_size // max(len(files), 1), 4096)
     with services.db.session() as session:
         if job is not None:
             jobs.finish(session, job, services.now())
@@ -126,32 +159,91 @@ def inspect_traceset(
             )
         ):
             result = by_name[row.name]
-            row.inspection = result.to_json()
+            row.inspection = bounded(result.to_json(), per_file)
             row.metadata_status = result.status
             row.metadata_reason = result.reason
             span = census.rank_ranges.get(row.name)
             row.rank_start, row.rank_end = (span.start, span.end) if span else (None, None)
-        view = inspection_view(census, found, services.now())
-        traceset.inspection = view
-        record_facts(session, traceset, view["summary"])
+            told = census.rank_provenance.get(row.name)
+            row.rank_provenance = told if isinstance(told, str) else None
+        limit = settings.inspection_distinct_values
+        view = inspection_view(census, found, services.now(), max_values=limit)
+        record_facts(session, traceset, view["summary"], max_values=limit)
+        traceset.inspection = bounded(view, settings.max_inspection_size)
     return census
 
 
-def record_facts(session: Session, traceset: db.Traceset, summary: dict[str, Any]) -> None:
-    """Replace the traceset's searchable facts with those of ``summary``."""
+def record_facts(
+    session: Session,
+    traceset: db.Traceset,
+    summary: dict[str, Any],
+    *,
+    max_values: int = MAX_DISTINCT_VALUES,
+) -> None:
+    """Replace the traceset's searchable facts with those of ``summary`` (at most
+    ``max_values`` values per fact, and as many GPU-model words)."""
     session.execute(delete(db.TracesetFact).where(db.TracesetFact.traceset_id == traceset.id))
     session.add_all(
         db.TracesetFact(traceset_id=traceset.id, fact=fact, value=value)
-        for fact, value in sorted(search_facts(summary))
+        for fact, value in sorted(search_facts(summary, max_values=max_values))
     )
     traceset.inspected_world_size = summary_world_size(summary)
 
 
-def _inspect_blob(services: Services, name: str, sha256: str | None) -> FileInspection:
+def bounded(value: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``value`` (an inspection's JSON) if its text is at most ``limit`` bytes, else shortened
+    by ``SHRINK_STEPS`` until it is, with a ``truncated`` member saying so. The top two
+    levels keep their members, so every reader finds the members it looks for."""
+    size = _json_size(value)
+    if size <= limit:
+        return value
+    shrunk = value
+    for items, chars in SHRINK_STEPS:
+        shrunk = _shrunk(value, items, chars, 0)
+        shrunk["truncated"] = {
+            "size": size,
+            "limit": limit,
+            "message": f"this inspection's {size:,} bytes of JSON were shortened to fit "
+            f"{limit:,} (TRACESTORE_MAX_INSPECTION_SIZE): lists and objects keep their first "
+            f"{items}, texts their first {chars} characters",
+        }
+        if _json_size(shrunk) <= limit:
+            break
+    return shrunk
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _shrunk(value: Any, items: int, chars: int, depth: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= chars else value[:chars] + "…"
+    if isinstance(value, dict):
+        whole = depth < 2 or items < 0
+        kept = list(value.items()) if whole else list(value.items())[:items]
+        return {
+            key: _shrunk(item, -1, max(chars, 1024), depth + 1)
+            if key in _WHOLE
+            else _shrunk(item, items, chars, depth + 1)
+            for key, item in kept
+        }
+    if isinstance(value, list):
+        kept_items = value if items < 0 else value[:items]
+        return [_shrunk(item, items, chars, depth + 1) for item in kept_items]
+    return value
+
+
+def _inspect_blob(
+    services: Services, name: str, sha256: str | None, size: int | None
+) -> FileInspection:
     if sha256 is None:
         return FileInspection(name=name, status="failed", reason="the file has no stored bytes")
+    limits = services.settings.inspect_limits
     try:
-        return inspect_file(lambda: services.store.open_blob(sha256), name)
+        return inspect_file(
+            lambda: services.store.open_blob(sha256), name, limits=limits, stored_size=size
+        )
     except Exception as exc:  # the readers never raise on bad bytes; this is the store failing
         log.exception("could not read blob %s for %s", sha256, name)
         return FileInspection(
@@ -162,14 +254,19 @@ def _inspect_blob(services: Services, name: str, sha256: str | None) -> FileInsp
 
 
 def inspection_view(
-    census: RankCensus, found: list[tuple[str, FileInspection]], now: datetime
+    census: RankCensus,
+    found: list[tuple[str, FileInspection]],
+    now: datetime,
+    *,
+    max_values: int = MAX_DISTINCT_VALUES,
 ) -> dict[str, Any]:
-    """The ``inspection`` member of a traceset: the census and what each file holds."""
+    """The ``inspection`` member of a traceset: the census and what each file holds (the
+    summary's distinct values cut at ``max_values``)."""
     return {
         "status": "complete",
         "inspectedAt": schemas.format_timestamp(now),
         "census": census.to_json(),
-        "summary": traceset_summary(found, census),
+        "summary": traceset_summary(found, census, max_values=max_values),
         "readiness": readiness(found, census),
         "files": [inspection.to_json() for _, inspection in found],
     }
@@ -187,13 +284,14 @@ def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
     )
 
 
-def give_up_inspection(services: Services, job: ClaimedJob, error: str) -> None:
-    """End an inspection job that failed ``job.attempts - 1`` times: its files still
-    pending become ``failed`` with the reason, so the traceset does not stay pending."""
+def give_up_inspection(services: Services, job: ClaimedJob, why: str) -> None:
+    """End an inspection job that may not run again (``why``: out of attempts, or its
+    workers died running it): its files still pending become ``failed`` with the reason,
+    so the traceset does not stay pending."""
     now = services.now()
-    reason = f"inspection gave up after {job.attempts - 1} attempts: {error}"
+    reason = f"inspection {why}"
     with services.db.session() as session:
-        jobs.fail(session, job, now, error)
+        jobs.fail(session, job, now, reason)
         traceset = session.get(db.Traceset, job.subject) if job.subject else None
         if traceset is None:
             return

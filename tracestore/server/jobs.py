@@ -8,7 +8,9 @@ on PostgreSQL, so concurrent workers take different jobs; on SQLite the write tr
 (``BEGIN IMMEDIATE``) makes claims one at a time. Ending a job is conditional on still
 holding its lease, so a worker that lost it cannot overwrite the new owner's result:
 ``finish`` and ``fail`` take the caller's session, and a result written in that session
-commits only with the job's end.
+commits only with the job's end. A lapsed lease also counts one of the job's ``crashes``:
+a job that kills its process (a bomb of a trace) would kill every worker it is handed to,
+so the worker gives it up after ``TRACESTORE_JOB_CRASHES`` of them (``worker.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class ClaimedJob:
     owner: str
     error: str | None = None  # the previous attempt's, when there was one
     ended: bool = False
+    crashes: int = 0  # attempts whose worker died before ending it (its lease lapsed)
 
 
 def enqueue(
@@ -152,6 +155,7 @@ def claim(
             return None
         if row.state == "running":
             row.error = f"its worker {row.lease_owner} stopped before finishing (the lease lapsed)"
+            row.crashes = (row.crashes or 0) + 1
         row.state = "running"
         row.lease_owner = owner
         row.lease_until = now + lease
@@ -164,6 +168,7 @@ def claim(
             attempts=row.attempts,
             owner=owner,
             error=row.error,
+            crashes=row.crashes or 0,
         )
 
 

@@ -28,7 +28,7 @@ from tracestore.server.deps import Caller, bearer_token
 from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.routes.blobs import part_answer
 from tracestore.server.routes.listing import page as list_page
-from tracestore.server.routes.uploads import upload_url_answer
+from tracestore.server.routes.uploads import answer_upload_url
 from tracestore.server.services import Services
 
 # The routes' paths (routes/listing.py, routes/tracesets.py under their /api/v1 prefix).
@@ -117,7 +117,7 @@ async def _upload_url(services: Services, scope: MutableMapping[str, Any], recei
     request = Request(scope, receive)
     # A client gone mid-body (ClientDisconnect) is the app's handler's, as for the route.
     body = await request.body()
-    return await caller.write(upload_url_answer, body, request)
+    return await answer_upload_url(caller, body, request)
 
 
 def client_gone(request_id: str | None) -> ValidationError:

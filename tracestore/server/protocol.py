@@ -39,6 +39,8 @@ import httptools
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from tracestore.server import connections
+from tracestore.server.connections import ConnectionRules
 from tracestore.server.pathsend import offer_pathsend
 
 RECEIVE_INTO = "tracestore.receive_into"
@@ -46,11 +48,11 @@ RECEIVE_INTO = "tracestore.receive_into"
 HTTP_PROTOCOL = "tracestore.server.protocol:BodyProtocol"
 CHUNK = 1024 * 1024
 # A body must keep up MIN_RATE on average once its first RATE_GRACE seconds are past, and
-# end within BODY_DEADLINE: a sender that trickles or stalls is cut off (its connection
-# closed) whatever each recv does.
-MIN_RATE = 64 * 1024
-RATE_GRACE = 30.0
-BODY_DEADLINE = 3600.0
+# end within BODY_DEADLINE (connections.py: every body is held to them): a sender that
+# trickles or stalls is cut off (its connection closed) whatever each recv does.
+MIN_RATE = connections.MIN_RATE
+RATE_GRACE = connections.RATE_GRACE
+BODY_DEADLINE = connections.BODY_DEADLINE
 # A body that gets fewer than FAST_BYTES in PARK_AFTER (none at all, or a trickle) gives
 # its thread back; the event loop gathers its bytes (waking for it at most every
 # PARK_AFTER) until FAST_BYTES have come (or all of them), then a thread takes over again.
@@ -78,8 +80,9 @@ BODY_THREADS = 64
 _PUMPS = ThreadPoolExecutor(BODY_THREADS, thread_name_prefix="tracestore-body")
 
 
-class BodyProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, offering ``tracestore.receive_into`` (module doc)."""
+class BodyProtocol(ConnectionRules):
+    """uvicorn's httptools protocol, offering ``tracestore.receive_into`` (module doc), its
+    connections held to the deadlines and the cap of ``connections.ConnectionRules``."""
 
     _counted: RequestResponseCycle | None = None
     _seen = 0
@@ -109,6 +112,8 @@ class BodyProtocol(HttpToolsProtocol):
         """The extension's work for ``cycle``'s body of ``length`` bytes (module doc)."""
         if cycle.disconnected:
             raise ClientDisconnect()
+        if self._paced is cycle:  # the pump holds the body to its pace itself
+            self._unpace()
         if self._counted is cycle and self._seen != len(cycle.body):
             raise RuntimeError("Part of the request body was received already")
         # What httptools has parsed already (the body's first bytes came with the headers).

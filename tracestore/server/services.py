@@ -17,6 +17,7 @@ from tracestore.errors import ServiceUnavailable
 from tracestore.server.auth import TokenCache
 from tracestore.server.blobs import BlobStore, private_directory
 from tracestore.server.database import Database, shown_url, utcnow
+from tracestore.server.integrity import VerifiedBlobs
 from tracestore.server.jwt_auth import JwtVerifier
 from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.presigned import KEY_REFRESH, UrlSigner, signing_keys
@@ -48,6 +49,8 @@ class Services:
     jwt_verifier: JwtVerifier | None = None  # set when a JWKS is configured
     token_cache: TokenCache = field(default_factory=lambda: TokenCache(0))
     worker: JobRunner | None = None  # set while the app's lifespan runs one
+    # The blobs validate re-hashed here, and when (TRACESTORE_REVERIFY_INTERVAL).
+    verified_blobs: VerifiedBlobs = field(default_factory=VerifiedBlobs)
 
     def now(self) -> datetime:
         return self.clock()

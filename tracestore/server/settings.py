@@ -33,6 +33,8 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tracestore.inspect.streams import MAX_EXPANSION, MAX_MEMBERS, MAX_UNPACKED, Limits
+
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB
 MAX_PARTS_PER_FILE = 10_000
@@ -90,26 +92,41 @@ def parse_size(value: object) -> object:
 
 def parse_duration(value: object) -> timedelta:
     """A positive duration from seconds (a number, or its text) or ISO 8601 text."""
-    if isinstance(value, timedelta):
-        duration = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        duration = timedelta(seconds=value)
-    elif isinstance(value, str) and _SECONDS.fullmatch(value):
-        duration = timedelta(seconds=float(value))
-    elif isinstance(value, str) and value.strip().upper().startswith("P"):
-        try:
-            duration = _TIMEDELTA.validate_python(value.strip().upper())
-        except PydanticValidationError:
-            raise ValueError(f"expected {DURATION_FORM}") from None
-    else:
-        raise ValueError(f"expected {DURATION_FORM}")
+    duration = _duration(value)
     if duration <= timedelta(0):
         raise ValueError(f"expected a positive duration: {DURATION_FORM}")
     return duration
 
 
+def parse_duration_or_zero(value: object) -> timedelta:
+    """A duration of zero or more, written as ``parse_duration`` reads it: for the settings
+    where 0 means "now" (no grace, no window)."""
+    duration = _duration(value)
+    if duration < timedelta(0):
+        raise ValueError(f"expected zero or a positive duration: {DURATION_FORM}")
+    return duration
+
+
+def _duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    if isinstance(value, str) and _SECONDS.fullmatch(value):
+        return timedelta(seconds=float(value))
+    if isinstance(value, str) and value.strip().upper().startswith("P"):
+        try:
+            return _TIMEDELTA.validate_python(value.strip().upper())
+        except PydanticValidationError:
+            raise ValueError(f"expected {DURATION_FORM}") from None
+    raise ValueError(f"expected {DURATION_FORM}")
+
+
 Size = Annotated[int, BeforeValidator(parse_size)]
+# Durations are positive (a lease, a URL's life, an interval: 0 would make them useless or a
+# busy loop) except the graces and windows where 0 means "now" (README's settings table).
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+ZeroOrDuration = Annotated[timedelta, BeforeValidator(parse_duration_or_zero)]
 
 
 class Settings(BaseSettings):
@@ -134,19 +151,41 @@ class Settings(BaseSettings):
     session_ttl: Duration = timedelta(hours=24)
     part_url_ttl: Duration = timedelta(hours=1)
     download_url_ttl: Duration = timedelta(minutes=15)
-    purge_grace: Duration = timedelta(hours=24)
+    purge_grace: ZeroOrDuration = timedelta(hours=24)
     completion_lease: Duration = timedelta(seconds=60)
     sweep_interval: Duration = timedelta(minutes=5)
     # Background jobs: a worker renews its lease every third of it; a job whose worker
     # stopped renewing is taken over once it lapses, and given up after this many tries.
     job_lease: Duration = timedelta(seconds=60)
     job_attempts: int = Field(default=3, ge=1, le=100)
+    # A job whose worker died while running it (its lease lapsed) this many times is failed
+    # with that reason, not handed to the next worker to die again.
+    job_crashes: int = Field(default=2, ge=1, le=100)
+    # What inspecting one stored file may cost (inspect.Limits): decompressed bytes in all,
+    # at most this many times its stored size (plus 1 MiB), members inspected per archive;
+    # and the inspection stored per traceset (inspection.bounded).
+    inspect_max_unpacked: Size = Field(default=MAX_UNPACKED, ge=1)
+    inspect_max_expansion: int = Field(default=MAX_EXPANSION, ge=1)
+    inspect_max_members: int = Field(default=MAX_MEMBERS, ge=1)
+    max_inspection_size: Size = Field(default=16 * MIB, ge=64 * 1024)
     # Whether this process runs a worker (serve's --no-worker: an API-only replica).
     in_process_worker: bool = True
     # How long a stopping ``serve`` lets open requests finish before it cancels them: a
     # client that stops reading (or sending) must not hold a restart up forever. Below an
     # orchestrator's kill deadline (Kubernetes: 30 s).
-    shutdown_grace: Duration = timedelta(seconds=20)
+    shutdown_grace: ZeroOrDuration = timedelta(seconds=20)
+
+    # How long a blob validate re-hashed whole is believed intact (per process; 0: re-hash
+    # it at every validate). Validates of one blob at once share one read either way.
+    reverify_interval: ZeroOrDuration = timedelta(hours=1)
+
+    # Connections: one waiting for a request (new, or idle after an answer) is closed after
+    # idle_timeout (longer than a load balancer's common 60 s, which reuses it); a request's
+    # headers must be whole header_timeout after their first byte; at most max_connections
+    # per serving process (None: what its open-file limit allows, connections.py).
+    idle_timeout: Duration = timedelta(seconds=75)
+    header_timeout: Duration = timedelta(seconds=20)
+    max_connections: int | None = Field(default=None, ge=1)
 
     signing_key: str | None = None
     # How long a checked API token is believed without a lookup (auth.TokenCache); 0: never.
@@ -176,6 +215,9 @@ class Settings(BaseSettings):
     # What one upload may ask of the service: bytes declared in all, part URLs per answer.
     max_upload_size: int = Field(default=5 * 1024**4, ge=1)
     part_urls_per_answer: int = Field(default=10_000, ge=1)
+    # Distinct values an inspection's summary keeps per member (GPU models, backends, NCCL
+    # versions), and values per fact a traceset is searchable by (summary.MAX_DISTINCT_VALUES).
+    inspection_distinct_values: int = Field(default=32, ge=1, le=1000)
 
     @field_validator("jwt_algorithms")
     @classmethod
@@ -284,6 +326,15 @@ class Settings(BaseSettings):
         if self.blob_url:
             return self.blob_url
         return (self.data_dir / "blobs").resolve().as_uri()
+
+    @property
+    def inspect_limits(self) -> Limits:
+        """What inspecting one stored file may cost, from the ``inspect_*`` settings."""
+        return Limits(
+            unpacked=self.inspect_max_unpacked,
+            expansion=self.inspect_max_expansion,
+            members=self.inspect_max_members,
+        )
 
     @property
     def url_lifetime(self) -> timedelta:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Text, bindparam, cast, func, select, update
@@ -63,53 +62,23 @@ def metadata_columns(value: Any) -> dict[str, Any]:
     }
 
 
-def _rank_provenances(inspection: Any) -> dict[str, Any]:
-    """Where a complete inspection found each primary file's ranks, by file name; {} before."""
-    if not isinstance(inspection, dict) or inspection.get("status") != "complete":
-        return {}
-    told = inspection["census"].get("rankProvenance")
-    return told if isinstance(told, dict) else {}
-
-
-# Stored inspections up to this long have their rank provenance remembered (below).
-_REMEMBERED_TEXT = 64 * 1024
-
-
-def _stored_rank_provenances(text: str | None) -> Mapping[str, Any]:
-    """``_rank_provenances`` of a stored inspection's JSON text. Remembered by the text
-    itself, so never stale (a changed inspection is another text): parsing ~9 KB of an
-    8-file set's inspection on every GET was a sixth of the use case, looking it up ~3 us.
-    At most 256 texts of at most 64 KiB are kept; longer ones are parsed each time."""
-    if not text or '"rankProvenance"' not in text:
-        return {}
-    if len(text) > _REMEMBERED_TEXT:
-        return _rank_provenances(json.loads(text))
-    return _remembered_rank_provenances(text)
-
-
-@functools.lru_cache(maxsize=256)
-def _remembered_rank_provenances(text: str) -> Mapping[str, Any]:
-    return _rank_provenances(json.loads(text))
-
-
-def _file_answers(
-    files: Sequence[Sequence[Any]], rank_count: int | None, provenance: Mapping[str, Any]
-) -> list[dict[str, Any]]:
+def _file_answers(files: Sequence[Sequence[Any]], rank_count: int | None) -> list[dict[str, Any]]:
     """Each file (its ``_FILE_COLUMNS``, in order) as the API answers it (its camelCase
     members): a primary file's rank range (all the declared ranks when it is the only
-    primary file, else what inspection found) and where inspection found them."""
+    primary file, else what inspection found) and where inspection found them (kept in the
+    file's row: the traceset's stored inspection is never parsed for it)."""
     primaries = sum(1 for f in files if f[2] == "primary")
     whole = {"start": 0, "end": rank_count - 1} if rank_count is not None else None
     answers = []
-    for name, size, role, content_type, sha256, metadata_status, start, end in files:
+    for name, size, role, content_type, sha256, metadata_status, start, end, told in files:
         ranks: dict[str, int] | None = None
-        told = None
         if role == "primary":
             if primaries == 1 and whole is not None:
                 ranks = whole
             elif start is not None and end is not None:
                 ranks = {"start": start, "end": end}
-            told = provenance.get(name)
+        else:
+            told = None
         answers.append(
             {
                 "name": name,
@@ -166,7 +135,6 @@ def _view(traceset: db.Traceset, files: Sequence[db.TracesetFile]) -> schemas.Tr
             for answer in _file_answers(
                 [tuple(getattr(f, name) for name in _FILE_COLUMNS) for f in files],
                 traceset.rank_count,
-                _rank_provenances(traceset.inspection),
             )
         ],
         inspection=traceset.inspection,
@@ -206,7 +174,7 @@ def _view_columns(dialect: str) -> Select[Any]:
 
 _FILE_COLUMNS = (
     *("name", "size", "role", "content_type", "sha256", "metadata_status"),
-    *("rank_start", "rank_end"),
+    *("rank_start", "rank_end", "rank_provenance"),
 )
 _VIEW_FILES = (
     select(*(getattr(db.TracesetFile, name) for name in _FILE_COLUMNS))
@@ -237,8 +205,8 @@ def traceset_text(services: Services, traceset_id: str, principal: Principal | N
 def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
     """``render_traceset(_view(...))`` of the GET's rows (``_view_columns``,
     ``_VIEW_FILES``), written straight from them: the models' construction cost more than
-    the queries. The inspection is spliced in as its stored JSON text (parsed only for the
-    primary files' rank provenance), as is the workloadMetadata.
+    the queries. The inspection is spliced in as its stored JSON text, never parsed, as is
+    the workloadMetadata.
     tests/test_request_path.py holds it equal to the models' rendering."""
     (id_, _tenant_id, workspace_id, scope, name, description, tags, status) = traceset[:8]
     (created_at, updated_at, expires_at, ttl_days, rank_count) = traceset[8:13]
@@ -259,7 +227,7 @@ def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
         "totalSize": total_size,
         "fileCount": file_count,
         "hash": hash_,
-        "files": _file_answers(files, rank_count, _stored_rank_provenances(text)),
+        "files": _file_answers(files, rank_count),
     }
     # Strings, integers, None (tags are strings, rankProvenance is kept only as one).
     written = jsontext.compact(answer)

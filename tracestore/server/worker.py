@@ -46,6 +46,21 @@ class JobKind:
     periodic: bool = False
 
 
+def _give_up_reason(services: Services, job: ClaimedJob) -> str | None:
+    """Why ``job`` must not run again (None: it may): out of attempts, or its worker died
+    running it ``TRACESTORE_JOB_CRASHES`` times (it may well be what kills them)."""
+    settings = services.settings
+    if job.crashes >= settings.job_crashes:
+        return (
+            f"was given up: its worker died while running it {job.crashes} times (the "
+            "process stopped before the job ended: killed, or out of memory); not run again "
+            f"(at most {settings.job_crashes}, TRACESTORE_JOB_CRASHES)"
+        )
+    if job.attempts > settings.job_attempts:
+        return f"gave up after {job.attempts - 1} attempts: {job.error or 'unknown error'}"
+    return None
+
+
 def _inspect(services: Services, job: ClaimedJob, stopping: Callable[[], bool]) -> None:
     inspect_traceset(services, job.subject or "", job=job)
 
@@ -141,9 +156,9 @@ class Worker:
                 with services.db.session() as session:
                     jobs.fail(session, job, services.now(), f"no worker runs {job.kind!r} jobs")
                 return
-            if kind.give_up is not None and job.attempts > services.settings.job_attempts:
-                kind.give_up(services, job, job.error or "unknown error")
-                log.error("job %s (%s %s) given up: %s", job.id, job.kind, job.subject, job.error)
+            if kind.give_up is not None and (reason := _give_up_reason(services, job)):
+                kind.give_up(services, job, reason)
+                log.error("job %s (%s %s): %s", job.id, job.kind, job.subject, reason)
                 return
             log.info("job %s (%s %s): attempt %d", job.id, job.kind, job.subject, job.attempts)
             with jobs.keep_lease(services, job):

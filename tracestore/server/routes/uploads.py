@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -52,9 +54,38 @@ async def request_upload_urls(request: Request, caller: CallerDep) -> Response:
     """Start an upload: check the request and its workloadMetadata, create the traceset
     (status ``uploading``) and answer presigned part URLs for every file."""
     body = await request.body()
-    return Response(
-        await caller.write(upload_url_answer, body, request), media_type="application/json"
-    )
+    return Response(await answer_upload_url(caller, body, request), media_type="application/json")
+
+
+# Bodies up to this size are parsed where the start's one write runs (the event loop's thread
+# on SQLite, ``Caller.write``); larger ones in a worker thread, one at a time per process:
+# 16 MiB of JSON held the loop for seconds (issue 41), and its values take up to twenty
+# times its size in memory while parsed. Real uploads of a few hundred files are under it.
+INLINE_BODY = 64 * 1024
+
+
+async def answer_upload_url(caller: deps.Caller, body: bytes, request: Request) -> str:
+    """upload-url's answer to ``body`` (the route's, and ``lanes``'): off the event loop and
+    one at a time when the body is larger than ``INLINE_BODY``."""
+    if len(body) <= INLINE_BODY:
+        return await caller.write(upload_url_answer, body, request)
+    async with _big_bodies():
+        return await caller.run(upload_url_answer, body, request)
+
+
+def _big_bodies() -> asyncio.Semaphore:
+    """The running loop's turn for a big body (an asyncio lock is its loop's alone); waiting
+    for it holds no thread."""
+    loop = asyncio.get_running_loop()
+    turn = _BIG_BODIES.get(loop)
+    if turn is None:
+        turn = _BIG_BODIES[loop] = asyncio.Semaphore(1)
+    return turn
+
+
+_BIG_BODIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def upload_url_answer(

@@ -110,6 +110,8 @@ function inspectionSections(traceset, metadataSection) {
         {},
         censusLine(census),
       ),
+      // An inspection past TRACESTORE_MAX_INSPECTION_SIZE is stored shortened: say so.
+      inspection.truncated ? h("p", { class: "muted" }, inspection.truncated.message) : null,
       censusGrid(census),
       censusProblems(census),
     ),

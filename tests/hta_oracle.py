@@ -1,0 +1,78 @@
+"""HTA 0.5.0's numbers for a directory of Kineto traces, as JSON on standard output.
+
+Run as ``python tests/hta_oracle.py DIR``, in a process of its own: HTA loads pandas and
+plotly and forks a pool per directory, none of which belongs in the test process. The calls
+are those ANALYTICS.md names as the oracle's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+ALL_KERNELS = 1_000_000  # num_kernels: at least the number of distinct names, so none fold
+
+
+def numbers(directory: str) -> dict[str, Any]:
+    """``{"ranks": {rank: {temporal, overlapPct, kernels, idle}}, "kinds": {label: µs}}``."""
+    from hta.trace_analysis import TraceAnalysis
+
+    analysis = TraceAnalysis(trace_dir=directory, include_last_profiler_step=True)
+    ranks: dict[int, dict[str, Any]] = {}
+    for row in analysis.get_temporal_breakdown(visualize=False).to_dict("records"):
+        ranks[int(row["rank"])] = {
+            "temporal": {
+                "idleTimeUs": float(row["idle_time(us)"]),
+                "computeTimeUs": float(row["compute_time(us)"]),
+                "nonComputeTimeUs": float(row["non_compute_time(us)"]),
+                "kernelTimeUs": float(row["kernel_time(us)"]),
+                "idlePct": float(row["idle_time_pctg"]),
+                "computePct": float(row["compute_time_pctg"]),
+                "nonComputePct": float(row["non_compute_time_pctg"]),
+            },
+            "kernels": [],
+            "idle": [],
+        }
+    for row in analysis.get_comm_comp_overlap(visualize=False).to_dict("records"):
+        pct = float(row["comp_comm_overlap_pctg"])
+        ranks[int(row["rank"])]["overlapPct"] = None if pct != pct else pct  # NaN: no comms
+    kinds, kernels = analysis.get_gpu_kernel_breakdown(
+        visualize=False, include_memory_kernels=True, num_kernels=ALL_KERNELS
+    )
+    for row in kernels.to_dict("records"):
+        ranks[int(row["rank"])]["kernels"].append(
+            {
+                "name": row["name"],
+                "kind": row["kernel_type"],
+                "sumUs": float(row["sum (us)"]),
+                "maxUs": float(row["max (us)"]),
+                "minUs": float(row["min (us)"]),
+                "meanUs": float(row["mean (us)"]),
+                "stddevUs": float(row["stddev"]),
+            }
+        )
+    idle, _ = analysis.get_idle_time_breakdown(
+        ranks=sorted(ranks), visualize=False, consecutive_kernel_delay=30
+    )
+    for row in idle.to_dict("records"):
+        ranks[int(row["rank"])]["idle"].append(
+            {
+                "stream": int(row["stream"]),
+                "category": row["idle_category"],
+                "idleTimeUs": float(row["idle_time"]),
+                "ratio": None
+                if row["idle_time_ratio"] != row["idle_time_ratio"]
+                else float(row["idle_time_ratio"]),
+            }
+        )
+    return {
+        "ranks": {str(rank): value for rank, value in ranks.items()},
+        "kinds": {row["kernel_type"]: float(row["sum"]) for row in kinds.to_dict("records")},
+    }
+
+
+if __name__ == "__main__":
+    logging.disable(logging.CRITICAL)
+    json.dump(numbers(sys.argv[1]), sys.stdout)

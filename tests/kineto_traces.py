@@ -1,0 +1,189 @@
+"""Synthetic Kineto traces for the analysis tests, written as PyTorch's profiler writes them.
+
+``TraceBuilder`` adds host steps, launches and device events with the members Kineto gives
+them; ``write`` renders the document in PyTorch's layout (``ph, cat, name, pid, tid`` on one
+line, ``ts, dur`` on the next, ``args`` below) or as ``json.dumps`` would (other key order,
+one line), optionally gzip- or zstd-compressed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import zstandard
+
+Number = int | float
+Layout = Literal["pytorch", "compact"]
+HOST_PID, HOST_TID = 4242, 4242
+
+
+class TraceBuilder:
+    """One rank's trace, event by event (times in µs)."""
+
+    def __init__(self, rank: int | None = 0, world: int = 1) -> None:
+        self.rank = rank
+        self.world = world
+        self.events: list[dict[str, Any]] = []
+        self._correlation = 1000
+
+    def host(self, name: str, ts: Number, dur: Number, cat: str = "cpu_op") -> None:
+        """A host-side event."""
+        self.events.append(_event("X", cat, name, HOST_PID, HOST_TID, ts, dur, {"External id": 1}))
+
+    def step(self, number: int, ts: Number, dur: Number) -> None:
+        """A host ``ProfilerStep#number``."""
+        self.host(f"ProfilerStep#{number}", ts, dur, cat="user_annotation")
+
+    def device(
+        self,
+        name: str,
+        ts: Number,
+        dur: Number,
+        *,
+        stream: int = 7,
+        launch: Number | None = None,
+        cat: str = "kernel",
+        args: dict[str, Any] | None = None,
+        launch_in_file: bool = True,
+    ) -> int:
+        """A device event launched at ``launch`` (default: 5 µs before it starts); its
+        correlation. ``launch_in_file=False`` leaves the launch out of the trace."""
+        self._correlation += 1
+        correlation = self._correlation
+        if launch_in_file:
+            launched = ts - 5 if launch is None else launch
+            self.events.append(
+                _event(
+                    "X",
+                    "cuda_runtime",
+                    "cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync",
+                    HOST_PID,
+                    HOST_TID,
+                    launched,
+                    1,
+                    {"External id": correlation, "cbid": 211, "correlation": correlation},
+                )
+            )
+        members: dict[str, Any] = {"External id": correlation}
+        if cat == "kernel":
+            members["queued"] = 0
+        members.update({"device": 0, "context": 1, "stream": stream, "correlation": correlation})
+        if cat == "kernel":
+            members.update({"registers per thread": 32, "grid": [4, 1, 1], "block": [128, 1, 1]})
+        else:
+            members["bytes"] = 4096
+        members.update(args or {})
+        self.events.append(_event("X", cat, name, 0, stream, ts, dur, members))
+        return correlation
+
+    def memcpy(self, ts: Number, dur: Number, *, stream: int = 7, **kw: Any) -> int:
+        """A ``gpu_memcpy``."""
+        return self.device(
+            "Memcpy HtoD (Pinned -> Device)", ts, dur, stream=stream, cat="gpu_memcpy", **kw
+        )
+
+    def memset(self, ts: Number, dur: Number, *, stream: int = 7, **kw: Any) -> int:
+        """A ``gpu_memset``."""
+        return self.device("Memset (Device)", ts, dur, stream=stream, cat="gpu_memset", **kw)
+
+    def stream_sync(self, ts: Number, dur: Number, *, stream: int = 7) -> None:
+        """A stream-bound ``cuda_sync`` (the GPU waiting, which HTA counts as busy)."""
+        self._correlation += 1
+        self.events.append(
+            _event(
+                "X",
+                "cuda_sync",
+                "Stream Sync",
+                0,
+                stream,
+                ts,
+                dur,
+                {"correlation": self._correlation, "stream": stream, "device": 0},
+            )
+        )
+
+    def trace(self) -> dict[str, Any]:
+        """The document as a dict."""
+        head: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}]}
+        if self.rank is not None:
+            head["distributedInfo"] = {
+                "backend": "nccl",
+                "rank": self.rank,
+                "world_size": self.world,
+            }
+        return {**head, "traceEvents": self.events, "traceName": "synthetic"}
+
+    def write(
+        self,
+        path: Path,
+        layout: Layout = "pytorch",
+        compression: Literal["gzip", "zstd"] | None = None,
+    ) -> Path:
+        """Write the trace; the path."""
+        text = pytorch_json(self.trace()) if layout == "pytorch" else compact_json(self.trace())
+        data = text.encode()
+        if compression == "gzip":
+            data = gzip.compress(data)
+        elif compression == "zstd":
+            data = zstandard.ZstdCompressor().compress(data)
+        path.write_bytes(data)
+        return path
+
+
+def _event(
+    ph: str, cat: str, name: str, pid: int, tid: int, ts: Number, dur: Number, args: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "ph": ph,
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def pytorch_json(trace: dict[str, Any]) -> str:
+    """The document in the layout of PyTorch's profiler (Kineto's ``output_json``)."""
+    head = [
+        f'  "{key}": {json.dumps(value)}'
+        for key, value in trace.items()
+        if key not in ("traceEvents", "traceName")
+    ]
+    events = ",\n".join(_pytorch_event(event) for event in trace["traceEvents"])
+    return (
+        "{\n"
+        + ",\n".join(head)
+        + ',\n  "traceEvents": [\n'
+        + events
+        + "\n  ],\n"
+        + f'  "traceName": {json.dumps(trace.get("traceName", ""))}\n'
+        + "}\n"
+    )
+
+
+def _pytorch_event(event: dict[str, Any]) -> str:
+    first = ", ".join(
+        f'"{key}": {json.dumps(event[key])}'
+        for key in ("ph", "cat", "name", "pid", "tid")
+        if key in event
+    )
+    times = ", ".join(f'"{key}": {json.dumps(event[key])}' for key in ("ts", "dur") if key in event)
+    args = event.get("args")
+    lines = ["  {", f"    {first},", f"    {times}" + ("," if args is not None else "")]
+    if args is not None:
+        members = ",\n".join(f"      {json.dumps(k)}: {json.dumps(v)}" for k, v in args.items())
+        lines.append('    "args": {\n' + members + "\n    }")
+    lines.append("  }")
+    return "\n".join(lines)
+
+
+def compact_json(trace: dict[str, Any]) -> str:
+    """The document as ``json.dumps`` writes it, each event's keys in another order."""
+    events = [dict(sorted(event.items())) for event in trace["traceEvents"]]
+    return json.dumps({**trace, "traceEvents": events})

@@ -1,0 +1,210 @@
+"""A real ``tracestore serve`` against connections that never finish their headers (issue 41):
+20,800 of them, idle or sending a header byte every few seconds, were held for good; the
+process ran out of descriptors, its log grew a traceback per failed accept, and
+well-behaved clients got no answer for half a minute."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.test_e2e_serve import Served, serving
+
+pytestmark = pytest.mark.slow  # a server process per test
+
+# serve's descriptors: with 1024, it holds at most (1024 - 256) // 3 = 256 connections.
+OPEN_FILES = 1024
+ATTACKERS = 1300  # past the descriptor limit: every one held was the outage
+
+
+def _address(served: Served) -> tuple[str, int]:
+    parts = urlsplit(served.url)
+    return parts.hostname or "", parts.port or 80
+
+
+def _server_log(data_dir: Path) -> str:
+    return (data_dir.parent / "server.log").read_text(errors="replace")
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``sock`` (reads its end or a reset) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            if sock.recv(4096) == b"":
+                return True
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            return True
+    return False
+
+
+@pytest.fixture
+def attackers_files() -> Iterator[None]:
+    """This process may open the attack's sockets (its soft limit raised for the test)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = ATTACKERS + 256
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"this process may open {hard} files; the attack needs {needed}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.fixture
+def slow_headers(tmp_path: Path) -> Iterator[tuple[Served, Path]]:
+    data_dir = tmp_path / "data"
+    env = {"TRACESTORE_HEADER_TIMEOUT": "1", "TRACESTORE_IDLE_TIMEOUT": "2"}
+    with serving(data_dir, env=env) as served:
+        yield served, data_dir
+
+
+def test_a_connection_is_closed_when_its_headers_or_first_byte_are_late(
+    slow_headers: tuple[Served, Path],
+) -> None:
+    served, _ = slow_headers
+    idle = socket.create_connection(_address(served), timeout=10)
+    trickling = socket.create_connection(_address(served), timeout=10)
+    answered: socket.socket | None = None
+    try:
+        trickling.sendall(b"GET /healthz HTTP/1.1\r\n")
+        started = time.monotonic()
+        with contextlib.suppress(OSError):  # closed while it trickles
+            for byte in b"Host: x\r\n":  # a byte every 0.2 s: not whole within the deadline
+                trickling.sendall(bytes([byte]))
+                time.sleep(0.2)
+        assert _closed_within(trickling, 10)
+        assert time.monotonic() - started < 10
+        # A new connection that sends nothing is closed after the idle deadline.
+        assert _closed_within(idle, 10)
+        # One whose headers come whole is answered, and then kept while idle.
+        answered = socket.create_connection(_address(served), timeout=10)
+        answered.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answered.settimeout(10)
+        assert answered.recv(64).startswith(b"HTTP/1.1 200")
+        assert not _closed_within(answered, 0.5)
+    finally:
+        for sock in (idle, trickling, answered):
+            if sock is not None:
+                sock.close()
+
+
+@pytest.mark.usefixtures("attackers_files")
+def test_slow_header_connections_past_the_descriptor_limit_shut_no_client_out(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    with serving(data_dir, open_files=OPEN_FILES) as served:
+        address = _address(served)
+        held: list[socket.socket] = []
+        stop, opened = threading.Event(), threading.Event()
+
+        def attack() -> None:
+            # Half idle, half with a request line and then a header byte now and then.
+            for i in range(ATTACKERS):
+                if stop.is_set():
+                    return
+                try:
+                    sock = socket.create_connection(address, timeout=5)
+                    if i % 2:
+                        sock.sendall(b"GET /healthz HTTP/1.1\r\nX")
+                except OSError:
+                    continue  # refused or reset: the server is shedding them
+                held.append(sock)
+            opened.set()
+            while not stop.wait(1.0):
+                for sock in held[1::2]:
+                    with contextlib.suppress(OSError):
+                        sock.send(b"x")
+
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        answered = 0
+        try:
+            # A fresh connection per request, as new clients come, each answered within the
+            # client's 5 s (the outage was ~25 s), all through the attack and 5 s after.
+            with httpx.Client(base_url=served.url, timeout=5) as good:
+                bound = time.monotonic() + 90
+                after: float | None = None
+                while after is None or time.monotonic() < after:
+                    assert time.monotonic() < bound, "the attack never got its connections in"
+                    response = good.get("/healthz", headers={"Connection": "close"})
+                    assert response.status_code == 200
+                    answered += 1
+                    if after is None and len(held) >= ATTACKERS // 2 and opened.is_set():
+                        after = time.monotonic() + 5
+                    time.sleep(0.02)
+        finally:
+            stop.set()
+            attacker.join(30)
+            for sock in held:
+                sock.close()
+        assert answered > 10
+    log = _server_log(data_dir)
+    assert "Traceback" not in log
+    assert "Too many open files" not in log
+    assert "waiting connections closed at the cap" in log
+    assert len(log) < 64 * 1024
+
+
+def test_past_the_cap_the_longest_waiting_connection_gives_way(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {"TRACESTORE_MAX_CONNECTIONS": "4"}
+    with serving(data_dir, env=env) as served:
+        idle = [socket.create_connection(_address(served), timeout=10) for _ in range(8)]
+        try:
+            with httpx.Client(base_url=served.url, timeout=5) as good:
+                assert good.get("/healthz").status_code == 200
+            assert [_closed_within(sock, 5) for sock in idle[:4]] == [True] * 4
+            assert not any(_closed_within(sock, 0.2) for sock in idle[-2:])
+        finally:
+            for sock in idle:
+                sock.close()
+    assert "waiting connections closed at the cap" in _server_log(data_dir)
+
+
+@pytest.mark.usefixtures("attackers_files")
+def test_a_cap_past_the_open_file_limit_is_warned_about_and_failed_accepts_cost_a_line(
+    tmp_path: Path,
+) -> None:
+    """Set past what its descriptors allow, the cap never closes anything: the process runs
+    out of descriptors, and asyncio's accept failed (and logged a traceback) thousands of
+    times a second. It costs a line now and then."""
+    data_dir = tmp_path / "data"
+    env = {"TRACESTORE_MAX_CONNECTIONS": "5000"}
+    with serving(data_dir, env=env, open_files=OPEN_FILES) as served:
+        held = []
+        try:
+            # Past the descriptors, within what the listen queue then holds (no SYN dropped).
+            for _ in range(OPEN_FILES + 64):
+                with contextlib.suppress(OSError):
+                    held.append(socket.create_connection(_address(served), timeout=5))
+            deadline = time.monotonic() + 20
+            while "accepts failed" not in _server_log(data_dir):
+                assert time.monotonic() < deadline, "no accept failed"
+                time.sleep(0.1)
+            time.sleep(1)  # a second more of asyncio retrying its accepts
+        finally:
+            for sock in held:
+                sock.close()
+    log = _server_log(data_dir)
+    assert (
+        "Warning: TRACESTORE_MAX_CONNECTIONS=5000 is more than 1024 open files allow (256)" in log
+    )
+    assert "Too many open files" in log  # named, once
+    assert "Traceback" not in log
+    assert len(log) < 64 * 1024

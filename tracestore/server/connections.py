@@ -1,0 +1,360 @@
+"""The connections ``tracestore serve`` holds open, and what bounds them (issue 41).
+
+uvicorn's keep-alive deadline starts after an answer: a connection that never finished its
+headers (idle from its first byte, or a header byte every few seconds) was held for good.
+20,800 of them took a process to its open-file limit; from then on the event loop's accept
+logged a traceback per try, thousands a second, while well-behaved clients got no answer.
+
+So ``protocol.BodyProtocol`` closes a connection that waits too long for a request (new, or
+idle after an answer: ``ConnectionLimits.idle_timeout``) or whose request's headers are not
+whole ``header_timeout`` seconds after their first byte; and it keeps the process's
+connections under a cap (``max_connections``, by default what the open-file limit allows,
+``connection_cap``). A connection over the cap closes the one that has waited longest for a
+request's headers (``Waiting``): an idle or trickling connection gives way to a new one, so
+attackers who open many cannot shut out a client whose request is whole; only when every
+connection is inside a request is the new one refused (503). What is closed or refused is
+logged in one line now and then (``Occasional``), and so is a failing ``accept``
+(``quiet_accept_errors``): never a traceback per connection. Once a request's headers are
+whole, a body the app reads through ``receive()`` keeps the pace ``protocol.receive_into``
+holds part bodies to (``MIN_RATE`` after ``RATE_GRACE``), or its connection is closed.
+``ConnectionRules`` is the protocol doing all this; ``protocol.BodyProtocol`` builds on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import resource
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.server import ServerState
+
+from tracestore.errors import ServiceUnavailable
+
+log = logging.getLogger("tracestore")
+
+# Descriptors a connection may hold at once: its socket, the socket's duplicate while a part
+# body is received (protocol.py) and the file it writes or sends; and those kept for the
+# rest of the process (the database, logs, the listening socket's accept bursts: ``BACKLOG``).
+DESCRIPTORS_PER_CONNECTION = 3
+RESERVED_DESCRIPTORS = 256
+# Connections accepted per wake of the listening socket (asyncio accepts up to the listen
+# backlog in one go, each a descriptor before the cap sees it): within the reserve, and at
+# most a quarter of the cap, so that a connection's request is read before a flood of new
+# ones has made it the longest waiting (``backlog``).
+BACKLOG = 128
+# The soft open-file limit ``serve`` raises itself to when the hard one is unlimited.
+MAX_OPEN_FILES = 1 << 20
+LOG_EVERY = 10.0
+# A request body must keep up MIN_RATE on average once its first RATE_GRACE seconds are
+# past, and end within BODY_DEADLINE (protocol.py holds part bodies to the same).
+MIN_RATE = 64 * 1024
+RATE_GRACE = 30.0
+BODY_DEADLINE = 3600.0
+
+
+def connection_cap(open_files: int) -> int:
+    """The connections a process allowed ``open_files`` descriptors may hold."""
+    return max(8, (open_files - RESERVED_DESCRIPTORS) // DESCRIPTORS_PER_CONNECTION)
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft open-file limit to its hard one (as Go's runtime does), and
+    answer it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return MAX_OPEN_FILES if soft == resource.RLIM_INFINITY else soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):  # refused (a container's policy): keep the soft limit
+        return soft
+    return wanted
+
+
+@functools.cache
+def _this_process_cap() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return connection_cap(MAX_OPEN_FILES if soft == resource.RLIM_INFINITY else soft)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """The deadlines and the cap of ``BodyProtocol``'s connections (module doc)."""
+
+    header_timeout: float = 20.0
+    idle_timeout: float = 75.0
+    max_connections: int | None = None  # None: ``connection_cap`` of the open-file limit
+
+    @property
+    def cap(self) -> int:
+        return self.max_connections or _this_process_cap()
+
+
+DEFAULT_LIMITS = ConnectionLimits()
+
+
+class ServeConfig(uvicorn.Config):
+    """uvicorn's configuration, carrying the ``ConnectionLimits`` that ``BodyProtocol``
+    enforces (pickled with it into the processes of ``serve --workers N``)."""
+
+    def __init__(self, app: Any, *, connections: ConnectionLimits, **options: Any) -> None:
+        # uvicorn's keep-alive, armed after each answer, is the idle deadline (whole seconds).
+        idle = max(1, round(connections.idle_timeout))
+        backlog = max(8, min(BACKLOG, connections.cap // 4))
+        super().__init__(app, backlog=backlog, timeout_keep_alive=idle, **options)
+        self.connections = connections
+
+
+def limits_of(config: uvicorn.Config) -> ConnectionLimits:
+    limits = getattr(config, "connections", None)
+    return limits if isinstance(limits, ConnectionLimits) else DEFAULT_LIMITS
+
+
+# Per server: its connections waiting for a request's headers, the longest waiting first.
+_WAITING: weakref.WeakKeyDictionary[Any, dict[Any, None]] = weakref.WeakKeyDictionary()
+
+
+def waiting_of(server_state: Any) -> dict[Any, None]:
+    """``server_state``'s connections that wait for a request's headers (new, reading them,
+    or idle after an answer), in the order they began waiting: a dict used as an ordered
+    set (insertion, removal and the oldest in constant time)."""
+    waiting = _WAITING.get(server_state)
+    if waiting is None:
+        waiting = _WAITING[server_state] = {}
+    return waiting
+
+
+class Occasional:
+    """Counts of what happened to connections, logged in one line at most every
+    ``LOG_EVERY`` seconds (the line says how many since the last)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._counts: dict[str, int] = {}
+        self._logged = 0.0
+
+    def note(self, event: str, detail: str = "") -> None:
+        self._counts[event] = self._counts.get(event, 0) + 1
+        now = time.monotonic()
+        if now - self._logged < LOG_EVERY:
+            return
+        self._logged = now
+        counts = ", ".join(f"{n} {e}" for e, n in self._counts.items())
+        self._counts = {}
+        log.warning("%s: %s in the last %.0f s%s", self._what, counts, LOG_EVERY, detail)
+
+
+CONNECTIONS = Occasional("connections")
+_ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's own words
+_QUIET_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Make ``loop``'s failing accepts (out of descriptors or memory) cost one line now and
+    then instead of a traceback per try: asyncio retries every accept of its burst and logs
+    each (1.1 GB of log in 5 minutes of one attack). Other errors go where they went."""
+    if loop in _QUIET_LOOPS:
+        return
+    _QUIET_LOOPS.add(loop)
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        if context.get("message") == _ACCEPT_FAILED and isinstance(error, OSError):
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            CONNECTIONS.note(
+                "accepts failed",
+                f" (last: {error.strerror}; open-file limit {soft}; asyncio retries in 1 s)",
+            )
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+class ConnectionRules(HttpToolsProtocol):
+    """uvicorn's httptools protocol holding its connections to ``ConnectionLimits`` (module
+    doc), and every request body the app reads through ``receive()`` to a pace."""
+
+    _header_timer: asyncio.TimerHandle | None = None
+    _paced: RequestResponseCycle | None = None  # the request whose body is held to a pace
+    _paced_bytes = 0
+    _paced_since = _paced_checked = 0.0
+    _body_timer: asyncio.TimerHandle | None = None
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._limits = limits_of(config)
+        self._waiting = waiting_of(server_state)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        quiet_accept_errors(self.loop)
+        if len(self.connections) > self._limits.cap and not self._make_room():
+            return
+        self._waiting[self] = None
+        # Until its first byte; uvicorn cancels it at every read, as its keep-alive.
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self._limits.idle_timeout, self.timeout_keep_alive_handler
+        )
+
+    def _make_room(self) -> bool:
+        """Over the cap: close the connection that has waited longest for a request's
+        headers (True), or, every one being inside a request, refuse this one (False)."""
+        oldest = next(iter(self._waiting), None)
+        if oldest is not None:
+            oldest.close_waiting()
+            CONNECTIONS.note("waiting connections closed at the cap", self._cap_detail())
+            return True
+        self.connections.discard(self)
+        self.transport.write(_refusal())
+        self.transport.close()
+        CONNECTIONS.note("new connections refused (503) at the cap", self._cap_detail())
+        return False
+
+    def _cap_detail(self) -> str:
+        return f" (TRACESTORE_MAX_CONNECTIONS {self._limits.cap})"
+
+    def close_waiting(self) -> None:
+        """Close this connection, which waits for a request's headers; it no longer counts."""
+        self._stop_waiting()
+        self.connections.discard(self)
+        self.transport.close()
+
+    def _stop_waiting(self) -> None:
+        self._waiting.pop(self, None)
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # A request's first bytes, its headers not yet whole: they have this long.
+        if self._header_timer is None and self in self._waiting:
+            self._header_timer = self.loop.call_later(
+                self._limits.header_timeout, self._headers_too_slow
+            )
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self in self._waiting and not self.transport.is_closing():
+            self.close_waiting()
+            CONNECTIONS.note(
+                "closed with their headers incomplete",
+                f" (TRACESTORE_HEADER_TIMEOUT {self._limits.header_timeout:g} s)",
+            )
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None:  # idle until its next request
+            self._waiting[self] = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
+        self._unpace()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._stop_waiting()
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and _declares_body(self.headers):
+            self._pace(cycle)
+
+    def on_body(self, body: bytes) -> None:
+        if self._paced is self.cycle:
+            self._paced_bytes += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._paced is self.cycle:
+            self._unpace()
+        super().on_message_complete()
+
+    # A body the app reads through receive() (JSON bodies, chunked ones) is held to the
+    # pace ``receive_into`` holds part bodies to: MIN_RATE on average once RATE_GRACE is
+    # past, whole within BODY_DEADLINE. A sender that trickles is cut off (its connection
+    # closed, the app's receive() answering a disconnect) rather than held for good.
+
+    def _pace(self, cycle: RequestResponseCycle) -> None:
+        self._paced, self._paced_bytes = cycle, 0
+        self._paced_since = self._paced_checked = time.monotonic()
+        self._check_pace_in(RATE_GRACE)
+
+    def _check_pace_in(self, delay: float) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+        self._body_timer = self.loop.call_later(delay, self._check_pace)
+
+    def _unpace(self) -> None:
+        self._paced = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _check_pace(self) -> None:
+        self._body_timer = None
+        cycle = self._paced
+        if cycle is None or not cycle.more_body or cycle.disconnected:
+            self._paced = None
+            return
+        now = time.monotonic()
+        if self.flow.read_paused:  # the app, not the sender, holds the body up
+            self._paced_since += now - self._paced_checked
+        self._paced_checked = now
+        since = self._paced_since
+        due = min(since + RATE_GRACE + self._paced_bytes / MIN_RATE, since + BODY_DEADLINE)
+        if now < due or self.flow.read_paused:
+            self._check_pace_in(max(1.0, due - now))
+            return
+        self._paced = None
+        self.transport.close()
+        CONNECTIONS.note(
+            "closed with their request bodies too slow",
+            f" (under {MIN_RATE} bytes/s after {RATE_GRACE:g} s)",
+        )
+
+
+def _refusal() -> bytes:
+    """The 503 a connection over the cap gets before it is closed, with the error envelope."""
+    from tracestore.server.app import new_request_id  # the app's ids; loaded by then
+
+    envelope = {
+        "error": {
+            "code": ServiceUnavailable.code,
+            "message": "The service holds as many connections as it may "
+            "(TRACESTORE_MAX_CONNECTIONS), each inside a request; retry shortly",
+            "requestId": new_request_id(),
+        }
+    }
+    body = json.dumps(envelope).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"retry-after: 1\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _declares_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value != b"0")
+        for name, value in headers
+    )
