@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -502,6 +504,76 @@ def test_cli_download_ranks(run: Any, tmp_path: Path) -> None:
     assert f"Unknown rank 9 for traceset '{ts['id']}': its files hold ranks 0-7" in unknown.output
     both = run("download", ts["id"], "--ranks", "0", "--file", "notes.txt")
     assert both.exit_code == 2 and "Give --file or --ranks, not both" in both.output
+
+
+# What a hostile uploader writes where a terminal reads it: a window title (OSC 0), the
+# clipboard (OSC 52), a CSI by its one-byte C1 form, DEL, a right-to-left override, and
+# rich's markup (issue 41).
+HOSTILE = "a\x1b]0;title\x07b\x1b]52;c;cHduZWQ=\x07c\x9b31m\x7f\u202e[bold]d"
+HOSTILE_SHOWN = "a\\x1b]0;title\\x07b\\x1b]52;c;cHduZWQ=\\x07c\\x9b31m\\x7f\\u202e[bold]d"
+# Every character a terminal would obey rather than show, but the newline ending a line.
+OBEYED = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _hostile_archive(tmp_path: Path) -> Path:
+    """A tar of two Kineto traces, one ranked and one whose member name is HOSTILE."""
+    path = tmp_path / "ranks.tar"
+    with tarfile.open(path, "w") as archive:
+        for name, trace in (
+            (f"{HOSTILE}.json", {"traceEvents": []}),
+            ("rank_1.json", {"distributedInfo": {"rank": 1}, "traceEvents": []}),
+        ):
+            data = json.dumps(trace).encode()
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    return path
+
+
+def test_strings_from_the_service_print_their_control_characters_escaped(
+    run: Any, services: Services, tmp_path: Path
+) -> None:
+    """ls, show and validate printed names, descriptions, tags, metadata and archive member
+    names raw: a window title, the clipboard (OSC 52). --json stays exact."""
+    meta = tmp_path / "hostile.json"
+    meta.write_text(json.dumps({"shape": {"rankCount": 2}, "workload_family": HOSTILE}))
+    archive = _hostile_archive(tmp_path)
+    done = run(
+        *("upload", str(archive), "--workload-metadata", str(meta), "--json"),
+        *("--name", HOSTILE, "--description", HOSTILE, "--tag", HOSTILE),
+    )
+    assert done.exit_code == 0, done.output
+    traceset_id = json.loads(done.stdout)["id"]
+    services.wait_for_background()  # the archive's inspection: its member names
+    for words in (("ls",), ("show", traceset_id), ("validate", traceset_id)):
+        human = run(*words)
+        assert human.exit_code in (0, 1), human.output
+        assert not OBEYED.search(human.output), (words, human.output)
+        assert HOSTILE_SHOWN in human.stdout, (words, human.stdout)
+        exact = json.loads(run(*words, "--json").stdout)
+        assert any(HOSTILE in text for text in _strings(exact)), words
+    shown = run("show", traceset_id).stdout
+    for member in ("name:        ", "description: ", "tags:        "):
+        assert f"{member}{HOSTILE_SHOWN}\n" in shown
+    assert f"{HOSTILE_SHOWN}.json" in run("validate", traceset_id).stdout  # the member
+
+
+def test_an_error_message_prints_its_control_characters_escaped(run: Any) -> None:
+    result = run("show", f"ts_{HOSTILE}")
+    assert result.exit_code == 1
+    assert not OBEYED.search(result.output), result.output
+    assert result.stderr.splitlines()[0] == f"Error: Traceset 'ts_{HOSTILE_SHOWN}' not found"
 
 
 def test_the_python_client_on_a_url_where_nothing_answers_fails_within_seconds() -> None:

@@ -94,3 +94,23 @@ def test_kineto_and_et_halves_are_shown(tmp_path: Path) -> None:
     assert code == 0, out
     assert "ranks 0-1: executionTrace + kineto" in out
     assert "ok rank census" in out
+
+
+def test_a_trace_holding_lone_surrogates_prints_json_and_escaped_text(tmp_path: Path) -> None:
+    """A trace file's JSON may escape a lone surrogate ("\\udcff"); --json wrote it raw and
+    the command died of a UnicodeEncodeError (issue 41). Now: its JSON escape, and in the
+    text a visible escape."""
+    trace = {
+        "distributedInfo": {"rank": 0, "pg_config": [{"pg_name": "g\ud800", "pg_size": 2}]},
+        "deviceProperties": [{"name": "gpu\udcff"}],
+        "traceEvents": [],
+    }
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(trace))  # ensure_ascii: the escapes, as a writer may leave them
+    code, out = run("inspect", str(path), "--json")
+    assert code == 0, out
+    assert "\\udcff" in out
+    assert json.loads(out)["files"][0]["gpuModels"] == ["gpu\udcff"]
+    code, out = run("inspect", str(path))
+    assert code == 0, out
+    out.encode()  # no lone surrogate reached the terminal

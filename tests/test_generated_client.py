@@ -157,7 +157,9 @@ def test_a_generated_client_completes_the_whole_flow(generated: Any, served: Ser
     assert listing.sync(client=client, workload_family="llm", workload_name="other").items == []
 
     promoted = api(tracesets, "promote_traceset").sync(
-        traceset_id, client=client, body=models.PromoteRequest(target="tenant")
+        traceset_id,
+        client=client,
+        body=models.PromoteRequest(target=models.PromoteRequestTarget.TENANT),
     )
     assert promoted.scope == models.PromoteAnswerScope.TENANT and promoted.promotion_applied
 

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from tests import crafted
 from tests.test_http_contract import assert_envelope
 from tests.uploading import (
+    COMPLETE_URL,
     UPLOAD_URL,
     complete,
     put_parts,
@@ -407,6 +408,129 @@ def test_a_workload_filter_holding_a_nul_character_finds_the_metadata_holding_it
         listed = http.get("/api/v1/tracesets", params={"label": text})
         assert listed.status_code == 200, listed.text
         assert [t["id"] for t in listed.json()["items"]] == [done["id"]]
+
+
+# JSON's escape of a lone surrogate: valid JSON text, but no Unicode text (issue 41).
+LONE = "\\ud800"
+_FILE = '{"name":"a.bin","size":1,"role":"supporting"}'
+_PART = '{"partNumber":1,"etag":"e"}'
+SURROGATE_BODIES = [
+    (UPLOAD_URL, f'{{"name":"a{LONE}","files":[{_FILE}]}}', "name"),
+    (UPLOAD_URL, f'{{"name":"a","description":"{LONE}","files":[{_FILE}]}}', "description"),
+    (UPLOAD_URL, f'{{"name":"a","tags":["ok","{LONE}"],"files":[{_FILE}]}}', "tags[1]"),
+    (UPLOAD_URL, f'{{"name":"a","workspaceId":"{LONE}","files":[{_FILE}]}}', "workspaceId"),
+    (
+        UPLOAD_URL,
+        f'{{"name":"a","files":[{{"name":"a{LONE}","size":1,"role":"supporting"}}]}}',
+        "files[0].name",
+    ),
+    (
+        UPLOAD_URL,
+        f'{{"name":"a","files":[{{"name":"a","size":1,"role":"{LONE}"}}]}}',
+        "files[0].role",
+    ),
+    (
+        UPLOAD_URL,
+        f'{{"name":"a","files":[{{"name":"a","size":1,"role":"supporting","contentType":"{LONE}"}}]}}',
+        "files[0].contentType",
+    ),
+    (COMPLETE_URL, f'{{"uploadId":"{LONE}","files":[]}}', "uploadId"),
+    (
+        COMPLETE_URL,
+        f'{{"uploadId":"u","files":[{{"name":"{LONE}","parts":[{_PART}]}}]}}',
+        "files[0].name",
+    ),
+    (
+        COMPLETE_URL,
+        f'{{"uploadId":"u","files":[{{"name":"a","parts":[{{"partNumber":1,"etag":"{LONE}"}}]}}]}}',
+        "files[0].parts[0].etag",
+    ),
+    ("promote", f'{{"target":"{LONE}"}}', "target"),
+    ("promote", f'{{"description":"x{LONE}"}}', "description"),
+    ("promote", f'{{"tags":["{LONE}"]}}', "tags[0]"),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "member"), SURROGATE_BODIES)
+def test_a_lone_surrogate_in_a_string_member_is_a_validation_error_naming_it(
+    both: tuple[TestClient, TestClient],
+    services: Services,
+    admin_token: str,
+    route: str,
+    body: str,
+    member: str,
+) -> None:
+    """A 500 before (the database's driver or the error's encoder could not write it), with
+    two tracebacks; through the lanes and through FastAPI's routing alike."""
+    for http in both:
+        http.headers["Authorization"] = f"Bearer {admin_token}"
+        url = route
+        if route == "promote":
+            url = f"/api/v1/tracesets/{upload(http, SUPPORTING)['id']}/promote"
+        before = record_counts(services)
+        message = assert_envelope(raw_post(http, url, body), 400, "VALIDATION_ERROR")["message"]
+        assert message.startswith(f"{member} holds a lone surrogate (U+D800)"), message
+        assert record_counts(services) == before
+
+
+def test_a_workload_filter_of_a_lone_surrogate_is_a_validation_error(http: TestClient) -> None:
+    response = http.get("/api/v1/tracesets", params={"label": f'"{LONE}"'})
+    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert message.startswith("Workload filter 'label' holds a lone surrogate (U+D800)")
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        (f'{{"note":"{LONE}"}}', "workloadMetadata.note holds a lone surrogate (U+D800)"),
+        (f'{{"a":[1,{{"{LONE}":1}}]}}', "workloadMetadata.a[1] has a member name holding a lone"),
+        (f'{{"ok":"\\ud83d\\ude00","b":{{"c":"x{LONE}"}}}}', "workloadMetadata.b.c holds a"),
+    ],
+)
+def test_metadata_holding_a_lone_surrogate_is_refused_naming_the_member(
+    http: TestClient, where: str, message: str
+) -> None:
+    """Stored exactly, it could not be read back as UTF-8 text: refused, at upload (400) and
+    at promotion (422), naming the member (it said \"'utf-8' codec can't encode character
+    '\\ud800' in position 12\")."""
+    body = f'{{"name":"a","files":[{_FILE}],"workloadMetadata":{where}}}'
+    error = assert_envelope(raw_post(http, UPLOAD_URL, body), 400, "VALIDATION_ERROR")
+    assert error["message"].startswith(message), error
+    done = upload(http, SUPPORTING)
+    promote = f"/api/v1/tracesets/{done['id']}/promote"
+    refused = raw_post(http, promote, f'{{"workloadMetadata":{where}}}')
+    assert assert_envelope(refused, 422, "UNPROCESSABLE_ENTITY")["message"].startswith(message)
+
+
+def test_an_error_quoting_a_lone_surrogate_is_answered_escaped(
+    services: Services, admin_token: str
+) -> None:
+    """Whatever message quotes a value the client sent, the envelope can be written."""
+    from tracestore.server.app import error_response
+
+    answer = error_response("req_0", 404, "NOT_FOUND", "Upload session 'a\ud800' not found")
+    assert b"Upload session 'a\\\\ud800' not found" in answer.body
+
+
+def test_a_local_file_name_of_bytes_that_are_not_utf8_is_refused_by_the_client(
+    tmp_path: Path,
+) -> None:
+    name = os.fsdecode(b"rank\xff.json")  # what the file system gives: a lone surrogate
+    problem = schemas.file_name_problem(name)
+    assert problem == "is not Unicode text: it holds a lone surrogate (U+DCFF)"
+
+
+@pytest.mark.parametrize(
+    "value", [b"bytes=abc", b"items=0-1", b"bytes=", b"bytes=5-2", b"bytes=\xed\xa0\x80", b"x"]
+)
+def test_a_range_that_is_not_one_is_ignored(http: TestClient, value: bytes) -> None:
+    """RFC 9110: a Range the server cannot use is ignored (the whole blob), not answered
+    with a plain-text 400 outside the envelope."""
+    done = upload(http, SUPPORTING)
+    url = http.get(f"/api/v1/tracesets/{done['id']}/download", params={"file": "a.bin"})
+    response = http.get(url.json()["url"], headers={"Range": value})
+    assert response.status_code == 200
+    assert response.content == SUPPORTING["a.bin"][0]
 
 
 CRAFTED: dict[str, Callable[[], bytes]] = {

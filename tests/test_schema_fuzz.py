@@ -27,14 +27,20 @@ SEED = 20261201
 # Examples per operation and phase: about 2,800 requests in all, under a minute here.
 MAX_EXAMPLES = int(os.environ.get("TRACESTORE_FUZZ_EXAMPLES", "100"))
 # No 5xx, and every answer as the description documents it: its status listed for the
-# operation, its body of the documented schema and content type, its documented headers.
+# operation, its body of the documented schema and content type, its documented headers; a
+# 405 with Allow for any other method; data the description refuses is refused, and data it
+# allows accepted but where a rule it cannot state refuses it (tests/schema_fuzz_checks.py).
 CHECKS = (
     "not_a_server_error",
     "status_code_conformance",
     "response_schema_conformance",
     "content_type_conformance",
     "response_headers_conformance",
+    "unsupported_method",
+    "negative_data_rejection",
+    "described_data_accepted",
 )
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _seeded(served: Served, tmp_path: Path) -> dict[str, str]:
@@ -91,6 +97,11 @@ def test_no_generated_request_gets_a_server_error(tmp_path: Path) -> None:
             text=True,
             timeout=600,
             cwd=tmp_path,
+            env={
+                **os.environ,
+                "SCHEMATHESIS_HOOKS": "tests.schema_fuzz_checks",
+                "PYTHONPATH": str(REPO),
+            },
         )
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
         assert "generated" in run.stdout  # it did run cases

@@ -180,6 +180,19 @@ def _finite_or_none(text: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text`` (``U+D800``), or None when it is Unicode text.
+    JSON's ``"\\ud800"`` escape decodes to one; no UTF-8 text, database or JSON reader of
+    the answers can hold it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return f"U+{ord(text[exc.start]):04X}"
+    return None
+
+
 def value_text(value: Any) -> str:
     """How a value reads in an error message: its JSON text (``"8"``, ``2.0``, ``true``)."""
     try:

@@ -24,7 +24,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from tracestore.errors import UnprocessableEntity, ValidationError
-from tracestore.jsontext import value_text
+from tracestore.jsontext import lone_surrogate, value_text
 
 # The parallelism degrees whose product is the rank count, in the order messages name them.
 DEGREES: tuple[str, ...] = ("dp", "tp", "sp", "ep", "pp")
@@ -72,12 +72,35 @@ def check_metadata_size(metadata: object) -> None:
     ``MAX_METADATA_BYTES`` serialized. Raises ``ValidationError`` naming the size."""
     try:
         size = metadata_size(metadata)
+    except UnicodeEncodeError:
+        raise ValidationError(_surrogate_problem(metadata)) from None
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValidationError(f"{_ROOT} cannot be serialized as JSON: {exc}") from exc
     if size > MAX_METADATA_BYTES:
         raise ValidationError(
             f"{_ROOT} is larger than {MAX_METADATA_BYTES:,} bytes when serialized: {size:,} bytes"
         )
+
+
+def _surrogate_problem(metadata: object) -> str:
+    """Which member holds a lone surrogate (JSON's ``"\\ud800"``: no Unicode text can), the
+    first in the text's order (a member's name before its value), named as the rules name
+    members; sought only once the metadata could not be written as UTF-8."""
+    # (path, text or value, whether it is a member's name), popped in the text's order.
+    pending: list[tuple[str, object, bool]] = [(_ROOT, metadata, False)]
+    while pending:
+        path, value, is_name = pending.pop()
+        if isinstance(value, str) and (found := lone_surrogate(value)):
+            what = f"{path} has a member name holding" if is_name else f"{path} holds"
+            return f"{what} a lone surrogate ({found}), which is not Unicode text"
+        if isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                pending += [(f"{path}.{key}", item, False), (path, key, True)]
+        elif isinstance(value, list):
+            pending += [
+                (f"{path}[{i}]", item, False) for i, item in reversed(list(enumerate(value)))
+            ]
+    return f"{_ROOT} holds a lone surrogate, which is not Unicode text"
 
 
 def _member_objects(metadata: object) -> tuple[dict[str, Any], dict[str, Any]]:

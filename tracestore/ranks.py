@@ -7,6 +7,7 @@ Used by the download route's ``ranks`` parameter, the client and ``tracestore do
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
 from tracestore.errors import ValidationError
@@ -61,7 +62,15 @@ def ranks_text(runs: Runs) -> str:
 
 def overlaps(runs: Runs, start: int, end: int) -> bool:
     """Does ``start..end`` hold any rank of ``runs``?"""
-    return any(a <= end and start <= b for a, b in runs)
+    return bool(within(runs, start, end))
+
+
+def within(runs: Runs, start: int, end: int) -> Runs:
+    """The ranks of ``runs`` (sorted and merged) that ``start..end`` holds, as runs; found by
+    bisection, so the work grows with what is found, not with the runs or the ranks."""
+    first = bisect_left(runs, start, key=lambda run: run[1])  # the first run ending in it
+    past = bisect_right(runs, end, key=lambda run: run[0])  # the first run starting after it
+    return tuple((max(a, start), min(b, end)) for a, b in runs[first:past])
 
 
 def outside(runs: Runs, held: Runs) -> list[int]:

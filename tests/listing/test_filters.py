@@ -180,7 +180,7 @@ BAD_PARAMETERS: list[tuple[dict[str, Any], str]] = [
     ({"shape..x": "1"}, "Unknown query parameter 'shape..x'"),
     ({"shape.x-y": "1"}, "Unknown query parameter 'shape.x-y'"),
     ({".x": "1"}, "Unknown query parameter '.x'"),
-    ({"next": "garbage"}, "Invalid cursor in 'next'"),
+    ({"next": "garbage"}, "next must be a cursor from pagination.nextCursor"),
     ({"workspaceId": ""}, "workspaceId"),
 ]
 

@@ -296,3 +296,27 @@ def test_a_census_of_only_unranked_files_lists_them_and_every_rank_missing(
     expect(cells).to_have_count(2)
     assert [cells.nth(i).get_attribute("data-state") for i in range(2)] == ["missing"] * 2
     expect(page.locator(".census-problems")).to_contain_text("Missing ranks0..1")
+
+
+def test_a_set_of_many_process_groups_shows_the_largest_and_says_how_many_more(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    """The process-groups table was uncapped where the census grid is capped: 50,000
+    groups were 250,000 elements and 4.8 s of the page. Here 2,500 groups of sizes 1..2,500
+    in one Kineto file (its pg_config)."""
+    count = 2_500
+    groups = [{"pg_name": f"g{size}", "pg_size": size} for size in range(1, count + 1)]
+    trace = tmp_path / "rank0.json"
+    info = {"rank": 0, "world_size": 1, "pg_config": groups}
+    trace.write_text(json.dumps({"distributedInfo": info, "traceEvents": []}))
+    made = upload(served, "many groups", [trace], '{"shape":{"rankCount":1}}')
+    stored = get_traceset(served, made.id).json()["inspection"]["census"]["processGroups"]
+    assert len(stored) == count  # what the API gives: every group
+    open_from_the_list(page, served, "many groups")
+    rows = page.locator("table.groups tbody tr")
+    expect(rows).to_have_count(1000)
+    expect(rows.first.locator("td").nth(1)).to_have_text(str(count))  # the largest first
+    expect(page.locator(".groups-limit")).to_have_text(
+        f"The table shows the 1000 largest of {count} process groups; "
+        f"{count - 1000} groups not shown (the traceset's JSON lists them all)."
+    )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tracestore.cli.common import json_option
-from tracestore.cli.output import echo_json, table, timestamp, wire
+from tracestore.cli.output import echo_json, echo_shown, table, timestamp, wire
 from tracestore.cli.store import store_options, store_services
 
 if TYPE_CHECKING:
@@ -58,7 +58,8 @@ def token_create(
     if as_json:
         echo_json(wire(issued))
     else:
-        click.echo(f"{issued.token}\n(id {issued.id}, user {issued.user_id}; shown once)")
+        click.echo(issued.token)
+        echo_shown(f"(id {issued.id}, user {issued.user_id}; shown once)")
 
 
 @token.command("list")
@@ -76,7 +77,7 @@ def token_list(data_dir: Path | None, init: bool, as_json: bool) -> None:
     for item in tokens:
         state = "revoked" if item.revoked_at else "active"
         expires = f"  expires {timestamp(item.expires_at)}" if item.expires_at else ""
-        click.echo(f"{item.id}  {item.name:<20}  {item.user_id}  {state}{expires}")
+        echo_shown(f"{item.id}  {item.name:<20}  {item.user_id}  {state}{expires}")
 
 
 @token.command("revoke")
@@ -88,7 +89,7 @@ def token_revoke(data_dir: Path | None, init: bool, token_id: str) -> None:
 
     with store_services(data_dir, init) as services:
         admin.revoke_token(services, token_id)
-    click.echo(f"revoked {token_id}")
+    echo_shown(f"revoked {token_id}")
 
 
 @click.group()
@@ -123,7 +124,7 @@ def workspace_create(
     if as_json:
         echo_json(wire(created))
     else:
-        click.echo(f"{created.id}  {created.name}")
+        echo_shown(f"{created.id}  {created.name}")
 
 
 @workspace.command("list")
@@ -139,7 +140,7 @@ def workspace_list(data_dir: Path | None, init: bool, as_json: bool) -> None:
         echo_json([wire(item) for item in workspaces])
         return
     for item in workspaces:
-        click.echo(f"{item.id}  {item.name}")
+        echo_shown(f"{item.id}  {item.name}")
 
 
 @click.group()
@@ -160,7 +161,7 @@ def tenant_create(data_dir: Path | None, init: bool, name: str, as_json: bool) -
     if as_json:
         echo_json(wire(created))
     else:
-        click.echo(f"{created.id}  {created.name}  (workspace {created.workspaces[0].name})")
+        echo_shown(f"{created.id}  {created.name}  (workspace {created.workspaces[0].name})")
         words = ["tracestore", "user", "create", "NAME", "--tenant", created.name]
         click.echo(f"  next: {_command_line(words, data_dir)}")
 
@@ -222,7 +223,7 @@ def user_create(
     if as_json:
         echo_json(wire(created))
         return
-    click.echo(_user_line(created))
+    echo_shown(_user_line(created))
     words = ["tracestore", "token", "create", "--user", created.name]
     if tenant is not None:
         words += ["--tenant", tenant]
@@ -272,7 +273,7 @@ def user_disable(
     if as_json:
         echo_json(wire(disabled))
     else:
-        click.echo(f"disabled {disabled.name} ({disabled.id})")
+        echo_shown(f"disabled {disabled.name} ({disabled.id})")
 
 
 def _command_line(words: list[str], data_dir: Path | None) -> str:

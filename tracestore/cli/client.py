@@ -28,6 +28,7 @@ from tracestore.cli.common import (
 )
 from tracestore.cli.output import (
     echo_json,
+    echo_shown,
     error_lines,
     list_rows,
     progress_bars,
@@ -120,7 +121,7 @@ def upload(
             raise click.UsageError(f"{metadata_file or 'no --workload-metadata'}: {exc}") from None
         problems = census_problems(paths, role, workload_metadata, declared)
         for problem in problems:
-            click.echo(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
+            echo_shown(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
         if problems and strict:
             raise click.UsageError("local inspection disagrees with the metadata (--strict)")
 
@@ -164,7 +165,7 @@ def upload(
     if as_json:
         echo_json(wire(traceset))
     else:
-        click.echo(
+        echo_shown(
             f"{traceset.id}  {traceset.status}  {traceset.file_count} files  "
             f"{size_text(traceset.total_size)}  {traceset.hash}"
         )
@@ -311,9 +312,9 @@ def promote(
     if as_json:
         echo_json(wire(answer))
     elif answer.promotion_applied:
-        click.echo(f"{answer.id} promoted to {answer.scope}")
+        echo_shown(f"{answer.id} promoted to {answer.scope}")
     else:
-        click.echo(f"{answer.id} is already {answer.scope}; nothing changed")
+        echo_shown(f"{answer.id} is already {answer.scope}; nothing changed")
 
 
 @click.command()
@@ -365,7 +366,7 @@ def download(
         echo_json([str(path) for path in written])
     else:
         for path in written:
-            click.echo(str(path))
+            echo_shown(path)
 
 
 @click.command()
@@ -384,8 +385,8 @@ def validate(client: Client, traceset_id: str, as_json: bool) -> None:
                 if check.warning
                 else {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
             )
-            click.echo(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
-        click.echo(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
+            echo_shown(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
+        echo_shown(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
     if not answer.valid:
         sys.exit(EXIT_API_ERROR)
 
@@ -400,7 +401,7 @@ def rm(client: Client, traceset_id: str, as_json: bool) -> None:
     if as_json:
         echo_json({"id": traceset_id, "status": "deleted"})
     else:
-        click.echo(f"deleted {traceset_id}")
+        echo_shown(f"deleted {traceset_id}")
 
 
 COMMANDS: tuple[click.Command, ...] = (upload, ls, show, promote, download, validate, rm)

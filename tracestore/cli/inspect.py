@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracestore.cli.common import json_option, read_metadata
-from tracestore.cli.output import echo_json, table
+from tracestore.cli.output import echo_json, echo_shown, table
 from tracestore.errors import ValidationError
 
 if TYPE_CHECKING:  # the inspectors load when the command runs, not at start
@@ -55,7 +55,7 @@ def inspect_command(
         click.echo(table(HEADERS, [_row(result) for _, result in found]))
         click.echo("")
         for line in census_lines(census):
-            click.echo(line)
+            echo_shown(line)
     checks = (census.rank_count_matches, census.parallelism_consistent, census.process_groups_match)
     if strict and not all(check.passed for check in checks):
         sys.exit(1)

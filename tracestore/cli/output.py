@@ -1,4 +1,8 @@
-"""What the client commands print: tables, JSON, progress bars and the error table."""
+"""What the client commands print: tables, JSON, progress bars and the error table.
+
+Every string a service or a trace file gave (names, descriptions, tags, messages, archive
+members) goes through ``shown`` before a terminal sees it: its control characters are
+printed as escapes (``\\x1b``), never obeyed. ``--json`` prints exact JSON instead."""
 
 from __future__ import annotations
 
@@ -54,6 +58,30 @@ NEXT_STEPS: dict[str, str] = {
 }
 
 
+# What a terminal would obey rather than show: C0 controls and DEL, C1 controls (``\x9b`` is
+# CSI on some terminals), the bidirectional overrides and isolates (text shown reordered),
+# and lone surrogates (a local name of bytes that are not UTF-8; no stream could write one).
+_UNSHOWN = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def shown(text: object) -> str:
+    """``text`` as a terminal may print it: every character it would obey instead of show
+    written as its escape (``\\x1b``, ``\\u202e``); everything else as it is."""
+    return _UNSHOWN.sub(_escape, str(text))
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def echo_shown(text: object, *, err: bool = False) -> None:
+    """One line of a service's or a trace file's words, escaped (``shown``)."""
+    click.echo(shown(text), err=err)
+
+
 # The client commands a next step may name; they repeat the --url the command was given.
 _CLIENT_COMMAND = re.compile(r"`tracestore (upload|ls|show|promote|download|validate|rm)\b")
 
@@ -69,17 +97,26 @@ def error_lines(exc: TracestoreError, url: str | None = None) -> list[str]:
     """The error as the CLI prints it: the message, then the next step (its commands with
     the ``url`` the command was given), then the request id."""
     code = exc.cause.code if isinstance(exc, UploadIncomplete) and exc.cause else exc.code
-    lines = [f"Error: {exc.message}"]
+    lines = [f"Error: {shown(exc.message)}"]
     step = NEXT_STEPS.get(code, NEXT_STEPS["INTERNAL_ERROR"])
     lines.append(f"  {with_url(step, url)}")
     if exc.request_id:
-        lines.append(f"  (request id {exc.request_id})")
+        lines.append(f"  (request id {shown(exc.request_id)})")
     return lines
 
 
 def echo_json(value: Any) -> None:
-    """JSON on stdout; workloadMetadata numbers as the service stored them."""
-    click.echo(jsontext.dumps(value))
+    """JSON on stdout; workloadMetadata numbers as the service stored them. A lone surrogate
+    (a trace file's ``"\\ud800"``, a local name of bytes that are not UTF-8) is written as
+    its JSON escape: the same string to any JSON reader, where no stream could write it."""
+    click.echo(_LONE_SURROGATE.sub(_json_escape, jsontext.dumps(value)))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def wire(model: schemas.WireModel | schemas.SnakeWireModel) -> Any:
@@ -101,7 +138,8 @@ def size_text(size: int | None) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Plain aligned columns (script-friendly, no truncation)."""
+    """Plain aligned columns (script-friendly, no truncation), every cell ``shown``."""
+    rows = [[shown(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -161,23 +199,23 @@ def traceset_text(ts: schemas.Traceset) -> str:
     """``tracestore show``: the traceset's members, then its files."""
     ranks = "-" if ts.rank_count_derived is None else str(ts.rank_count_derived)
     lines = [
-        f"id:          {ts.id}",
-        f"name:        {ts.name}",
-        f"status:      {ts.status}",
-        f"scope:       {ts.scope}",
-        f"workspace:   {ts.workspace_id}",
+        f"id:          {shown(ts.id)}",
+        f"name:        {shown(ts.name)}",
+        f"status:      {shown(ts.status)}",
+        f"scope:       {shown(ts.scope)}",
+        f"workspace:   {shown(ts.workspace_id)}",
         f"ranks:       {ranks}",
         f"size:        {size_text(ts.total_size)} in {ts.file_count} files",
-        f"hash:        {ts.hash or '-'}",
+        f"hash:        {shown(ts.hash or '-')}",
         f"created:     {timestamp(ts.created_at)}",
         f"expires:     {timestamp(ts.expires_at) if ts.expires_at else 'never'}",
     ]
     if ts.description:
-        lines.append(f"description: {ts.description}")
+        lines.append(f"description: {shown(ts.description)}")
     if ts.tags:
-        lines.append(f"tags:        {', '.join(ts.tags)}")
+        lines.append(f"tags:        {', '.join(shown(tag) for tag in ts.tags)}")
     if ts.workload_metadata is not None:
-        lines.append(f"metadata:    {jsontext.dumps(ts.workload_metadata)}")
+        lines.append(f"metadata:    {shown(jsontext.dumps(ts.workload_metadata))}")
     if ready := readiness_line(ts.inspection):
         lines.append(f"ready for:   {ready}")
     rows = [
@@ -201,7 +239,7 @@ class Reporter:
     ``note`` for a line of text that must not break the bars."""
 
     progress: ProgressCallback | None = None
-    note: Callable[[str], None] = field(default=lambda text: click.echo(text, err=True))
+    note: Callable[[str], None] = field(default=lambda text: echo_shown(text, err=True))
 
 
 def waiting_notice(every: float = 5.0) -> Callable[[RetryWait], None]:
@@ -220,7 +258,7 @@ def waiting_notice(every: float = 5.0) -> Callable[[RetryWait], None]:
                 return
             last = now
         click.echo(
-            f"Waiting for the service ({wait.reason.message}); try {wait.attempt} "
+            f"Waiting for the service ({shown(wait.reason.message)}); try {wait.attempt} "
             f"in {wait.delay:.1f} s",
             err=True,
         )
@@ -281,6 +319,7 @@ def progress_bars() -> Iterator[Reporter]:
             bars.update(task, advance=event.advance)
 
         def note(text: str) -> None:
-            bars.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            # No markup: a name holding [bold] prints as written.
+            bars.console.print(shown(text), markup=False, highlight=False, soft_wrap=True)
 
         yield Reporter(update, note)

@@ -13,8 +13,14 @@ documented as models of ``tracestore.schemas`` (docs/client.md).
 
 from __future__ import annotations
 
+from tracestore.jsontext import lone_surrogate
 from tracestore.schemas.admin import ApiToken, NewApiToken, Tenant, User, Workspace
-from tracestore.schemas.filenames import MAX_NAME_BYTES, file_name_problem, name_collision
+from tracestore.schemas.filenames import (
+    MAX_NAME_BYTES,
+    NAME_PATTERN,
+    file_name_problem,
+    name_collision,
+)
 from tracestore.schemas.libraries import (
     Library,
     LibraryFile,
@@ -52,9 +58,11 @@ from tracestore.schemas.uploads import (
     sha256_hex,
 )
 from tracestore.schemas.wire import (
+    NOT_UNICODE,
     ErrorDetail,
     ErrorEnvelope,
     Health,
+    Integer,
     MetadataStatus,
     Pagination,
     RequestModel,
@@ -62,6 +70,7 @@ from tracestore.schemas.wire import (
     Scope,
     SnakeWireModel,
     Status,
+    Text,
     Timestamp,
     WireModel,
     format_timestamp,
@@ -80,6 +89,8 @@ from tracestore.schemas.workload import (
 __all__ = [
     "MAX_FILE_SIZE",
     "MAX_NAME_BYTES",
+    "NAME_PATTERN",
+    "NOT_UNICODE",
     "ApiToken",
     "CompleteRequest",
     "CompletedFileInput",
@@ -90,6 +101,7 @@ __all__ = [
     "FileResponse",
     "FileUploadUrls",
     "Health",
+    "Integer",
     "Library",
     "LibraryFile",
     "LibraryItem",
@@ -112,6 +124,7 @@ __all__ = [
     "SnakeWireModel",
     "Status",
     "Tenant",
+    "Text",
     "Timestamp",
     "Traceset",
     "TracesetListItem",
@@ -132,6 +145,7 @@ __all__ = [
     "Workspace",
     "file_name_problem",
     "format_timestamp",
+    "lone_surrogate",
     "name_collision",
     "sha256_hex",
     "wire_dict",

@@ -7,14 +7,24 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from tracestore.jsontext import lone_surrogate
+
 MAX_NAME_BYTES = 1024
 _SEGMENT = re.compile(r"[A-Za-z0-9._+=@-]+")
+# What file_name_problem accepts, as the OpenAPI description gives it (with a maxLength of
+# MAX_NAME_BYTES: the characters are ASCII): segments of those characters, none "." or "..".
+_CHAR, _NOT_DOT = "[A-Za-z0-9._+=@-]", "[A-Za-z0-9_+=@-]"
+_PART = rf"(?:{_NOT_DOT}{_CHAR}*|\.{_NOT_DOT}{_CHAR}*|\.\.{_CHAR}+)"
+NAME_PATTERN = rf"^{_PART}(?:/{_PART})*$"
 
 
 def file_name_problem(name: str) -> str | None:
     """Why ``name`` is not an acceptable file name, or None when it is."""
     if not name:
         return "is empty"
+    surrogate = lone_surrogate(name)
+    if surrogate is not None:  # a local name of bytes that are not UTF-8 (surrogateescape)
+        return f"is not Unicode text: it holds a lone surrogate ({surrogate})"
     if len(name.encode()) > MAX_NAME_BYTES:
         return f"is longer than {MAX_NAME_BYTES} bytes"
     if "\\" in name:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from tracestore.schemas.wire import (
+    NUL_FREE,
     MetadataStatus,
     Pagination,
     RequestModel,
@@ -16,6 +17,7 @@ from tracestore.schemas.wire import (
     Scope,
     SnakeWireModel,
     Status,
+    Text,
     Timestamp,
     WireModel,
     without_nul,
@@ -142,8 +144,9 @@ class ResolveAnswer(SnakeWireModel):
 class PromoteRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/{id}/promote`` (every member optional)."""
 
-    target: str = Field(
+    target: Text = Field(
         default="tenant",
+        json_schema_extra={"enum": ["tenant", "public"]},  # promotion words a bad one
         description="The scope to promote to, one step up: `tenant` (the default) from "
         "`workspace`, `public` from `tenant` (needs a tenant admin)",
     )
@@ -152,12 +155,15 @@ class PromoteRequest(RequestModel):
         description="Replaces the stored workloadMetadata (stored exactly as given) when the "
         "promotion succeeds; checked by promotion's typed model and rank-count guard",
     )
-    description: str | None = Field(
-        default=None, max_length=4096, description="Replaces the description on success"
+    description: Text | None = Field(
+        default=None,
+        max_length=4096,
+        description="Replaces the description on success",
+        json_schema_extra=NUL_FREE,
     )
-    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
-        default=None, max_length=64, description="Replace the tags on success"
-    )
+    tags: (
+        list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] | None
+    ) = Field(default=None, max_length=64, description="Replace the tags on success")
 
     _texts_without_nul = field_validator("description", "tags")(without_nul)
 

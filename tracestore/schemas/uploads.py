@@ -6,10 +6,26 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
-from tracestore.schemas.filenames import file_name_problem, name_collision
-from tracestore.schemas.wire import RequestModel, Role, Timestamp, WireModel, without_nul
+from tracestore.schemas.filenames import (
+    MAX_NAME_BYTES,
+    NAME_PATTERN,
+    file_name_problem,
+    name_collision,
+)
+from tracestore.schemas.wire import (
+    NUL_FREE,
+    SHA256_HEX,
+    Integer,
+    RequestModel,
+    Role,
+    Text,
+    Timestamp,
+    WireModel,
+    integral,
+    without_nul,
+)
 from tracestore.schemas.workload import MetadataField
 
 MAX_FILE_SIZE = 5 * 1024**4  # 5 TiB, as S3
@@ -25,12 +41,18 @@ def sha256_hex(value: str | None) -> str | None:
 class UploadFileSpec(RequestModel):
     """One file of an upload."""
 
-    name: str = Field(description="Relative POSIX path, 1–1,024 bytes")
-    size: int = Field(ge=0, le=MAX_FILE_SIZE, description="Size in bytes")
+    # The pattern and length are the description's (file_name_problem words what breaks them).
+    name: Text = Field(
+        description="Relative POSIX path, 1–1,024 bytes",
+        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": MAX_NAME_BYTES},
+    )
+    size: Integer = Field(ge=0, le=MAX_FILE_SIZE, description="Size in bytes")
     role: Role
-    content_type: str | None = Field(default=None, max_length=255)
-    sha256: str | None = Field(
-        default=None, description="Hex SHA-256 of the file; completion verifies it"
+    content_type: Text | None = Field(default=None, max_length=255)
+    sha256: Text | None = Field(
+        default=None,
+        description="Hex SHA-256 of the file; completion verifies it",
+        json_schema_extra=SHA256_HEX,
     )
 
     @field_validator("name")
@@ -47,13 +69,14 @@ class UploadFileSpec(RequestModel):
 class TracesetUploadUrlRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url``."""
 
-    name: str = Field(min_length=1, max_length=255)
-    description: str | None = Field(default=None, max_length=4096)
-    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
-        default_factory=list, max_length=64
+    name: Text = Field(min_length=1, max_length=255, json_schema_extra=NUL_FREE)
+    description: Text | None = Field(default=None, max_length=4096, json_schema_extra=NUL_FREE)
+    tags: list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] = (
+        Field(default_factory=list, max_length=64)
     )
-    workspace_id: str | None = None
-    ttl_days: int | None = Field(default=None, ge=1, le=365)
+    workspace_id: Text | None = None
+    # Bounds before the validator: inside the union, pydantic would describe them as ge/le.
+    ttl_days: Annotated[int, Field(ge=1, le=365), BeforeValidator(integral)] | None = None
     # At least one file, checked by the validator to word it as the reference does.
     files: list[UploadFileSpec] = Field(json_schema_extra={"minItems": 1})
     workload_metadata: MetadataField = None
@@ -117,17 +140,18 @@ class UploadSessionResponse(UploadUrlResponse):
 
 
 class CompletedPart(RequestModel):
-    part_number: int = Field(ge=1)
-    etag: str = Field(min_length=1)
+    part_number: Integer = Field(ge=1)
+    etag: Text = Field(min_length=1)
 
 
 class CompletedFileInput(RequestModel):
-    name: str
+    name: Text
     parts: list[CompletedPart]
-    sha256: str | None = Field(
+    sha256: Text | None = Field(
         default=None,
         description="Hex SHA-256 of the file, when the client hashed it while sending; "
         "completion verifies it",
+        json_schema_extra=SHA256_HEX,
     )
 
     _sha256_is_hex = field_validator("sha256")(sha256_hex)
@@ -136,5 +160,5 @@ class CompletedFileInput(RequestModel):
 class CompleteRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url/complete``."""
 
-    upload_id: str
+    upload_id: Text
     files: list[CompletedFileInput]

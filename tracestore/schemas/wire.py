@@ -9,14 +9,20 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     PlainSerializer,
     ValidationInfo,
     WithJsonSchema,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from tracestore.jsontext import lone_surrogate
 
 Role = Literal["primary", "supporting"]
 Status = Literal["uploading", "ready", "upload_failed", "deleted"]
@@ -69,6 +75,42 @@ def without_nul(value: Any, info: ValidationInfo) -> Any:
             f"{info.field_name} contains a NUL character (U+0000), which is not allowed"
         )
     return value
+
+
+# The pydantic error type of a string holding a lone surrogate (``validation`` words it).
+NOT_UNICODE = "not_unicode_text"
+
+
+def _unicode_text(value: str) -> str:
+    surrogate = lone_surrogate(value)
+    if surrogate is not None:
+        raise PydanticCustomError(
+            NOT_UNICODE,
+            "holds a lone surrogate ({surrogate}), which is not Unicode text",
+            {"surrogate": surrogate},
+        )
+    return value
+
+
+# Every string member of a request body: a lone surrogate is refused naming the member
+# (it reached the database's driver or the error's encoder, a 500).
+Text = Annotated[str, AfterValidator(_unicode_text)]
+
+
+def integral(value: Any) -> Any:
+    """A whole float as an int: JSON Schema's integer is any whole number (5.0, 5e0)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer member of a request body, as the OpenAPI description's "integer" means it.
+Integer = Annotated[int, BeforeValidator(integral)]
+
+
+# The description of a stored text member: without_nul refuses a U+0000 in it.
+NUL_FREE: dict[str, JsonValue] = {"pattern": "^[^\\x00]*$"}
+SHA256_HEX: dict[str, JsonValue] = {"pattern": "^[0-9a-fA-F]{64}$"}
 
 
 class Pagination(WireModel):

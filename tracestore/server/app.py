@@ -7,7 +7,7 @@ import inspect
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match, Mount
 
 from tracestore import __version__, schemas
 from tracestore.errors import (
@@ -54,7 +55,6 @@ from tracestore.server.web import STATIC_DIR, STATIC_URL, StaticModules
 from tracestore.server.worker import Worker
 
 log = logging.getLogger("tracestore")
-DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's files
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -73,12 +73,21 @@ def new_request_id() -> str:
     return f"req_{_request_ids.getrandbits(96):024x}"
 
 
-def error_response(request_id: str, status: int, code: str, message: str) -> JSONResponse:
-    headers = {"X-Request-Id": request_id}
+def error_response(
+    request_id: str,
+    status: int,
+    code: str,
+    message: str,
+    extra_headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    headers = {**(extra_headers or {}), "X-Request-Id": request_id}
     if status >= 500:
         # uvicorn drops the connection after an unexpected error (and a request's body may
         # be unread): say so, or the client's next request on it is reset.
         headers["Connection"] = "close"
+    # A message may quote a value the client sent: a lone surrogate in it is written as its
+    # escape, or the answer could not be encoded (a 500 in place of the error).
+    message = message.encode("utf-8", "backslashreplace").decode()
     return JSONResponse(
         {"error": {"code": code, "message": message, "requestId": request_id}},
         status_code=status,
@@ -243,7 +252,10 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             message = str(exc.detail)
         status = exc.status_code if exc.status_code in ERRORS_BY_STATUS else 500
-        return error_response(_request_id(request), status, cls.code, message)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # RFC 9110: name the methods the path allows
+            headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+        return error_response(_request_id(request), status, cls.code, message, headers)
 
     @app.exception_handler(ClientDisconnect)
     async def client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
@@ -260,6 +272,23 @@ def install_error_handlers(app: FastAPI) -> None:
             InternalError.code,
             f"An unexpected error occurred; quote request id {request_id}",
         )
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route takes on the request's path (a mount's files answer their
+    own 405); the router's own Allow names the first route matching the path only (GET of
+    ``/api/v1/tracesets/{id}``, not its DELETE)."""
+    routes = [route for route in request.app.routes if not isinstance(route, Mount)]
+    allowed = [
+        method
+        for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+               for route in routes)
+    ]  # fmt: skip
+    return ", ".join(allowed)
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -347,15 +376,17 @@ def create_app(
             if owned and app.state.services is not None:
                 app.state.services.close()
 
-    # /docs and /redoc from files in the installed package: an air-gapped cluster has no CDN.
+    # Swagger UI's and ReDoc's files from the installed package (an air-gapped cluster has no
+    # CDN); /docs and /redoc are routes/web.py's, under a policy of their own.
     app = FastAPIOffline(
+        docs_url=None,
+        redoc_url=None,
         title="tracestore",
         version=__version__,
         description="A self-hostable traceset service: per-rank trace files of distributed "
         "training runs with their workload metadata.",
         lifespan=lifespan,
-        static_url=DOCS_ASSETS,
-        favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        static_url=web.DOCS_ASSETS,
         # Swagger UI would otherwise ask validator.swagger.io to check the document.
         swagger_ui_parameters={"validatorUrl": None},
         # operationIds are the handlers' names (list_tracesets): a generated client's methods.

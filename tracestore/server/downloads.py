@@ -7,7 +7,8 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from tracestore import schemas
 from tracestore.errors import Conflict, Gone, NotFound, ValidationError, quoted
 from tracestore.inspect.readiness import READINESS_CHECK_NAMES
-from tracestore.ranks import Runs, parse_ranks, ranks_text, select_files
+from tracestore.ranks import Runs, parse_ranks, ranks_text, select_files, within
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
@@ -106,7 +107,7 @@ def archive_url(
 
 
 # The manifest of a ranks archive sits under a folder of its own; a traceset file of the same
-# name moves it under another (``_tracestore_/``, ...), so it never replaces one.
+# name, in any case, moves it under another (``_tracestore_/``, ...), so it never replaces one.
 MANIFEST_FOLDER = "_tracestore"
 MANIFEST_NAME = "manifest.json"
 
@@ -137,39 +138,44 @@ def rank_selection(
 
 
 def manifest(files: Sequence[db.TracesetFile], runs: Runs) -> dict[str, Any]:
-    """``manifest.json`` of a ranks archive: rank → files, and per file its ranks, size,
-    SHA-256, format and role."""
-    by_rank: dict[str, list[str]] = {}
+    """``manifest.json`` of a ranks archive: the ranks asked for, and per file its ranks,
+    the ranks of the request it holds (``selected``: ``0-7,12``), size, SHA-256, format and
+    role. Ranks as intervals: its size grows with the files, never with the ranks they
+    declare or the request names (a key per rank was 128 MB for ``0-2999999``)."""
     entries = []
     for f in files:
         inspection = f.inspection if isinstance(f.inspection, dict) else {}
+        ranks = selected = None
         if f.rank_start is not None:
             end = f.rank_end if f.rank_end is not None else f.rank_start
-            for a, b in runs:
-                for rank in range(max(a, f.rank_start), min(b, end) + 1):
-                    by_rank.setdefault(str(rank), []).append(f.name)
+            ranks = {"start": f.rank_start, "end": f.rank_end}
+            selected = ranks_text(within(runs, f.rank_start, end)) or None
         entries.append(
             {
                 "name": f.name,
                 "role": f.role,
-                "ranks": None
-                if f.rank_start is None
-                else {"start": f.rank_start, "end": f.rank_end},
+                "ranks": ranks,
+                "selected": selected,
                 "size": f.size,
                 "sha256": f.sha256,
                 "format": inspection.get("format"),
             }
         )
-    return {
-        "ranks": ranks_text(runs),
-        "byRank": dict(sorted(by_rank.items(), key=lambda item: int(item[0]))),
-        "files": entries,
-    }
+    return {"ranks": ranks_text(runs), "files": entries}
 
 
-def _manifest_name(names: set[str]) -> str:
+def _folded(name: str) -> str:
+    """A name as a case-insensitive, normalising file system (macOS, Windows) compares it."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+def _manifest_name(names: Iterable[str]) -> str:
+    """Where the manifest goes: under a folder no file of the traceset is in, nor is named,
+    compared as macOS and Windows compare names (``_TRACESTORE/manifest.json`` would
+    replace ``_tracestore/manifest.json`` there)."""
+    taken = {_folded(name.partition("/")[0]) for name in names}
     folder = MANIFEST_FOLDER
-    while any(n == folder or n.startswith(folder + "/") for n in names):
+    while _folded(folder) in taken:
         folder += "_"
     return f"{folder}/{MANIFEST_NAME}"
 
@@ -209,7 +215,7 @@ def open_archive(
             extra.append(
                 ArchiveEntry(_manifest_name(names), len(text), partial(io.BytesIO, text), modified)
             )
-            filename = filename.removesuffix(".zip") + f"-ranks-{ranks_text(runs)}.zip"
+            filename = filename.removesuffix(".zip") + f"-ranks-{_ranks_label(runs)}.zip"
     entries = [
         ArchiveEntry(f.name, f.size, partial(services.store.open_blob, f.sha256), modified)
         for f in files
@@ -237,6 +243,13 @@ def local_blob(
             f"The bytes of {quoted(filename)} are no longer stored (its traceset was deleted "
             "or expired)"
         ) from None
+
+
+def _ranks_label(runs: Runs) -> str:
+    """The ranks in an archive's file name: the list, or its span when the list is long (a
+    request may name 1,024 ranges)."""
+    text = ranks_text(runs)
+    return text if len(text) <= 64 else f"{runs[0][0]}-{runs[-1][1]}-{len(runs)}-ranges"
 
 
 def _archive_name(name: str, traceset_id: str) -> str:

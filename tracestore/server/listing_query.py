@@ -28,6 +28,13 @@ from typing import Any
 
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
+from tracestore.schemas import lone_surrogate
+
+# A cursor's form (``listing.encode_cursor``): its payload and signature, each base64url. The
+# OpenAPI description gives it; a cursor of this form that the service did not sign is
+# refused with listing.BAD_CURSOR.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+CURSOR_FORM = re.compile(CURSOR_PATTERN)
 
 # The reference's six status values. tracestore never sets processing or metadata_failed
 # (inspection runs after ready and never fails a traceset), so those two match nothing.
@@ -125,6 +132,13 @@ class ListQuery:
         }
 
 
+def sort_pattern(fields: tuple[str, ...] = SORT_FIELDS) -> str:
+    """What ``parse_sort`` reads, as the OpenAPI description's pattern: a comma list of
+    fields, each with an optional ``:asc`` or ``:desc`` (any case)."""
+    part = rf"\s*(?:{'|'.join(fields)})(?:\s*|:\s*(?:[aA][sS][cC]|[dD][eE][sS][cC])?\s*)"
+    return rf"^{part}(?:,{part})*$"
+
+
 def parse_sort(text: str, fields: tuple[str, ...] = SORT_FIELDS) -> tuple[SortKey, ...]:
     """``created:desc,name:asc`` → sort keys of ``fields``; the direction defaults to ``asc``."""
     keys: list[SortKey] = []
@@ -200,7 +214,14 @@ def _workload_filter(name: str, text: str) -> WorkloadFilter:
             f"Workload filter {name!r} is too long: at most {MAX_PATH_DEPTH} segments of "
             f"at most {MAX_SEGMENT} characters"
         )
-    return WorkloadFilter(path, filter_value(text))
+    value = filter_value(text)
+    surrogate = lone_surrogate(value) if isinstance(value, str) else None
+    if surrogate is not None:  # a JSON "\ud800": no stored metadata can hold it
+        raise ValidationError(
+            f"Workload filter {name!r} holds a lone surrogate ({surrogate}), "
+            "which is not Unicode text"
+        )
+    return WorkloadFilter(path, value)
 
 
 _INSPECTED_FACTS = (*SEARCH_FACTS, WORLD_SIZE_FACT)
@@ -268,7 +289,7 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
                 raise ValidationError("workspaceId must not be empty")
             values["workspace_id"] = text
         elif name == "next":
-            if not text:
+            if not CURSOR_FORM.fullmatch(text):
                 raise ValidationError("next must be a cursor from pagination.nextCursor")
             values["cursor"] = text
         else:  # search; an empty one matches every name

@@ -10,6 +10,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from tracestore.errors import ValidationError, shortened
 from tracestore.jsontext import NestedTooDeeply, loads, nesting_depth, value_text
+from tracestore.schemas import NOT_UNICODE, lone_surrogate
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -41,6 +42,11 @@ def error_message(error: dict[str, Any]) -> str:
         return message.removeprefix("Value error, ")
     if error.get("type") == "missing":
         return f"{where} is required"
+    if error.get("type") in (NOT_UNICODE, "string_unicode"):  # the value cannot be shown
+        # pydantic's own string_unicode comes first where a constraint counts characters.
+        given = error.get("input")
+        surrogate = lone_surrogate(given) if isinstance(given, str) else None
+        return f"{where} holds a lone surrogate ({surrogate}), which is not Unicode text"
     if error.get("type") == "json_invalid":
         return f"Request body is not valid JSON: {error.get('ctx', {}).get('error', message)}"
     shown = ""

@@ -10,6 +10,7 @@ from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
+from starlette.responses import MalformedRangeHeader
 
 from tracestore.server import downloads, presigned, receiving
 from tracestore.server.blobs import content_disposition
@@ -156,6 +157,15 @@ async def part_answer(
 class BlobResponse(FileResponse):
     # Each chunk is a thread hop; Starlette's 64 KiB default spends more on hops than on bytes.
     chunk_size = 1024 * 1024
+
+    @classmethod
+    def _parse_range_header(cls, http_range: str, file_size: int) -> list[tuple[int, int]]:
+        # A Range that is not one (another unit, no range, bytes that are not text) is
+        # ignored, as RFC 9110 has it: the whole blob, not Starlette's plain-text 400.
+        try:
+            return super()._parse_range_header(http_range, file_size)
+        except MalformedRangeHeader:
+            return []
 
 
 @local_store_router.get(

@@ -44,13 +44,17 @@ def download_traceset(
     base_url: BaseUrlDep,
     file: Annotated[
         str | None,
-        Query(description="A file of the traceset; without it, a URL for a ZIP of every file"),
+        Query(
+            description="A file of the traceset; without it, a URL for a ZIP of every file. "
+            "Not with ranks (one or the other: a 400)"
+        ),
     ] = None,
     ranks: Annotated[
         str | None,
         Query(
             description="Ranks and ranges (0-7,12): a ZIP of just the files holding them, "
-            "with _tracestore/manifest.json (rank → file → size → SHA-256 → format)"
+            "with _tracestore/manifest.json (per file: its ranks, the ones asked for, size, "
+            "SHA-256, format). Not with file (one or the other: a 400)"
         ),
     ] = None,
     supporting: Annotated[

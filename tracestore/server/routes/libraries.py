@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
 
 from tracestore import schemas
 from tracestore.server import libraries
@@ -14,7 +16,13 @@ from tracestore.server.deps import (
     error_responses,
     query_parameter,
 )
-from tracestore.server.listing_query import DEFAULT_LIMIT, MAX_LIMIT, SCOPES
+from tracestore.server.listing_query import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    SCOPES,
+    sort_pattern,
+)
 from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1", tags=["libraries"])
@@ -22,7 +30,9 @@ router = APIRouter(prefix="/api/v1", tags=["libraries"])
 
 _PARAMETERS = [
     query_parameter(
-        "workspaceId", {"type": "string"}, "Only libraries held by this workspace's tracesets"
+        "workspaceId",
+        {"type": "string", "minLength": 1},
+        "Only libraries held by this workspace's tracesets",
     ),
     query_parameter(
         "scope", {"type": "string", "enum": list(SCOPES)}, "Only libraries of this (widest) scope"
@@ -35,7 +45,11 @@ _PARAMETERS = [
     ),
     query_parameter(
         "sort",
-        {"type": "string", "default": "created:desc"},
+        {
+            "type": "string",
+            "default": "created:desc",
+            "pattern": sort_pattern(libraries.SORT_FIELDS),
+        },
         f"Comma list of field:direction (asc, desc); fields {', '.join(libraries.SORT_FIELDS)}",
     ),
     query_parameter(
@@ -43,7 +57,11 @@ _PARAMETERS = [
         {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
         "Page size",
     ),
-    query_parameter("next", {"type": "string"}, "pagination.nextCursor of the previous page"),
+    query_parameter(
+        "next",
+        {"type": "string", "pattern": CURSOR_PATTERN},
+        "pagination.nextCursor of the previous page",
+    ),
     query_parameter("createdAfter", {"type": "string", "format": "date-time"}, "Inclusive"),
     query_parameter("createdBefore", {"type": "string", "format": "date-time"}, "Exclusive"),
 ]
@@ -75,7 +93,15 @@ async def list_libraries(request: Request, caller: CallerDep) -> schemas.Library
         s400="The hash prefix is shorter than 8 characters",
     ),
 )
-async def get_library(library_id: str, caller: CallerDep) -> schemas.Library:
+async def get_library(
+    library_id: Annotated[
+        str,
+        # Described, not checked here: the use case words a short hash prefix (400), and
+        # any other short reference is an unknown library (404).
+        Path(json_schema_extra={"minLength": libraries.MIN_PREFIX}),
+    ],
+    caller: CallerDep,
+) -> schemas.Library:
     """A library by its ``lib_`` id or a hex prefix (8 or more characters) of its content
     hash, with its files and the tracesets the caller may see that hold it."""
     return await caller.run(libraries.get_library, library_id)

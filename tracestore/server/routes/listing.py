@@ -5,11 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
+from tracestore.schemas import wire
 from tracestore.server import listing
 from tracestore.server.auth import Principal
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing_query import (
+    CURSOR_PATTERN,
     DEFAULT_LIMIT,
     MAX_LIMIT,
     MAX_WORKLOAD_FILTERS,
@@ -17,6 +19,7 @@ from tracestore.server.listing_query import (
     SORT_FIELDS,
     STATUSES,
     parse_list_query,
+    sort_pattern,
 )
 from tracestore.server.services import Services
 
@@ -24,10 +27,13 @@ router = APIRouter(prefix="/api/v1")
 
 
 # Documented here, parsed by listing_query (the workload filters are open-ended names).
+NUL_FREE = {"type": "string", **wire.NUL_FREE}  # no name can hold a U+0000
+COUNT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+FACT = {"type": "string", "pattern": "\\S"}  # not empty nor only spaces
 _PARAMETERS = [
     _parameter(
         "workspaceId",
-        {"type": "string"},
+        {"type": "string", "minLength": 1},
         "Only this workspace's tracesets plus the tenant and public ones (must be a member)",
     ),
     _parameter(
@@ -36,10 +42,10 @@ _PARAMETERS = [
         "Default: every status but deleted; deleted tracesets appear only when asked for",
     ),
     _parameter("scope", {"type": "string", "enum": list(SCOPES)}, "Only this scope"),
-    _parameter("search", {"type": "string"}, "Case-insensitive substring of the name"),
+    _parameter("search", NUL_FREE, "Case-insensitive substring of the name"),
     _parameter(
         "sort",
-        {"type": "string", "default": "created:desc"},
+        {"type": "string", "default": "created:desc", "pattern": sort_pattern()},
         f"Comma list of field:direction (asc, desc); fields {', '.join(SORT_FIELDS)}. "
         "Ties are broken by id; tracesets without a rank count come last in both directions",
     ),
@@ -50,31 +56,33 @@ _PARAMETERS = [
     ),
     _parameter(
         "next",
-        {"type": "string"},
+        {"type": "string", "pattern": CURSOR_PATTERN},
         "pagination.nextCursor of the previous page, with the same sort and filters",
     ),
     _parameter("createdAfter", {"type": "string", "format": "date-time"}, "Inclusive"),
     _parameter("createdBefore", {"type": "string", "format": "date-time"}, "Exclusive"),
-    _parameter("minRankCount", {"type": "integer"}, "Inclusive"),
-    _parameter("maxRankCount", {"type": "integer"}, "Inclusive"),
-    _parameter("minWorldSize", {"type": "integer"}, "Inclusive; the world size inspection found"),
-    _parameter("maxWorldSize", {"type": "integer"}, "Inclusive; the world size inspection found"),
+    _parameter("minRankCount", COUNT, "Inclusive"),
+    _parameter("maxRankCount", COUNT, "Inclusive"),
+    _parameter("minWorldSize", COUNT, "Inclusive; the world size inspection found"),
+    _parameter("maxWorldSize", COUNT, "Inclusive; the world size inspection found"),
     _parameter(
         "inspected.gpu_model",
-        {"type": "string"},
+        FACT,
         "A fact inspection derived (inspection.summary), case-insensitive: a GPU model matches "
         "its whole name or any word of it (H100 finds NVIDIA H100 80GB HBM3)",
     ),
-    _parameter(
-        "inspected.backend", {"type": "string"}, "A communication backend found (nccl, gloo)"
-    ),
+    _parameter("inspected.backend", FACT, "A communication backend found (nccl, gloo)"),
     _parameter(
         "inspected.format",
-        {"type": "string"},
+        FACT,
         "A trace format found (kineto_json, pytorch_et_json, chakra_et ...)",
     ),
-    _parameter("inspected.nccl_version", {"type": "string"}, "An NCCL version recorded"),
-    _parameter("inspected.world_size", {"type": "integer"}, "The world size inspection found"),
+    _parameter("inspected.nccl_version", FACT, "An NCCL version recorded"),
+    _parameter(
+        "inspected.world_size",
+        {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+        "The world size inspection found",
+    ),
 ]
 
 

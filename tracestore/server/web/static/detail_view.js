@@ -153,27 +153,49 @@ function censusProblems(census) {
   return h("dl", { class: "census-problems" }, items.map(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]));
 }
 
+// Past this many rows the process-groups table stops, as the census grid stops at its
+// GRID_LIMIT cells (a set may claim tens of thousands of groups): a note says how many are
+// not shown. A row's tooltip names at most TITLE_FILES of the files recording its group.
+export const GROUPS_LIMIT = 1000;
+const TITLE_FILES = 20;
+
 function groupsTable(groups) {
   if (groups.length === 0) return h("p", { class: "muted" }, "No process groups recorded in the files.");
-  return h(
+  const shown = groups.slice(0, GROUPS_LIMIT);
+  const table = h(
     "table",
     { class: "groups" },
     h("thead", {}, h("tr", {}, ["Group", "Size", "Ranks", "Recorded by"].map((label) => h("th", { scope: "col" }, label)))),
     h(
       "tbody",
       {},
-      groups.map((group) =>
+      shown.map((group) =>
         h(
           "tr",
           {},
           h("td", {}, group.name ?? "(unnamed)"),
           h("td", { class: "num" }, group.size),
           h("td", {}, group.ranks ? rankList(group.ranks) : "not recorded"),
-          h("td", { title: group.files.join("\n") }, group.files.length === 1 ? group.files[0] : plural(group.files.length, "file")),
+          h("td", { title: filesTitle(group.files) }, group.files.length === 1 ? group.files[0] : plural(group.files.length, "file")),
         ),
       ),
     ),
   );
+  if (groups.length === shown.length) return table;
+  const hidden = groups.length - shown.length;
+  return [
+    h(
+      "p",
+      { class: "muted groups-limit" },
+      `The table shows the ${shown.length} largest of ${groups.length} process groups; ${plural(hidden, "group")} not shown (the traceset's JSON lists them all).`,
+    ),
+    table,
+  ];
+}
+
+function filesTitle(files) {
+  const named = files.slice(0, TITLE_FILES).join("\n");
+  return files.length > TITLE_FILES ? `${named}\nand ${files.length - TITLE_FILES} more` : named;
 }
 
 function summaryFacts(summary, inspectedAt) {

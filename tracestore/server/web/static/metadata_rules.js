@@ -152,31 +152,47 @@ function shown(value) {
 // ---- the rules (metadata.check_upload_metadata and what it calls) ----
 
 // Bytes of the metadata as compact UTF-8 JSON, as Python's json.dumps writes it; a lone
-// surrogate cannot be encoded, and the error says so as Python's UTF-8 codec does.
+// surrogate cannot be encoded, and the error names the member holding it as Python's does.
 export function metadataSize(metadata) {
   const points = codePoints(writeJson(metadata, { asPython: true }));
   let size = 0;
-  for (let i = 0; i < points.length; i++) {
-    const code = points[i].codePointAt(0);
-    if (code >= 0xd800 && code <= 0xdfff) {
-      let end = i;
-      while (end + 1 < points.length && isSurrogate(points[end + 1])) end++;
-      const what =
-        end === i
-          ? `character '\\u${code.toString(16)}' in position ${i}`
-          : `characters in position ${i}-${end}`;
-      throw new RuleError(
-        `${ROOT} cannot be serialized as JSON: 'utf-8' codec can't encode ${what}: surrogates not allowed`,
-      );
-    }
+  for (const point of points) {
+    const code = point.codePointAt(0);
+    if (code >= 0xd800 && code <= 0xdfff) throw new RuleError(surrogateProblem(metadata));
     size += code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
   }
   return size;
 }
 
-function isSurrogate(point) {
-  const code = point.codePointAt(0);
-  return code >= 0xd800 && code <= 0xdfff;
+// The first lone surrogate of a string as "U+D800", or null (a pair is one character).
+function loneSurrogate(text) {
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    const next = text.charCodeAt(i + 1);
+    if (code >= 0xd800 && code <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) i++;
+    else if (code >= 0xd800 && code <= 0xdfff) return `U+${code.toString(16).toUpperCase()}`;
+  }
+  return null;
+}
+
+// Which member holds a lone surrogate, the first in the text's order (a member's name before
+// its value), as metadata._surrogate_problem words it.
+function surrogateProblem(metadata) {
+  const pending = [[ROOT, metadata, false]];
+  while (pending.length) {
+    const [path, value, isName] = pending.pop();
+    const found = typeof value === "string" ? loneSurrogate(value) : null;
+    if (found) {
+      const what = isName ? `${path} has a member name holding` : `${path} holds`;
+      return `${what} a lone surrogate (${found}), which is not Unicode text`;
+    }
+    if (value instanceof Map) {
+      for (const [key, item] of [...value].reverse()) pending.push([`${path}.${key}`, item, false], [path, key, true]);
+    } else if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--) pending.push([`${path}[${i}]`, value[i], false]);
+    }
+  }
+  return `${ROOT} holds a lone surrogate, which is not Unicode text`;
 }
 
 // A count as Python's f"{n:,}" writes it (65,536).
