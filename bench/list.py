@@ -1,7 +1,7 @@
 """Benchmark of GET /api/v1/tracesets' use case at a million tracesets, on PostgreSQL and SQLite.
 
 Loads N tracesets with varied metadata (and, in the same run, a small baseline of 10,000),
-then times the real use case (``listing.page_text``, what the route runs) for seven
+then times the real use case (``pages.page_text``, what the route runs) for seven
 queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` filter, a
 ``workload_family`` + ``shape.global_batch_size`` filter, a ``search`` substring, an inspected fact
 (``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries) and an
@@ -35,10 +35,10 @@ from listbench.plans import explain  # noqa: E402
 from listbench.store import MEMBER_OF, load  # noqa: E402
 
 from tests.pgserver import PostgresServer  # noqa: E402
-from tracestore.server import listing  # noqa: E402
 from tracestore.server.auth import Principal  # noqa: E402
-from tracestore.server.database import Database  # noqa: E402
-from tracestore.server.listing_query import parse_list_query  # noqa: E402
+from tracestore.server.db.database import Database  # noqa: E402
+from tracestore.server.listing import pages  # noqa: E402
+from tracestore.server.listing.query import parse_list_query  # noqa: E402
 from tracestore.server.presigned import UrlSigner  # noqa: E402
 from tracestore.server.services import Services  # noqa: E402
 from tracestore.server.settings import Settings  # noqa: E402
@@ -89,7 +89,7 @@ def _page_100_cursor(services: Services) -> str:
     query = parse_list_query([])
     cursor: str | None = None
     for _ in range(99):
-        page = json.loads(listing.page_text(services, PRINCIPAL, query))
+        page = json.loads(pages.page_text(services, PRINCIPAL, query))
         cursor = page["pagination"]["nextCursor"]
         assert isinstance(cursor, str), "fewer than 100 pages"
         query = parse_list_query([("next", cursor)])
@@ -100,7 +100,7 @@ def _page_100_cursor(services: Services) -> str:
 def _runner(services: Services, items: list[tuple[str, str]]) -> Callable[[], int]:
     def run() -> int:
         query = parse_list_query(items)
-        return len(json.loads(listing.page_text(services, PRINCIPAL, query))["items"])
+        return len(json.loads(pages.page_text(services, PRINCIPAL, query))["items"])
 
     return run
 

@@ -55,7 +55,7 @@ from sqlalchemy import insert, select  # noqa: E402
 
 from tracestore.client import Client  # noqa: E402
 from tracestore.server import db  # noqa: E402
-from tracestore.server.database import Database  # noqa: E402
+from tracestore.server.db.database import Database  # noqa: E402
 from tracestore.server.ids import new_id  # noqa: E402
 
 FAMILIES = ["llama", "gpt", "mixtral", "deepseek", "qwen", "gemma", "falcon", "mpt"]

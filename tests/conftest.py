@@ -88,7 +88,7 @@ def postgres_server() -> Iterator[str | None]:
     import psycopg
 
     from tests.pgserver import PostgresServer
-    from tracestore.server.database import Database
+    from tracestore.server.db.database import Database
 
     server = PostgresServer().start()
     try:
@@ -132,7 +132,7 @@ def clock() -> FakeClock:
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite database migrated once per session; each test starts from a copy."""
-    from tracestore.server.database import Database
+    from tracestore.server.db.database import Database
 
     path = tmp_path_factory.mktemp("sqlite-template") / "tracestore.db"
     database = Database(f"sqlite:///{path}")

@@ -1,4 +1,4 @@
-"""Test helpers that hold the hot requests' lanes (``tracestore.server.lanes``) to their
+"""Test helpers that hold the hot requests' lanes (``tracestore.server.serving.lanes``) to their
 routes: an answer made comparable, a request driven over raw ASGI, a presigned URL's path,
 and which requests a lane took. The app with its lanes and without them is conftest's
 ``both``."""
@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tracestore.server import lanes
+from tracestore.server.serving import lanes
 
 
 def comparable(

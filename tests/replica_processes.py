@@ -23,7 +23,7 @@ from tests.pgserver import PostgresServer
 from tests.ports import free_port
 from tests.processes import stop_process
 from tests.s3server import MotoServer
-from tracestore.server import migrations
+from tracestore.server.db import migrations
 
 MIB = 1024 * 1024
 PART = 5 * MIB

@@ -18,7 +18,7 @@ from typing import Any
 import schemathesis
 
 from tracestore.metadata import MISSING_RANK_COUNT_MESSAGE
-from tracestore.server.listing import BAD_CURSOR
+from tracestore.server.listing.pages import BAD_CURSOR
 
 # What counts as accepting a well-formed request, as schemathesis's own check counts it.
 ACCEPTED = {401, 403, 404, 409, 429}

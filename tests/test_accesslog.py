@@ -10,7 +10,7 @@ import time
 import pytest
 from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
-from tracestore.server.accesslog import (
+from tracestore.server.serving.access_log import (
     FLUSH_EVERY,
     AccessFormatter,
     AccessLogHandler,

@@ -29,9 +29,9 @@ from tracestore.server.archive import (
 )
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.downloads import archive_url, open_archive
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
+from tracestore.server.storage.local import LocalBlobStore
 
 # Archive and blob-store logic does not touch the database engine: SQLite pass only.
 pytestmark = pytest.mark.engine_independent

@@ -26,8 +26,10 @@ from sqlalchemy import select
 from tests.conftest import TEST_BASE
 from tests.s3server import with_s3_bytes
 from tracestore.errors import ValidationError
-from tracestore.server import db, sessions
-from tracestore.server.blobs import (
+from tracestore.server import db, upload_sessions
+from tracestore.server.services import Services
+from tracestore.server.settings import MIB, Settings
+from tracestore.server.storage.blobs import (
     BlobStore,
     ContentStore,
     FileLargerThanDeclared,
@@ -35,10 +37,8 @@ from tracestore.server.blobs import (
     StagingArea,
     normalise_etag,
 )
-from tracestore.server.localblobs import LocalBlobStore
-from tracestore.server.s3blobs import S3BlobStore
-from tracestore.server.services import Services
-from tracestore.server.settings import MIB, Settings
+from tracestore.server.storage.local import LocalBlobStore
+from tracestore.server.storage.s3 import S3BlobStore
 
 # The store contract does not depend on the database engine: SQLite pass only.
 pytestmark = pytest.mark.engine_independent
@@ -83,7 +83,7 @@ class Harness:
                 .where(db.TracesetFile.traceset_id == upload.traceset_id)
                 .order_by(db.TracesetFile.position)
             ).all()
-            return [sessions.staged_file(upload, file) for file in files]
+            return [upload_sessions.staged_file(upload, file) for file in files]
 
     def put(self, staged: StagedFile, number: int, data: bytes) -> httpx.Response:
         expires = self.services.now() + timedelta(hours=1)

@@ -44,7 +44,7 @@ from tests.ports import free_port
 from tests.test_e2e_serve import MIB, Served, make_traces, serving
 from tracestore.client import Client, RetryPolicy
 from tracestore.errors import TracestoreError, UploadIncomplete
-from tracestore.server.database import utcnow
+from tracestore.server.db.database import utcnow
 from tracestore.server.lifecycle import ORPHAN_GRACE, sweep
 from tracestore.server.services import build_services
 from tracestore.server.settings import Settings

@@ -21,12 +21,12 @@ from sqlalchemy import update
 from tests.conftest import FakeClock
 from tests.uploading import put_parts, request_upload, upload
 from tracestore.server import db
-from tracestore.server.blobs import ContentStore
 from tracestore.server.integrity import VerifiedBlobs
 from tracestore.server.lifecycle import sweep
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
+from tracestore.server.storage.blobs import ContentStore
+from tracestore.server.storage.local import LocalBlobStore
 
 METADATA = {"shape": {"rankCount": 2}, "workload_family": "llm"}
 

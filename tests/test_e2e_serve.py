@@ -256,8 +256,9 @@ def test_two_worker_processes_share_one_data_directory(tmp_path: Path) -> None:
 def test_a_part_cut_off_mid_body_is_not_held_and_its_resend_completes(
     served: Served, tmp_path: Path
 ) -> None:
-    # `tracestore serve` receives part bodies straight from the socket (server/protocol.py):
-    # a sender that goes away half-way leaves no part, and the part's next send is whole.
+    # `tracestore serve` receives part bodies straight from the socket
+    # (server/serving/body_protocol.py): a sender that goes away half-way leaves no part, and
+    # the part's next send is whole.
     data = os.urandom(2 * PART + 1234)
     with httpx.Client(
         base_url=served.url, headers={"Authorization": f"Bearer {served.token}"}, timeout=60
@@ -322,9 +323,9 @@ def _read_answer(reader: BinaryIO) -> tuple[int, dict[str, str], bytes]:
 def test_blob_downloads_and_part_puts_pipelined_on_one_connection(
     served: Served, tmp_path: Path
 ) -> None:
-    # A blob goes out by sendfile (server/pathsend.py), a part comes in straight from the
-    # socket (server/protocol.py): in turn on one connection, requests sent ahead of their
-    # answers, each answer whole and in order.
+    # A blob goes out by sendfile (server/serving/pathsend.py), a part comes in straight from
+    # the socket (server/serving/body_protocol.py): in turn on one connection, requests sent
+    # ahead of their answers, each answer whole and in order.
     blob = make_traces(tmp_path / "traces", [2 * PART + 3])["rank_0.json"]
     with Client(served.url, served.token) as client:
         traceset = client.upload_traceset(tmp_path / "traces", role="supporting")

@@ -506,7 +506,7 @@ def test_an_error_quoting_a_lone_surrogate_is_answered_escaped(
     services: Services, admin_token: str
 ) -> None:
     """Whatever message quotes a value the client sent, the envelope can be written."""
-    from tracestore.server.app import error_response
+    from tracestore.server.serving.request_context import error_response
 
     answer = error_response("req_0", 404, "NOT_FOUND", "Upload session 'a\ud800' not found")
     assert b"Upload session 'a\\\\ud800' not found" in answer.body

@@ -18,8 +18,8 @@ from tests.uploading import COMPLETE_URL, UPLOAD_URL, raw_post
 from tracestore.errors import ERRORS_BY_CODE
 from tracestore.schemas import MAX_NAME_BYTES, NAME_PATTERN, file_name_problem
 from tracestore.server.app import create_app
-from tracestore.server.listing import BAD_CURSOR
-from tracestore.server.listing_query import CURSOR_PATTERN
+from tracestore.server.listing.pages import BAD_CURSOR
+from tracestore.server.listing.query import CURSOR_PATTERN
 from tracestore.server.services import Services
 from tracestore.server.settings import Settings
 

@@ -304,7 +304,7 @@ def test_the_migration_queues_the_inspections_a_dead_process_left_pending(
     from alembic.config import Config
 
     from tracestore.server import completion
-    from tracestore.server.database import MIGRATIONS_DIR
+    from tracestore.server.db.database import MIGRATIONS_DIR
 
     monkeypatch.setattr(completion, "run_inspection", lambda *a: None)
     traceset = upload(http, {"r0.json": (TRACE, "primary")}, ONE_RANK)

@@ -21,12 +21,12 @@ from starlette.requests import ClientDisconnect
 from tests.laning import comparable, gone_mid_body, presigned_path, taken_by
 from tests.tenancy import person
 from tests.uploading import request_upload, upload
-from tracestore.server import lanes, receiving, tracesets
+from tracestore.server import receiving, tracesets
 from tracestore.server.app import create_app
-from tracestore.server.routes import listing as listing_routes
+from tracestore.server.routes import listing, web
 from tracestore.server.routes import tracesets as traceset_routes
-from tracestore.server.routes import web
 from tracestore.server.services import Services
+from tracestore.server.serving import lanes
 
 
 def _requests(services: Services, admin_token: str, http: TestClient) -> list[Any]:
@@ -174,7 +174,7 @@ def test_the_lanes_paths_are_the_only_routes_that_match_them(services: Services)
         for path, operations in app.openapi()["paths"].items()
         if "get" in operations
     }
-    assert gets[lanes.LIST_PATH] == listing_routes.list_tracesets.__name__
+    assert gets[lanes.LIST_PATH] == listing.list_tracesets.__name__
     item = lanes.ITEM_PREFIX + "{traceset_id}"
     assert gets[item] == traceset_routes.get_traceset.__name__
     under = [path for path in gets if path.startswith(lanes.ITEM_PREFIX)]

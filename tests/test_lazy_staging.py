@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from tests.conftest import FakeClock
 from tests.uploading import complete, put_parts, request_upload
 from tracestore.server.lifecycle import sweep
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.presigned import PartGrant
 from tracestore.server.receiving import open_part
 from tracestore.server.services import Services
-from tracestore.server.staging import ETAG
+from tracestore.server.storage.local import LocalBlobStore
+from tracestore.server.storage.staging import ETAG
 
 
 def test_a_session_with_no_part_resumes_fails_to_complete_and_expires(

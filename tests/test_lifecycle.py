@@ -30,10 +30,10 @@ from tracestore.server.app import create_app
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.ids import created_at, new_id
 from tracestore.server.lifecycle import ORPHAN_GRACE, SweepReport, sweep
-from tracestore.server.localblobs import LocalBlobStore
-from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import Settings
+from tracestore.server.storage.local import LocalBlobStore
+from tracestore.server.storage.s3 import S3BlobStore
 
 
 def _sha(data: bytes) -> str:

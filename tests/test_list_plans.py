@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tracestore.server import listing_plan, listing_sql
 from tracestore.server.auth import Principal
-from tracestore.server.database import Database
-from tracestore.server.listing_query import parse_list_query
+from tracestore.server.db.database import Database
+from tracestore.server.listing import plan as listing_plan
+from tracestore.server.listing import sql
+from tracestore.server.listing.query import parse_list_query
 
 PRINCIPAL = Principal(
     user_id="user_a",
@@ -32,7 +33,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Database:
 def _arm_indexes(database: Database, items: list[tuple[str, str]]) -> list[str]:
     """The index each arm searches, in the union's order (the last search is the join)."""
     shape, values = listing_plan.plan(PRINCIPAL, parse_list_query(items), "sqlite", None)
-    compiled = listing_sql.statement(shape).compile(database.engine)
+    compiled = sql.statement(shape).compile(database.engine)
     params = compiled.construct_params(values)
     positional = tuple(params[name] for name in compiled.positiontup or ())
     with database.read_engine.connect() as conn:

@@ -20,8 +20,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from tests.uploading import UPLOAD_URL, record_counts
-from tracestore.server import db, nowait, reads, uploads
+from tracestore.server import db, uploads
 from tracestore.server.app import create_app
+from tracestore.server.db import loop_writes
+from tracestore.server.db import prepared as reads
 from tracestore.server.services import Services
 
 BODY = {
@@ -203,7 +205,7 @@ def test_writes_now_raises_writer_busy_before_any_statement(
     locked.execute("BEGIN IMMEDIATE")
     try:
         with (
-            pytest.raises(nowait.WriterBusy),
+            pytest.raises(loop_writes.WriterBusy),
             services.db.writes_now(),
             services.db.session() as session,
         ):
@@ -220,7 +222,7 @@ def test_the_loops_commits_are_checkpointed_by_a_worker_thread(
     """The loop's connection makes no checkpoint of its own; without the worker thread's,
     the log would only grow (by every upload-url's pages) while nothing else writes."""
     wal = sqlite_file.with_name(sqlite_file.name + "-wal")
-    count = 6 * nowait.CHECKPOINT_EVERY
+    count = 6 * loop_writes.CHECKPOINT_EVERY
     sizes = []
     for _ in range(count):
         assert http.post(UPLOAD_URL, json=BODY).status_code == 200
@@ -231,7 +233,7 @@ def test_the_loops_commits_are_checkpointed_by_a_worker_thread(
     assert per_write > 0
     # Checkpointed every CHECKPOINT_EVERY writes, the log restarts from its beginning: it
     # stays near that many writes' pages, far under all of them.
-    assert sizes[-1] < 3 * nowait.CHECKPOINT_EVERY * per_write < count * per_write
+    assert sizes[-1] < 3 * loop_writes.CHECKPOINT_EVERY * per_write < count * per_write
 
 
 def test_a_write_cut_off_after_begin_leaves_no_transaction_behind(

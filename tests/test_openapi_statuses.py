@@ -20,8 +20,8 @@ from tests.idp import AUDIENCE, ISSUER, token
 from tests.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
 from tracestore.server import db, presigned, receiving
 from tracestore.server.app import create_app
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services, build_services
+from tracestore.server.storage.local import LocalBlobStore
 
 LIST = "/api/v1/tracesets"
 UPLOAD = "/api/v1/tracesets/upload-url"

@@ -1,4 +1,4 @@
-"""server/pathsend.py: the ``http.response.pathsend`` extension through a real uvicorn
+"""server/serving/pathsend.py: the ``http.response.pathsend`` extension through a real uvicorn
 running ``BodyProtocol``, answered by Starlette's ``FileResponse`` (what the local store's
 blob route sends): whole files go out by ``sendfile``, ranges and HEAD the ordinary way,
 and an answer that cannot be finished closes its connection without taking the server
@@ -26,7 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from tests.test_protocol import uvicorn_serving
-from tracestore.server.pathsend import PATHSEND, SLICE
+from tracestore.server.serving.pathsend import PATHSEND, SLICE
 
 
 class FilesApp:

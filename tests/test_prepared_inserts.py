@@ -17,8 +17,8 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 from tracestore import jsontext
 from tracestore.server import db
-from tracestore.server.database import Database
-from tracestore.server.reads import Prepared
+from tracestore.server.db.database import Database
+from tracestore.server.db.prepared import Prepared
 from tracestore.server.tracesets import metadata_columns
 
 TABLES = {

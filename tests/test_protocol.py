@@ -1,5 +1,5 @@
-"""server/protocol.py: the ``tracestore.receive_into`` extension, through a real uvicorn on
-a free port (a bare ASGI app that hashes what it is handed) and raw sockets, so the cases
+"""server/serving/body_protocol.py: the ``tracestore.receive_into`` extension, through a real
+uvicorn on a free port (a bare ASGI app that hashes what it is handed) and raw sockets, so the cases
 plain HTTP clients never produce are produced: a body that came with its headers, requests
 pipelined behind a body, ``Expect: 100-continue``, a client that goes away mid-body."""
 
@@ -23,8 +23,14 @@ import uvicorn
 from starlette.requests import ClientDisconnect
 
 from tests.ports import free_port
-from tracestore.server import connections, protocol
-from tracestore.server.protocol import HTTP_PROTOCOL, BodyProtocol, _run_pump, receive_into
+from tracestore.server.serving import body_protocol as protocol
+from tracestore.server.serving import connections
+from tracestore.server.serving.body_protocol import (
+    HTTP_PROTOCOL,
+    BodyProtocol,
+    _run_pump,
+    receive_into,
+)
 
 
 class HashingApp:

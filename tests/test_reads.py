@@ -18,11 +18,14 @@ from sqlalchemy.sql import Select
 
 from tests.uploading import upload
 from tracestore.schemas import format_timestamp
-from tracestore.server import db, listing, listing_plan, listing_sql, reads, receiving, tracesets
+from tracestore.server import db, receiving, tracesets
 from tracestore.server.auth import Principal, create_tenant
+from tracestore.server.db import prepared as reads
+from tracestore.server.db.prepared import Prepared, PreparedCache
 from tracestore.server.deps import Caller
-from tracestore.server.listing_query import parse_list_query
-from tracestore.server.reads import Prepared, PreparedCache
+from tracestore.server.listing import pages as listing
+from tracestore.server.listing import plan, sql
+from tracestore.server.listing.query import parse_list_query
 from tracestore.server.services import Services
 
 T = db.Traceset.__table__
@@ -82,14 +85,12 @@ def _cases(services: Services, principal: Principal, traceset_id: str) -> list[A
         [("limit", "5"), ("sort", "size:desc,name"), ("createdAfter", "2000-01-01T00:00:00Z")],
     ]
     for parameters in queries:
-        shape, values = listing_plan.plan(
-            principal, parse_list_query(parameters), "sqlite", after=None
-        )
-        cases.append((listing_sql.statement(shape), values))
+        shape, values = plan.plan(principal, parse_list_query(parameters), "sqlite", after=None)
+        cases.append((sql.statement(shape), values))
     query = parse_list_query([("limit", "5")])
     after = datetime.now(UTC) + timedelta(days=1)
-    shape, values = listing_plan.plan(principal, query, "sqlite", after=[after, "ts_~"])
-    cases.append((listing_sql.statement(shape), values))
+    shape, values = plan.plan(principal, query, "sqlite", after=[after, "ts_~"])
+    cases.append((sql.statement(shape), values))
     return cases
 
 
@@ -282,7 +283,7 @@ def test_a_timestamp_as_sqlite_stores_it_is_sliced_to_the_answers_text(value: da
     ],
 )
 def test_a_json_member_is_read_from_sqlite_as_the_json_parser_reads_it(member: str | None) -> None:
-    process = listing_sql._MemberText().result_processor(sqlite_dialect(), None)
+    process = sql._MemberText().result_processor(sqlite_dialect(), None)
     assert process is not None
     assert process(member) == (None if member is None else json.loads(member))
 
@@ -295,7 +296,7 @@ def test_a_list_shape_made_again_is_not_compiled_again(
     shape, not kept again beside the old one (which pinned ~0.4 MB a 16-filter shape, up to
     2,048 of them)."""
     principal = _principal(services, admin_token)
-    shapes = (listing_sql.statement.cache_info().maxsize or 0) + 8
+    shapes = (sql.statement.cache_info().maxsize or 0) + 8
     compiled = 0
     real_of = Prepared.of
 
@@ -304,7 +305,7 @@ def test_a_list_shape_made_again_is_not_compiled_again(
         compiled += 1
         return real_of(statement, dialect, column_keys)
 
-    listing_sql.statement.cache_clear()
+    sql.statement.cache_clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Prepared, "of", staticmethod(counting))
         for _ in range(2):

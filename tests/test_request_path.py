@@ -22,12 +22,13 @@ from tests.conftest import TESTDATA
 from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
 from tracestore import schemas
 from tracestore.cli.serve import _listen
-from tracestore.server import admin, db, listing, tracesets
-from tracestore.server.app import new_request_id
+from tracestore.server import admin, db, tracesets
 from tracestore.server.auth import Principal, TokenCache, create_tenant
 from tracestore.server.deps import Caller
-from tracestore.server.listing_query import parse_list_query
+from tracestore.server.listing import pages
+from tracestore.server.listing.query import parse_list_query
 from tracestore.server.services import Services, build_services
+from tracestore.server.serving.request_context import new_request_id
 
 
 def _count(engine: Any, name: str) -> list[int]:
@@ -50,7 +51,7 @@ def test_a_request_checks_its_token_and_runs_its_use_case_on_one_connection(
 ) -> None:
     checkouts = _count(services.db.read_engine, "checkout")
     query = parse_list_query([("limit", "5")])
-    page = asyncio.run(Caller(services, admin_token).run(listing.page_text, query))
+    page = asyncio.run(Caller(services, admin_token).run(pages.page_text, query))
     assert json.loads(page)["items"] == []
     assert checkouts[0] == 1  # the token's check and the listing: one session, not two
 
@@ -325,7 +326,7 @@ def test_a_completions_answer_is_the_gets(http: TestClient, services: Services) 
 def test_the_list_pages_text_is_what_its_model_reads_and_writes(
     http: TestClient, services: Services
 ) -> None:
-    """The list route writes its page straight from the rows (listing.page_text): read into
+    """The list route writes its page straight from the rows (pages.page_text): read into
     the page model and written back, nothing may change (a member misnamed, missing, extra
     or formatted otherwise would)."""
     for family, metadata in [

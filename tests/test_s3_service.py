@@ -24,9 +24,9 @@ from tests.s3server import MotoServer, with_s3_bytes
 from tests.uploading import complete, complete_in_a_process_that_dies, put_parts, request_upload
 from tracestore.client import Client
 from tracestore.server.app import create_app
-from tracestore.server.s3blobs import S3BlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB, Settings
+from tracestore.server.storage.s3 import S3BlobStore
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tracestore.errors import Forbidden
-from tracestore.server.database import Database
+from tracestore.server.db.database import Database
 from tracestore.server.presigned import UrlSigner, rotate_signing_key, signing_keys
 from tracestore.server.services import url_signer
 from tracestore.server.settings import Settings

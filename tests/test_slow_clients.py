@@ -115,8 +115,8 @@ def test_bodies_that_trickle_without_pause_hold_no_body_thread(
     """Bodies that each send a byte every 30 ms (never idle, far below any useful rate) from
     several sessions, more of them than a process has body threads, while another session's
     parts go in: with ``--workers 2`` too, whose processes count their bodies apart."""
-    from tracestore.server.protocol import BODY_THREADS
     from tracestore.server.receiving import BODY_LIMITS
+    from tracestore.server.serving.body_protocol import BODY_THREADS
 
     with serving(tmp_path / "data", "--workers", str(workers)) as served:
         attackers: list[socket.socket] = []

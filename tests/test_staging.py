@@ -12,24 +12,24 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.uploading import UPLOAD_URL, complete, request_upload
-from tracestore.server import localblobs
-from tracestore.server.blobs import StagedFile
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
+from tracestore.server.storage import local
+from tracestore.server.storage.blobs import StagedFile
+from tracestore.server.storage.local import LocalBlobStore
 
 
 @pytest.fixture
 def full_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the files completion hashes by reading them."""
     calls: list[int] = []
-    original = localblobs._hash_stream
+    original = local._hash_stream
 
     def counting(*args: Any, **kwargs: Any) -> None:
         calls.append(1)
         original(*args, **kwargs)
 
-    monkeypatch.setattr(localblobs, "_hash_stream", counting)
+    monkeypatch.setattr(local, "_hash_stream", counting)
     return calls
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from tracestore.errors import Conflict
-from tracestore.server.blobs import StagedFile
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.presigned import UrlSigner
-from tracestore.server.staging import PartWriter
+from tracestore.server.storage.blobs import StagedFile
+from tracestore.server.storage.local import LocalBlobStore
+from tracestore.server.storage.staging import PartWriter
 
 PART = 64 * 1024
 

@@ -22,7 +22,7 @@ from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtur
 )
 from tests.s3server import AWS_ENV, MotoServer
 from tracestore.cli import main
-from tracestore.server.database import schema_exists
+from tracestore.server.db.database import schema_exists
 
 # --- migrate, and admin commands that do not make a store by accident ---
 

@@ -26,9 +26,9 @@ from tests.uploading import (
     request_upload,
     upload,
 )
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
+from tracestore.server.storage.local import LocalBlobStore
 
 
 @pytest.mark.parametrize("where", ["upload", "complete"])

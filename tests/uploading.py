@@ -17,9 +17,9 @@ from tracestore import schemas
 from tracestore.client import Client
 from tracestore.server import completion, db
 from tracestore.server.auth import authenticate_api_token
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
-from tracestore.server.staging import DATA_FILE
+from tracestore.server.storage.local import LocalBlobStore
+from tracestore.server.storage.staging import DATA_FILE
 
 UPLOAD_URL = "/api/v1/tracesets/upload-url"
 COMPLETE_URL = "/api/v1/tracesets/upload-url/complete"

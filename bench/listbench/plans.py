@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import event
 
-from tracestore.server import reads
-from tracestore.server.database import Database
+from tracestore.server.db import prepared
+from tracestore.server.db.database import Database
 
 
 class _Recording:
-    """A DBAPI cursor that notes each statement it is given (``reads.Prepared.run`` sends
+    """A DBAPI cursor that notes each statement it is given (``prepared.Prepared.run`` sends
     SQLite's selects straight to the cursor, past SQLAlchemy's events)."""
 
     def __init__(self, cursor: Any, notes: Callable[[str, Any], None]) -> None:
@@ -42,17 +42,17 @@ def explain(database: Database, run: Callable[[], int]) -> str:
     def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         note(statement, parameters)
 
-    def prepared_run(self: reads.Prepared, cursor: Any, params: Any) -> Any:
+    def prepared_run(self: prepared.Prepared, cursor: Any, params: Any) -> Any:
         return sent(self, _Recording(cursor, note), params)
 
-    sent = reads.Prepared.run
-    reads.Prepared.run = prepared_run  # type: ignore[method-assign]
+    sent = prepared.Prepared.run
+    prepared.Prepared.run = prepared_run  # type: ignore[method-assign]
     for engine in {database.engine, database.read_engine}:
         event.listen(engine, "before_cursor_execute", capture)
     try:
         run()
     finally:
-        reads.Prepared.run = sent  # type: ignore[method-assign]
+        prepared.Prepared.run = sent  # type: ignore[method-assign]
         for engine in {database.engine, database.read_engine}:
             event.remove(engine, "before_cursor_execute", capture)
     statement, parameters = captured[0]  # the page; the summary query follows it

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from tracestore.server.database import Database
+from tracestore.server.db.database import Database
 from tracestore.server.ids import new_id
 
 TENANTS = {"tenant_a": 20, "tenant_b": 5}  # workspaces per tenant

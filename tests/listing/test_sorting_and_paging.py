@@ -25,8 +25,8 @@ from tests.listing.world import (
 )
 from tracestore.server import db
 from tracestore.server.ids import new_id
-from tracestore.server.listing import encode_cursor
-from tracestore.server.listing_query import CURSOR_PATTERN
+from tracestore.server.listing.pages import encode_cursor
+from tracestore.server.listing.query import CURSOR_PATTERN
 
 
 def _sort_key(field: str, record: dict[str, Any]) -> Any:

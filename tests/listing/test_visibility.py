@@ -10,7 +10,7 @@ from tests.conftest import FakeClock
 from tests.listing.world import LIST, World, add, list_all, names
 from tracestore.server import auth
 from tracestore.server.app import create_app
-from tracestore.server.listing_plan import MAX_WORKSPACE_ARMS
+from tracestore.server.listing.plan import MAX_WORKSPACE_ARMS
 from tracestore.server.services import Services
 
 

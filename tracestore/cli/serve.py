@@ -40,17 +40,17 @@ def serve(
     a worker for its background jobs in each serving process unless --no-worker."""
     import uvicorn
 
-    from tracestore.server.accesslog import log_config
     from tracestore.server.app import create_app
     from tracestore.server.auth import bootstrap
-    from tracestore.server.connections import (
+    from tracestore.server.services import build_services
+    from tracestore.server.serving.access_log import log_config
+    from tracestore.server.serving.body_protocol import HTTP_PROTOCOL
+    from tracestore.server.serving.connections import (
         ConnectionLimits,
         ServeConfig,
         connection_cap,
         raise_open_file_limit,
     )
-    from tracestore.server.protocol import HTTP_PROTOCOL
-    from tracestore.server.services import build_services
 
     settings = server_settings(
         data_dir, host=host, port=port, in_process_worker=False if no_worker else None
@@ -95,7 +95,7 @@ def serve(
         "proxy_headers": False,
     }
     # Deadlines for connections waiting for a request, and a cap on them within the
-    # descriptors this process may open (server/connections.py).
+    # descriptors this process may open (server/serving/connections.py).
     open_files = raise_open_file_limit()
     if settings.max_connections and settings.max_connections > connection_cap(open_files):
         click.echo(
@@ -149,7 +149,7 @@ def worker(data_dir: Path | None) -> None:
     import logging
     import threading
 
-    from tracestore.server.database import shown_url
+    from tracestore.server.db.database import shown_url
     from tracestore.server.services import build_services
     from tracestore.server.worker import Worker
 
@@ -189,9 +189,9 @@ def migrate(data_dir: Path | None) -> None:
     from sqlalchemy import text
     from sqlalchemy.exc import SQLAlchemyError
 
-    from tracestore.server.blobs import private_directory
-    from tracestore.server.database import Database, shown_url
+    from tracestore.server.db.database import Database, shown_url
     from tracestore.server.services import failure_reason
+    from tracestore.server.storage.blobs import private_directory
 
     settings = server_settings(data_dir)
     url = settings.resolved_database_url

@@ -62,7 +62,7 @@ def store_services(data_dir: Path | None, init: bool = False) -> Iterator[Servic
 
 def require_store(settings: Settings) -> None:
     """Refuse, naming the database and where its URL came from, unless it holds a store."""
-    from tracestore.server.database import schema_exists, shown_url
+    from tracestore.server.db.database import schema_exists, shown_url
     from tracestore.server.services import failure_reason
 
     url = settings.resolved_database_url
@@ -89,7 +89,7 @@ def built_services(settings: Settings, build: Callable[[Settings], Services]) ->
     """``build(settings)``, a database that cannot be reached or migrated one line."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from tracestore.server.database import shown_url
+    from tracestore.server.db.database import shown_url
     from tracestore.server.services import failure_reason
 
     try:

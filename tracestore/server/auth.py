@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from tracestore.errors import Forbidden, NotFound, Unauthorized, ValidationError
 from tracestore.server import db
-from tracestore.server.database import Database, serialize
+from tracestore.server.db.database import Database, serialize
 from tracestore.server.ids import new_id
 
 TOKEN_PREFIX = "tst_"

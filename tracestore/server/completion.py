@@ -26,16 +26,16 @@ from tracestore.errors import (
 )
 from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import (
+from tracestore.server.inspection import queue_inspection, run_inspection
+from tracestore.server.services import Services
+from tracestore.server.storage.blobs import (
     CommittedBlob,
     FileLargerThanDeclared,
     StagedFile,
     normalise_etag,
 )
-from tracestore.server.inspection import queue_inspection, run_inspection
-from tracestore.server.services import Services
-from tracestore.server.sessions import staged_file, visible_session
 from tracestore.server.tracesets import files_of, manifest_hash, traceset_text
+from tracestore.server.upload_sessions import staged_file, visible_session
 
 log = logging.getLogger("tracestore.completion")
 

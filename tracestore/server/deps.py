@@ -30,7 +30,7 @@ from tracestore.server.auth import (
     authenticate_api_token,
     hash_token,
 )
-from tracestore.server.nowait import WriterBusy
+from tracestore.server.db.loop_writes import WriterBusy
 from tracestore.server.presigned import RequestOrigin, request_base_url
 from tracestore.server.services import Services, stores_bytes_locally
 from tracestore.server.settings import Settings

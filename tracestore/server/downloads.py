@@ -24,12 +24,12 @@ from tracestore.ranks import Runs, parse_ranks, ranks_text, select_files, within
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import ContentStore
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.integrity import file_integrity
 from tracestore.server.lifecycle import record_use
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.services import Services
+from tracestore.server.storage.blobs import ContentStore
+from tracestore.server.storage.local import LocalBlobStore
 from tracestore.server.tracesets import files_of, find_visible
 
 NOT_EVALUATED = "Not evaluated yet: trace inspection has not reported on this traceset"

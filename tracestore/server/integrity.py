@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from tracestore import schemas
 from tracestore.server import db
-from tracestore.server.blobs import ContentStore
+from tracestore.server.storage.blobs import ContentStore
 
 CHUNK = 4 * 1024 * 1024
 # Records are dropped once expired, when the record has doubled since it was last pruned.

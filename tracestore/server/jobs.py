@@ -28,7 +28,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from tracestore.server import db
-from tracestore.server.database import Database
+from tracestore.server.db.database import Database
 from tracestore.server.ids import new_id
 from tracestore.server.services import Services
 

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from tracestore.errors import ServiceUnavailable, Unauthorized
 from tracestore.server import auth, db
-from tracestore.server.database import Database
+from tracestore.server.db.database import Database
 from tracestore.server.settings import Settings
 
 log = logging.getLogger("tracestore.jwt")

@@ -29,9 +29,8 @@ from tracestore import schemas
 from tracestore.errors import MultipleChoices, NotFound, ValidationError, quoted
 from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import ContentStore
-from tracestore.server.listing import BAD_CURSOR, cursor_payload, encode_cursor
-from tracestore.server.listing_query import (
+from tracestore.server.listing.pages import BAD_CURSOR, cursor_payload, encode_cursor
+from tracestore.server.listing.query import (
     SCOPES,
     ListQuery,
     SortKey,
@@ -39,6 +38,7 @@ from tracestore.server.listing_query import (
     parse_sort,
 )
 from tracestore.server.services import Services
+from tracestore.server.storage.blobs import ContentStore
 from tracestore.server.tracesets import files_of
 
 PREFIX = "lib_"

@@ -21,11 +21,11 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from tracestore import schemas
 from tracestore.errors import Gone
 from tracestore.server import db
-from tracestore.server.blobs import StagedFile, StagingArea
 from tracestore.server.ids import created_at
 from tracestore.server.services import Services
-from tracestore.server.sessions import staged_file
+from tracestore.server.storage.blobs import StagedFile, StagingArea
 from tracestore.server.tracesets import files_of, mark_unreferenced_blobs
+from tracestore.server.upload_sessions import staged_file
 
 log = logging.getLogger("tracestore.sweeper")
 

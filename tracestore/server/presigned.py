@@ -32,8 +32,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from tracestore.errors import Forbidden, ValidationError
-from tracestore.server.database import Database, serialize
 from tracestore.server.db import SigningKey
+from tracestore.server.db.database import Database, serialize
 
 log = logging.getLogger("tracestore.presigned")
 

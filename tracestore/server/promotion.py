@@ -23,9 +23,9 @@ from tracestore.errors import (
     ValidationError,
 )
 from tracestore.server.auth import Principal
+from tracestore.server.request_bodies import parse_json_body
 from tracestore.server.services import Services
 from tracestore.server.tracesets import find_writable, store_metadata
-from tracestore.server.validation import parse_json_body
 
 TARGETS: dict[str, schemas.Scope] = {"tenant": "tenant", "public": "public"}
 NEXT_SCOPE = {"workspace": "tenant", "tenant": "public"}

@@ -14,13 +14,13 @@ from starlette.concurrency import run_in_threadpool
 
 from tracestore.errors import Conflict, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
 from tracestore.server import db
-from tracestore.server.blobs import StagedFile
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.presigned import PartGrant
-from tracestore.server.protocol import ReceiveInto
 from tracestore.server.services import Services
-from tracestore.server.sessions import check_not_expired, part_size_for
-from tracestore.server.staging import PartWriter
+from tracestore.server.serving.body_protocol import ReceiveInto
+from tracestore.server.storage.blobs import StagedFile
+from tracestore.server.storage.local import LocalBlobStore
+from tracestore.server.storage.staging import PartWriter
+from tracestore.server.upload_sessions import check_not_expired, part_size_for
 
 _SESSION, _FILE = db.UploadSession.__table__, db.TracesetFile.__table__
 # Every part PUT asks this: one narrow Core query on a bare connection (an ORM session
@@ -40,7 +40,7 @@ _PART_QUERY = (
 
 class LazyPartWriter:
     """A part's ``PartWriter``, opened by the first write (or the finish of an empty part)
-    on the thread that does it: the body's own (server/protocol.py), not the event loop's.
+    on the thread that does it: the body's own (serving/body_protocol.py), not the event loop's.
     Opening makes the staged file's directories and takes the part's claim, file system
     work that cost the loop milliseconds a part on a VM's ext4, serialising an upload of
     many small files there."""
@@ -108,7 +108,7 @@ def open_part(
 class BodyLimits:
     """How many part bodies this process receives at once per part URL and per upload
     session: a client that opens bodies and sends little holds its own session's slots,
-    never the service (server/protocol.py bounds how long each may take)."""
+    never the service (server/serving/body_protocol.py bounds how long each may take)."""
 
     def __init__(self, per_part: int, per_session: int) -> None:
         self.per_part = per_part
@@ -181,7 +181,7 @@ async def _receive(
 ) -> str:
     verify = checksum is not None
     if into is not None:
-        # Straight from the socket in a worker thread (server/protocol.py).
+        # Straight from the socket in a worker thread (server/serving/body_protocol.py).
         # finish on the body's own thread: no thread hop of its own.
         return await into(
             lambda view: writer.write((view,), checksum=verify), lambda: writer.finish(checksum)

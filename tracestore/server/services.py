@@ -15,13 +15,13 @@ from sqlalchemy import text
 
 from tracestore.errors import ServiceUnavailable
 from tracestore.server.auth import TokenCache
-from tracestore.server.blobs import BlobStore, private_directory
-from tracestore.server.database import Database, shown_url, utcnow
+from tracestore.server.db.database import Database, shown_url, utcnow
 from tracestore.server.integrity import VerifiedBlobs
 from tracestore.server.jwt_auth import JwtVerifier
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.presigned import KEY_REFRESH, UrlSigner, signing_keys
 from tracestore.server.settings import Settings
+from tracestore.server.storage.blobs import BlobStore, private_directory
+from tracestore.server.storage.local import LocalBlobStore
 
 Clock = Callable[[], datetime]
 
@@ -169,7 +169,7 @@ def open_blob_store(settings: Settings, signer: UrlSigner) -> BlobStore:
     """The store ``settings`` name; the embedded one presigns with ``signer``."""
     url = settings.resolved_blob_url
     if url.startswith("s3://"):
-        from tracestore.server.s3blobs import S3BlobStore
+        from tracestore.server.storage.s3 import S3BlobStore
 
         return S3BlobStore.from_url(url, endpoint_url=settings.s3_endpoint_url)
     if stores_bytes_locally(settings):

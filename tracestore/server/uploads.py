@@ -13,17 +13,17 @@ from tracestore import metadata, schemas
 from tracestore.errors import Conflict, NotFound, PayloadTooLarge, ValidationError, quoted
 from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import StagedFile
 from tracestore.server.ids import new_id
+from tracestore.server.request_bodies import parse_json_body
 from tracestore.server.services import Services
-from tracestore.server.sessions import (
+from tracestore.server.storage.blobs import StagedFile
+from tracestore.server.tracesets import files_of, metadata_columns
+from tracestore.server.upload_sessions import (
     check_not_expired,
     part_size_for,
     staged_file,
     visible_session,
 )
-from tracestore.server.tracesets import files_of, metadata_columns
-from tracestore.server.validation import parse_json_body
 
 # The inserts of the rows upload-url writes whole, with Core (see start_upload): made once,
 # their cache keys too (a new statement's key was computed every time).

@@ -13,11 +13,11 @@ from fastapi.responses import FileResponse, StreamingResponse
 from starlette.responses import MalformedRangeHeader
 
 from tracestore.server import downloads, presigned, receiving
-from tracestore.server.blobs import content_disposition
 from tracestore.server.deps import ServicesDep, error_responses, short_read
-from tracestore.server.localblobs import LocalBlobStore
-from tracestore.server.protocol import receive_into
 from tracestore.server.services import Services
+from tracestore.server.serving.body_protocol import receive_into
+from tracestore.server.storage.blobs import content_disposition
+from tracestore.server.storage.local import LocalBlobStore
 
 _TAGS: list[str | Enum] = ["embedded blob store"]
 router = APIRouter(prefix=presigned.PREFIX, tags=_TAGS)
@@ -137,7 +137,7 @@ async def part_answer(
     request: Request,
     checksum: str | None,
 ) -> Response:
-    """``put_part``'s answer (and its lane's, server/lanes.py): the part received, or the
+    """``put_part``'s answer (and its lane's, server/serving/lanes.py): the part received, or the
     error that refused it."""
     writer = await short_read(
         services,

@@ -17,9 +17,9 @@ _ALIVE = schemas.Health(status="ok").model_dump_json(by_alias=True).encode()
 
 
 async def answer_alive(send: Callable[[MutableMapping[str, Any]], Awaitable[None]]) -> None:
-    """The liveness answer in plain ASGI. ``app.RequestContext`` sends it for every ``GET
-    /healthz`` ahead of the framework's middleware and routing: a probe that load balancers
-    poll should cost what the server stack costs, not what a route does."""
+    """The liveness answer in plain ASGI. ``serving.request_context.RequestContext`` sends it
+    for every ``GET /healthz`` ahead of the framework's middleware and routing: a probe that
+    load balancers poll should cost what the server stack costs, not what a route does."""
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(_ALIVE))]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": _ALIVE})

@@ -16,7 +16,7 @@ from tracestore.server.deps import (
     error_responses,
     query_parameter,
 )
-from tracestore.server.listing_query import (
+from tracestore.server.listing.query import (
     CURSOR_PATTERN,
     DEFAULT_LIMIT,
     MAX_LIMIT,

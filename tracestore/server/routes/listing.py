@@ -1,4 +1,4 @@
-"""The listing and search of tracesets (the use case is ``listing.page_text``)."""
+"""The listing and search of tracesets (the use case is ``pages.page_text``)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
 from tracestore.schemas import wire
-from tracestore.server import listing
 from tracestore.server.auth import Principal
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
-from tracestore.server.listing_query import (
+from tracestore.server.listing import pages
+from tracestore.server.listing.query import (
     CURSOR_PATTERN,
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -129,4 +129,4 @@ def page(services: Services, principal: Principal, parameters: list[tuple[str, s
     """The page a list request's query parameters ask for, as JSON text (also
     ``lanes.read_lane``'s); parsed after the token is checked: a bad token is a 401
     whatever the query says."""
-    return listing.page_text(services, principal, parse_list_query(parameters))
+    return pages.page_text(services, principal, parse_list_query(parameters))

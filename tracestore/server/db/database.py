@@ -24,9 +24,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Insert
 
-from tracestore.server.keptreads import SHARED_READS, HeldReads, SharedReads
-from tracestore.server.nowait import NoWaitWrites, committed
-from tracestore.server.reads import PreparedCache, Reads
+from tracestore.server.db.held_reads import SHARED_READS, HeldReads, SharedReads
+from tracestore.server.db.loop_writes import NoWaitWrites, committed
+from tracestore.server.db.prepared import PreparedCache, Reads
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The PostgreSQL advisory lock that serialises migrations and bootstrap across processes

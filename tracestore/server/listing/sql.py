@@ -40,8 +40,8 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import BindParameter
 
 from tracestore.server import db
-from tracestore.server.listing_plan import Shape
-from tracestore.server.listing_query import SortKey
+from tracestore.server.listing.plan import Shape
+from tracestore.server.listing.query import SortKey
 
 T = db.Traceset
 F = db.TracesetFact

@@ -1,7 +1,7 @@
 """The HTTP protocol ``tracestore serve`` runs: uvicorn's httptools protocol plus two ASGI
 extensions: ``tracestore.receive_into``, that hands a request body to a worker thread
 straight from the socket, and the standard ``http.response.pathsend``, that sends a
-response body from a file by ``sendfile`` (tracestore/server/pathsend.py).
+response body from a file by ``sendfile`` (tracestore/server/serving/pathsend.py).
 
 Through plain ASGI a part body reaches the app in 64 KiB–256 KiB messages, each copied
 three times on the way (httptools' slice, uvicorn's ``bytearray +=`` and ``bytes()``) and
@@ -39,13 +39,13 @@ import httptools
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from tracestore.server import connections
-from tracestore.server.connections import ConnectionRules
-from tracestore.server.pathsend import offer_pathsend
+from tracestore.server.serving import connections
+from tracestore.server.serving.connections import ConnectionRules
+from tracestore.server.serving.pathsend import offer_pathsend
 
 RECEIVE_INTO = "tracestore.receive_into"
 # What ``tracestore serve`` passes to uvicorn as ``http=`` (a string, so workers load it).
-HTTP_PROTOCOL = "tracestore.server.protocol:BodyProtocol"
+HTTP_PROTOCOL = "tracestore.server.serving.body_protocol:BodyProtocol"
 CHUNK = 1024 * 1024
 # A body must keep up MIN_RATE on average once its first RATE_GRACE seconds are past, and
 # end within BODY_DEADLINE (connections.py: every body is held to them): a sender that

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from tracestore.errors import Gone, NotFound
 from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.blobs import StagedFile
 from tracestore.server.settings import MAX_PARTS_PER_FILE, MIB
+from tracestore.server.storage.blobs import StagedFile
 
 
 def part_size_for(size: int, base: int) -> int:

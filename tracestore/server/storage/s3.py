@@ -31,7 +31,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
 from tracestore.errors import ValidationError
-from tracestore.server.blobs import (
+from tracestore.server.storage.blobs import (
     CHUNK,
     SHA256_HEX,
     UPLOAD_ID,
@@ -42,7 +42,7 @@ from tracestore.server.blobs import (
     content_disposition,
     normalise_etag,
 )
-from tracestore.server.s3client import (
+from tracestore.server.storage.s3client import (
     ObjectReader,
     check_bucket,
     error_code,

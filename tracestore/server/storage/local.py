@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracestore.errors import ServiceUnavailable, ValidationError, quoted
-from tracestore.server.blobs import (
+from tracestore.server.presigned import PartGrant, UrlSigner
+from tracestore.server.storage.blobs import (
     CHUNK,
     SHA256_HEX,
     UPLOAD_ID,
@@ -27,8 +28,7 @@ from tracestore.server.blobs import (
     normalise_etag,
     private_directory,
 )
-from tracestore.server.presigned import PartGrant, UrlSigner
-from tracestore.server.staging import (
+from tracestore.server.storage.staging import (
     DATA_FILE,
     ETAG,
     SEPARATE_SUFFIX,
@@ -47,7 +47,7 @@ class LocalBlobStore:
 
     Layout: ``blobs/ab/cd/<sha256>`` for content, ``staging/<upload>/`` for an upload's
     files being received, each file's names beginning ``<position>.``, made by its first
-    part PUT (server/staging.py says what they are).
+    part PUT (server/storage/staging.py says what they are).
     """
 
     def __init__(self, root: Path, signer: UrlSigner) -> None:

@@ -1,6 +1,6 @@
 """The requests clients send hardest, answered in plain ASGI ahead of FastAPI's routing and
-dependency solving (``app.RequestContext`` takes them, as it takes ``GET /healthz``): the
-reads clients poll (a traceset by id, a page of the list), upload-url, which starts
+dependency solving (``request_context.RequestContext`` takes them, as it takes ``GET
+/healthz``): the reads clients poll (a traceset by id, a page of the list), upload-url, which starts
 every upload, and the embedded store's part PUT, which every file of an upload makes at
 least once.
 
@@ -25,11 +25,11 @@ from starlette.responses import Response
 from tracestore.errors import ValidationError
 from tracestore.server import presigned, tracesets
 from tracestore.server.deps import Caller, bearer_token
-from tracestore.server.localblobs import LocalBlobStore
 from tracestore.server.routes.blobs import part_answer
 from tracestore.server.routes.listing import page as list_page
 from tracestore.server.routes.uploads import answer_upload_url
 from tracestore.server.services import Services
+from tracestore.server.storage.local import LocalBlobStore
 
 # The routes' paths (routes/listing.py, routes/tracesets.py under their /api/v1 prefix).
 LIST_PATH = "/api/v1/tracesets"

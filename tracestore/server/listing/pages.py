@@ -1,6 +1,6 @@
 """Use case: list and search tracesets (SPEC 5.6), one keyset-paginated page at a time.
 
-The SQL lives in ``listing_sql`` (its shape and values in ``listing_plan``), the parsing of
+The SQL lives in ``listing.sql`` (its shape and values in ``listing.plan``), the parsing of
 the query string in ``listing_query``. Cursors are keyset positions (the last item's sort
 values and id), signed with the service's key and bound to the caller, the sort and the
 filters that produced them.
@@ -19,9 +19,11 @@ from sqlalchemy import text
 
 from tracestore import jsontext
 from tracestore.errors import ValidationError
-from tracestore.server import db, listing_plan, listing_sql
+from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.listing_query import ListQuery, SortKey
+from tracestore.server.listing import plan as query_plan
+from tracestore.server.listing import sql
+from tracestore.server.listing.query import ListQuery, SortKey
 from tracestore.server.services import Services
 
 _CURSOR_VERSION = 1
@@ -115,7 +117,7 @@ def _cursor_value(field: str, value: Any, dialect: str) -> Any:
 
 
 def _cursor_created(value: Any, dialect: str) -> Any:
-    """A cursor's creation time as the select compares it (``listing_sql``'s ``a`` marks):
+    """A cursor's creation time as the select compares it (``listing.sql``'s ``a`` marks):
     on SQLite the text as stored, elsewhere the instant. A cursor made on SQLite carries the
     stored text itself (``{"s": text}``): a row written by other means than this service may
     hold a shape ``UTCDateTime`` never writes (``CURRENT_TIMESTAMP``'s, without a fraction),
@@ -136,7 +138,7 @@ def _cursor_created(value: Any, dialect: str) -> Any:
 
 
 def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
-    # The row is listing_sql.statement's: id, name, status, scope, workspace_id, file_count,
+    # The row is sql.statement's: id, name, status, scope, workspace_id, file_count,
     # total_size, rank_count, created_at (stored text on SQLite), then workload members.
     values: list[Any] = []
     for key in sort:
@@ -172,7 +174,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
         if query.cursor is None
         else decode_cursor(key, query.cursor, binding, query.sort, services.db.dialect)
     )
-    shape, values = listing_plan.plan(principal, query, services.db.dialect, after)
+    shape, values = query_plan.plan(principal, query, services.db.dialect, after)
     # Core rows on a connection, no ORM session: its result machinery cost more than the
     # queries.
     with services.db.read_connection() as reads:
@@ -180,10 +182,10 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).
             reads.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-        rows = reads.all(listing_sql.statement(shape), values, key=shape)
+        rows = reads.all(sql.statement(shape), values, key=shape)
     has_more = len(rows) > query.limit
     # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us
-    # each, a tenth of the request at 20 items); the columns are listing_sql.statement's.
+    # each, a tenth of the request at 20 items); the columns are sql.statement's.
     items = [
         {
             "id": id_,

@@ -335,7 +335,7 @@ class ConnectionRules(HttpToolsProtocol):
 
 def _refusal() -> bytes:
     """The 503 a connection over the cap gets before it is closed, with the error envelope."""
-    from tracestore.server.app import new_request_id  # the app's ids; loaded by then
+    from tracestore.server.serving.request_context import new_request_id
 
     envelope = {
         "error": {

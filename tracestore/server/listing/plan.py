@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracestore.server.auth import Principal
-from tracestore.server.listing_query import ListQuery, SortKey, WorkloadFilter
+from tracestore.server.listing.query import ListQuery, SortKey, WorkloadFilter
 
 # Beyond this many workspaces one IN arm replaces an arm per workspace.
 MAX_WORKSPACE_ARMS = 16
