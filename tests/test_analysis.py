@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from tracestore.analysis import (
 from tracestore.analysis.extsort import MIN_RUN, RecordSort
 from tracestore.analysis.kineto_events import ns
 from tracestore.analysis.model import KernelStats, fold_kernels
+from tracestore.inspect.model import InspectionError
 
 GEMM = "void gemm_kernel<float>(float*, int)"
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -387,3 +389,58 @@ def test_the_windows_of_inspections_scan_feed_the_analysis_as_well() -> None:
         events.feed(window.buf, window.end)
     events.close()
     assert as_json(collector.finish()) == as_json(analysis_of(data))
+
+
+def test_a_kernel_name_with_a_lone_surrogate_is_stored_as_a_replacement_character() -> None:
+    # JSON's \ud800 escape is valid JSON but no Unicode text: the service could not store a
+    # rank whose kernel row held it (PostgreSQL, UTF-8), as inspection could not (ad9731e).
+    t = TraceBuilder()
+    t.device("gemm\\ud800", 10, 5)
+    data = pytorch_json(t.trace()).encode().replace(b"gemm\\\\ud800", b"gemm\\ud800")
+    assert b"gemm\\ud800" in data
+    (row,) = analysis_of(data).kernels
+    assert row.name == "gemm\ufffd"
+    json.dumps(as_json(analysis_of(data)), ensure_ascii=False).encode()  # UTF-8 can hold it
+
+
+@pytest.mark.parametrize("layout", ["pytorch", "compact"])
+def test_a_time_beyond_64_bits_fails_the_file_with_a_reason(tmp_path: Path, layout: Any) -> None:
+    # Once a traceback of the command (OverflowError): "ts": 1e400 is infinite as a float, and
+    # 1e300 µs is past the 64-bit records.
+    for number in (b"1e400", b"1e300", b"-99999999999999999999"):
+        trace = TraceBuilder()
+        trace.device("gemm", 10, 5)
+        path = trace.write(tmp_path / "t.json", layout=layout)
+        path.write_bytes(re.sub(rb'"ts": 10\b', b'"ts": ' + number, path.read_bytes()))
+        assert b'"ts": ' + number in path.read_bytes()
+        reason = analyze_path(path).reason
+        assert reason == (
+            f"a time of {number.decode()} µs is beyond what the analysis holds (about 146 "
+            "years either way)"
+        )
+
+
+def test_kernel_totals_past_64_bits_fail_the_file_with_a_reason(tmp_path: Path) -> None:
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.step(2, 100, 100)
+    for i in range(3):  # each 4e18 ns fits; their sum in step 1 does not
+        t.device("gemm", 10 + i, 4_000_000_000_000_000)
+    reason = analyze_path(t.write(tmp_path / "t.json")).reason
+    assert reason == "a sum of kernel durations is beyond 64 bits of nanoseconds"
+
+
+def test_objects_in_a_list_after_the_events_are_the_documents_tail_not_events() -> None:
+    # A writer that puts distributedInfo after traceEvents (inspection reads it there too):
+    # its pg_config objects looked like event boundaries, the fast reading went past the
+    # list's end, and every such trace was "truncated or malformed".
+    document = training(rank=1, steps=2, kernels=30).trace()
+    info = document.pop("distributedInfo")
+    info["pg_config"] = [{"pg_name": str(group), "ranks": [0, 1]} for group in range(50)]
+    after = f'\n  ],\n  "distributedInfo": {json.dumps(info)},\n  "traceName"'
+    moved = pytorch_json(document).replace('\n  ],\n  "traceName"', after).encode()
+    expected = as_json(analysis_of(pytorch_json(document).encode(), chunk=1 << 30))
+    for chunk in (1000, 4096, 1 << 30):
+        assert as_json(analysis_of(moved, chunk=chunk)) == expected
+    with pytest.raises(InspectionError, match="does not end properly"):
+        analysis_of(moved.replace(b'"traceName"', b'"traceName" ]'), chunk=1000)

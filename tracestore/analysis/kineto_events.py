@@ -28,6 +28,7 @@ from tracestore.analysis.rank import NONE, AnalysisError, RankCollector
 from tracestore.inspect.model import InspectionError
 
 MAX_EVENT = 64 * 1024 * 1024  # the longest stretch without an event boundary
+MAX_TIME_NS = 1 << 62  # a time's bound either way: ~146 years, and two of them fit in 64 bits
 
 DEVICE_CATEGORIES = {"kernel": COMPUTATION, "gpu_memcpy": MEMORY, "gpu_memset": MEMORY}
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
@@ -57,6 +58,7 @@ _BOUNDARY_RE = re.compile(rb'\}\s*,\s*(\{)\s*"[^"\\]*"\s*:')
 _BOUNDARY_AFTER_RE = re.compile(rb'\{\s*"[^"\\]*"\s*:')
 _BOUNDARY_BEFORE_RE = re.compile(rb"\}\s*,\s*\Z")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_LIST_END_RE = re.compile(rb"\}\s*\]")
 _SPACE_RE = re.compile(r"[\s,]*")
 
 _HEAD, _EVENTS, _TAIL = 0, 1, 2
@@ -65,12 +67,22 @@ _HEAD, _EVENTS, _TAIL = 0, 1, 2
 def ns(text: bytes) -> int:
     """A JSON number of microseconds as integer nanoseconds (rounded to the nearest ns).
 
-    Raises ValueError for a text that is no number.
+    Raises ValueError for a text that is no number, AnalysisError for a time beyond
+    ``MAX_TIME_NS`` either way (a start plus a duration must still fit the records' 64 bits).
     """
     try:
-        return int(text) * 1000
+        value = int(text) * 1000
     except ValueError:
-        pass
+        value = _fraction_ns(text)
+    if -MAX_TIME_NS <= value <= MAX_TIME_NS:
+        return value
+    raise AnalysisError(
+        f"a time of {text[:40].decode('ascii', 'replace')} µs is beyond what the analysis "
+        "holds (about 146 years either way)"
+    )
+
+
+def _fraction_ns(text: bytes) -> int:
     negative = text.startswith(b"-")
     whole, dot, fraction = text.lstrip(b"-").partition(b".")
     if dot and whole.isdigit() and fraction.isdigit():
@@ -78,7 +90,10 @@ def ns(text: bytes) -> int:
         if len(fraction) > 3 and fraction[3] >= ord("5"):
             value += 1
         return -value if negative else value
-    return round(float(text) * 1000)
+    try:
+        return round(float(text) * 1000)
+    except OverflowError:  # 1e400: infinite as a float
+        return MAX_TIME_NS + 1
 
 
 class _Number(str):
@@ -98,6 +113,7 @@ class KinetoEvents:
         self._state = _HEAD
         self._consumed = 0  # bytes read before the pending ones
         self._bare = False  # the document is a bare list of events
+        self._tail = ""  # what followed the event list, read so far
 
     def feed(self, buf: bytes, end: int) -> None:
         """Take ``buf[:end]``, the next bytes of the trace."""
@@ -132,7 +148,10 @@ class KinetoEvents:
         start = self._events_start(text, 0, len(text)) if self._state == _HEAD else 0
         if self._state == _HEAD:
             raise InspectionError("malformed: the document holds no traceEvents list")
-        rest = self._exact(text, start, len(text), final=True)
+        if self._state == _TAIL:
+            rest: str | None = self._tail + text.decode("utf-8", "replace")
+        else:
+            rest = self._exact(text, start, len(text), final=True)
         if rest is None:
             raise InspectionError(
                 f"truncated: the trace ends after {self._consumed + len(text)} bytes, "
@@ -145,14 +164,26 @@ class KinetoEvents:
             )
 
     def _read(self, text: bytes, lo: int, hi: int) -> None:
-        """Read ``text[lo:hi]``, whole events only."""
+        """Read ``text[lo:hi]``, whole events only (after the event list: what follows it,
+        kept for ``close`` to check)."""
         start = lo
         if self._state == _HEAD:
             start = self._events_start(text, lo, hi)
-        if not self._fast(text, start, hi):
+        if self._state == _TAIL:
+            self._keep_tail(text[lo:hi].decode("utf-8", "replace"))
+        elif not self._fast(text, start, hi):
             self.exact_regions += 1
-            self._exact(text, start, hi)
+            rest = self._exact(text, start, hi)
+            if rest is not None:  # the event list ended inside the text
+                self._keep_tail(rest)
         self._consumed += hi - lo
+
+    def _keep_tail(self, text: str) -> None:
+        self._tail += text
+        if len(self._tail) > MAX_EVENT:
+            raise InspectionError(
+                f"malformed: more than {MAX_EVENT} bytes after the traceEvents list"
+            )
 
     def _events_start(self, text: bytes, lo: int, hi: int) -> int:
         """Where the event list starts in ``text[lo:hi]``, or ``hi`` if not in it (yet)."""
@@ -167,7 +198,11 @@ class KinetoEvents:
         return match.end()
 
     def _fast(self, text: bytes, lo: int, hi: int) -> bool:
-        """Read ``text[lo:hi]`` in PyTorch's layout; False (nothing taken) if it is not."""
+        """Read ``text[lo:hi]`` in PyTorch's layout; False (nothing taken) if it is not, or
+        if the event list may end in it (an object closing a list: the exact reading finds
+        where, and members after the list whose objects looked like events are not read)."""
+        if _LIST_END_RE.search(text, lo, hi):
+            return False
         found = _EVENT_RE.findall(text, lo, hi)
         if not all(row[2] if row[0] else row[7] for row in found):
             return False
@@ -310,7 +345,7 @@ def _time(value: Any) -> int | None:
     if isinstance(value, _Number):
         return ns(value.encode())
     if isinstance(value, int) and not isinstance(value, bool):
-        return value * 1000
+        return ns(str(value).encode())
     return None
 
 

@@ -39,6 +39,7 @@ from tracestore.analysis.model import (
     StepKernels,
     kind_label,
 )
+from tracestore.inspect.model import text as unicode_text
 
 NONE = -(1 << 63)  # a field with no value (no launch, no correlation, no sequence number)
 _IDLE = (1 << 63) - 1  # the union end of a kind not running
@@ -86,7 +87,9 @@ class Names:
         return found
 
     def text_id(self, text: str) -> int:
-        """The id of a name."""
+        """The id of a name (a lone surrogate in it, JSON's ``\\ud800``, read as U+FFFD:
+        the name must be Unicode text to be stored and answered)."""
+        text = unicode_text(text)
         found = self._by_text.get(text)
         if found is None:
             found = self._by_text[text] = len(self.texts)
@@ -190,6 +193,10 @@ class RankCollector:
                 _sweep(result, timeline, self.names, self.groups, self.limits)
             _mark_truncated(steps)
             return result
+        except OverflowError:  # a step's kernel totals, kept as 64-bit integers
+            raise AnalysisError(
+                "a sum of kernel durations is beyond 64 bits of nanoseconds"
+            ) from None
         finally:
             self.close()
 
