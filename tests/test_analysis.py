@@ -391,6 +391,53 @@ def test_the_windows_of_inspections_scan_feed_the_analysis_as_well() -> None:
     assert as_json(collector.finish()) == as_json(analysis_of(data))
 
 
+def test_inspection_hands_its_pass_to_the_analysis_once_through_tap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The service reads a stored Kineto trace once: inspect_file(..., tap=RankTap) gives the
+    # analysis every byte, once and in order, even where inspection holds a window back for
+    # a distributedInfo that runs past it (tiny windows force that here).
+    import functools
+
+    from tracestore.analysis import RankTap
+    from tracestore.inspect import kineto
+    from tracestore.inspect.files import inspect_file
+    from tracestore.inspect.jsonscan import ChunkedScan
+
+    document = training(rank=3, steps=3, kernels=60).trace()
+    info = document.pop("distributedInfo")
+    info["pg_config"] = [  # nested objects: the scan holds it back, and events before it
+        {"pg_name": str(group), "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}
+        for group in range(5)
+    ]
+    # After the events, as writers other than PyTorch put it.
+    after = f'\n  ],\n  "distributedInfo": {json.dumps(info)},\n  "traceName"'
+    text = pytorch_json(document).replace('\n  ],\n  "traceName"', after).encode()
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text))
+    expected = as_json(analysis_of(text))
+    held: list[bool] = []
+    hand_on = kineto._hand_on
+
+    def spied(tap: Any, window: Any, had: int) -> int:
+        held.append(had > window.offset)
+        return hand_on(tap, window, had)
+
+    monkeypatch.setattr(kineto, "_hand_on", spied)
+    for chunk in (None, 97):
+        if chunk is not None:
+            monkeypatch.setattr(
+                kineto, "ChunkedScan", functools.partial(ChunkedScan, chunk_size=chunk)
+            )
+        tap = RankTap()
+        found = inspect_file(lambda: path.open("rb"), "t.json.gz", tap=tap)
+        assert found.status == "complete" and found.rank == 3
+        analysis, reason = tap.finish()
+        assert reason is None and analysis is not None
+        assert as_json(analysis) == expected
+    assert any(held)  # a window came round again
+
+
 def test_a_kernel_name_with_a_lone_surrogate_is_stored_as_a_replacement_character() -> None:
     # JSON's \ud800 escape is valid JSON but no Unicode text: the service could not store a
     # rank whose kernel row held it (PostgreSQL, UTF-8), as inspection could not (ad9731e).

@@ -16,7 +16,10 @@ from tracestore.analysis.model import KERNEL_ROWS
 from tracestore.cli import main
 
 KINETO = TESTDATA / "kineto-dlrm-8ranks"
-RANK_MEMBERS = {"rank", "file", "temporal", "overlap", "kindBreakdown", "kernels", "idle", "steps"}
+RANK_MEMBERS = {
+    *("rank", "file", "status", "reason"),
+    *("temporal", "overlap", "kindBreakdown", "kernels", "idle", "steps"),
+}
 
 
 def run(*args: str) -> Result:
@@ -48,11 +51,13 @@ def test_json_is_the_apis_object() -> None:
     result = run("analyze", str(KINETO), "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"ranks", "summary"}
+    assert set(data) == {"status", "reason", "analyzedAt", "ranks", "summary"}
+    assert (data["status"], data["reason"]) == ("complete", None)
     assert [entry["rank"] for entry in data["ranks"]] == list(range(8))
     assert all(set(entry) == RANK_MEMBERS for entry in data["ranks"])
     expected = [analyze_path(path, path.name).rank for path in sorted(KINETO.iterdir())]
-    assert data == json.loads(json.dumps(traceset_json([e for e in expected if e], KERNEL_ROWS)))
+    local = traceset_json([e for e in expected if e], KERNEL_ROWS, analyzed_at=data["analyzedAt"])
+    assert data == json.loads(json.dumps(local))
 
 
 def test_each_bad_file_gets_a_line_and_the_rest_still_answers(tmp_path: Path) -> None:
@@ -78,10 +83,22 @@ def test_each_bad_file_gets_a_line_and_the_rest_still_answers(tmp_path: Path) ->
     ]
     as_json = run("analyze", str(tmp_path), "--json")
     assert as_json.exit_code == 1
-    assert [e["file"] for e in json.loads(as_json.stdout)["ranks"]] == [
-        "good.json",
-        "packed.json.gz",
+    # The Kineto traces that could not be analysed are entries too, with their reasons, as
+    # the service answers them (the file that is no Kineto trace is not).
+    answer = json.loads(as_json.stdout)
+    assert answer["status"] == "complete"
+    entries = [(e["rank"], e["file"], e["status"]) for e in answer["ranks"]]
+    assert entries == [
+        (1, "cut.json", "failed"),
+        (1, "cut.json.gz", "failed"),
+        (3, "good.json", "complete"),
+        (5, "packed.json.gz", "complete"),
     ]
+    reasons = {e["file"]: e["reason"] for e in answer["ranks"]}
+    assert reasons["cut.json"] == (
+        f"truncated: the trace ends inside an event after {len(whole) // 2} bytes"
+    )
+    assert answer["summary"]["rankCount"] == 2
 
 
 def test_a_missing_path_is_a_usage_error(tmp_path: Path) -> None:

@@ -9,11 +9,18 @@ the numbers come out of one sweep (``rank``). ``files.analyze_path`` analyses a 
 
 from __future__ import annotations
 
-from tracestore.analysis.files import FileOutcome, analyze_path, analyze_stream, open_trace
+from tracestore.analysis.files import (
+    FileOutcome,
+    RankTap,
+    analyze_opened,
+    analyze_path,
+    analyze_stream,
+    open_trace,
+)
 from tracestore.analysis.kineto_events import KinetoEvents
 from tracestore.analysis.model import KernelStats, RankAnalysis
 from tracestore.analysis.rank import AnalysisError, Limits, RankCollector
-from tracestore.analysis.summary import AnalysedRank, summary, traceset_json
+from tracestore.analysis.summary import AnalysedRank, RankFigures, summary, traceset_json
 
 __all__ = [
     "AnalysedRank",
@@ -24,6 +31,9 @@ __all__ = [
     "Limits",
     "RankAnalysis",
     "RankCollector",
+    "RankFigures",
+    "RankTap",
+    "analyze_opened",
     "analyze_path",
     "analyze_stream",
     "open_trace",

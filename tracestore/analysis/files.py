@@ -3,7 +3,9 @@
 The rank comes from the file's inspection (``distributedInfo``, read by the quick
 inspection, which stops there); the analysis reads the bytes in chunks and hands them to
 ``KinetoEvents``, which also checks that the document is whole. Whatever goes wrong,
-``analyze_path`` answers with a reason rather than an exception.
+``analyze_path`` and ``analyze_opened`` answer with a reason rather than an exception.
+``RankTap`` is the analysis fed by another pass over the same bytes: inspection's
+(``inspect_file(..., tap=...)``), so that a stored file is read once for both.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import gzip
 import os
 import sys
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from tracestore.inspect.streams import (
     read_chunk,
     read_up_to,
     rewound,
+    tell,
 )
 
 
@@ -43,6 +47,8 @@ class FileOutcome:
     file: str
     rank: AnalysedRank | None
     reason: str | None = None
+    kineto: bool = True  # whether the file is a Kineto trace (one that failed is reported)
+    rank_number: int | None = None  # the file's rank, as its inspection found it
 
 
 def analyze_stream(
@@ -76,11 +82,19 @@ def open_trace(
     """A reader of the file's JSON bytes, decompressed, and the compression. ``budget``
     bounds the decompressed bytes (a stored file's, as inspection bounds them); a local
     file a user analyses is read whole without one."""
-    raw = Path(path).open("rb")  # noqa: SIM115 - the caller closes the reader
+    return unwrapped(Path(path).open("rb"), budget)
+
+
+def unwrapped(
+    raw: BinaryReader, budget: Budget | None = None
+) -> tuple[BinaryReader, Compression | None]:
+    """``raw``'s JSON bytes, decompressed (within ``budget``), and the compression; the
+    reader returned closes ``raw``."""
     try:
+        origin = tell(raw)
         head = read_up_to(raw, HEAD_SIZE)
         compression = detect_compression(head)
-        stream = rewound(raw, head, 0)
+        stream = rewound(raw, head, origin)
         if compression is None:
             return stream, None
         budget = budget or Budget(sys.maxsize, "no limit for a local file")
@@ -88,6 +102,76 @@ def open_trace(
     except BaseException:
         raw.close()
         raise
+
+
+def analyze_opened(
+    opener: Callable[[], BinaryReader],
+    limits: Limits | None = None,
+    directory: str | None = None,
+    budget: Budget | None = None,
+) -> tuple[RankAnalysis | None, str | None]:
+    """The analysis of the Kineto trace ``opener()`` returns (a stored file: its decompressed
+    bytes within ``budget``), or None and why not."""
+    compression: Compression | None = None
+    try:
+        stream, compression = unwrapped(opener(), budget)
+        try:
+            return analyze_stream(stream, limits, directory), None
+        finally:
+            stream.close()
+    except (InspectionError, AnalysisError) as exc:
+        return None, str(exc)
+    except EOFError:
+        return None, f"truncated: the {compression} stream ends before its end marker"
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        return None, f"malformed gzip stream: {exc}"
+    except zstandard.ZstdError as exc:
+        return None, f"malformed zstd stream: {exc}"
+    except OSError as exc:
+        return None, f"read error: {exc}"
+
+
+class RankTap:
+    """One rank's analysis fed by another pass over its bytes: call it with each window
+    (``inspect.jsonscan.Tap``), then ``finish``. It never raises into that pass: the first
+    problem stops it and becomes its reason."""
+
+    def __init__(self, limits: Limits | None = None, directory: str | None = None) -> None:
+        self._collector = RankCollector(limits, directory)
+        self._events = KinetoEvents(self._collector)
+        self.fed = False  # whether any bytes came (the file was a Kineto trace)
+        self.reason: str | None = None
+
+    def __call__(self, buf: bytes, end: int) -> None:
+        if self.reason is not None:
+            return
+        self.fed = True
+        try:
+            self._events.feed(buf, end)
+        except (InspectionError, AnalysisError) as exc:
+            self._stop(str(exc))
+        except Exception as exc:  # the pass it rides on must go on whatever happens here
+            self._stop(f"unexpected {type(exc).__name__}: {exc}")
+
+    def _stop(self, reason: str) -> None:
+        self.reason = reason
+        self._collector.close()
+
+    def finish(self) -> tuple[RankAnalysis | None, str | None]:
+        """The analysis of every byte handed over (the whole file), or None and why not."""
+        if self.reason is not None:
+            return None, self.reason
+        try:
+            self._events.close()
+            return self._collector.finish(), None
+        except (InspectionError, AnalysisError) as exc:
+            return None, str(exc)
+        finally:
+            self._collector.close()
+
+    def close(self) -> None:
+        """Drop what was collected (the pass failed before its end)."""
+        self._collector.close()
 
 
 def analyze_path(
@@ -99,27 +183,19 @@ def analyze_path(
     """Analyse a local file; ``name`` (default: the path as given) is how it is reported."""
     name = name or str(path)
     inspection = inspect_path(path, name, quick=True)
+    kineto, rank = inspection.format == "kineto_json", inspection.rank
     if inspection.status == "failed":
-        return FileOutcome(name, None, inspection.reason)
-    if inspection.format != "kineto_json":
-        return FileOutcome(name, None, f"not a Kineto trace (read as {inspection.format})")
-    compression: Compression | None = None
-    try:
-        stream, compression = open_trace(path)
-        try:
-            analysis = analyze_stream(stream, limits, directory)
-        finally:
-            stream.close()
-    except (InspectionError, AnalysisError) as exc:
-        return FileOutcome(name, None, str(exc))
-    except EOFError:
-        return FileOutcome(
-            name, None, f"truncated: the {compression} stream ends before its end marker"
-        )
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        return FileOutcome(name, None, f"malformed gzip stream: {exc}")
-    except zstandard.ZstdError as exc:
-        return FileOutcome(name, None, f"malformed zstd stream: {exc}")
-    except OSError as exc:
-        return FileOutcome(name, None, f"read error: {exc}")
-    return FileOutcome(name, AnalysedRank(inspection.rank, name, analysis))
+        return FileOutcome(name, None, inspection.reason, kineto, rank)
+    if not kineto:
+        return FileOutcome(name, None, f"not a Kineto trace (read as {inspection.format})", False)
+    analysis, reason = analyze_opened(_opener(path), limits, directory)
+    if analysis is None:
+        return FileOutcome(name, None, reason, True, rank)
+    return FileOutcome(name, AnalysedRank(rank, name, analysis), rank_number=rank)
+
+
+def _opener(path: str | os.PathLike[str]) -> Callable[[], BinaryReader]:
+    def opened() -> BinaryReader:
+        return Path(path).open("rb")  # analyze_opened closes it
+
+    return opened

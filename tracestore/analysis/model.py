@@ -8,6 +8,7 @@ the sample standard deviation without a list of durations and fold rows together
 
 from __future__ import annotations
 
+import json
 import math
 from array import array
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ KIND_NAMES = ("COMPUTATION", "COMMUNICATION", "MEMORY")
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 KERNEL_ROWS = 100  # rows a stored analysis keeps per rank; the rest fold into "others"
 OTHERS = "others"
+DETAIL_PIECE = 65_536  # numbers per piece of ``RankAnalysis.detail_text``
 
 
 def us(ns: int | float) -> int | float:
@@ -300,6 +302,47 @@ class RankAnalysis:
             "idle": [row.to_json() for row in self.idle],
             "steps": [step.to_json() for step in self.steps],
         }
+
+    def detail_text(self) -> Iterator[str]:
+        """What issue 45 needs besides the API's members, as JSON text in pieces: columns
+        over a table of the names they use, per (step, kernel name) the calls and their
+        time, and every communication kernel in start order (``-1``: no process group or
+        sequence number recorded), times in ns. In pieces, so that a million collectives
+        never become a list of Python numbers."""
+        names: dict[str, int] = {}
+        step_kernels, collectives = self.step_kernels, self.collectives
+
+        def ids(texts: list[str], column: array[int]) -> array[int]:
+            return array("q", (names.setdefault(texts[i], len(names)) for i in column))
+
+        step_names = ids(step_kernels.names, step_kernels.name_ids)
+        collective_names = ids(collectives.names, collectives.name_ids)
+        yield '{"names":' + json.dumps(list(names), ensure_ascii=False)
+        yield ',"processGroups":' + json.dumps(collectives.groups, ensure_ascii=False)
+        tables = (
+            ("stepKernels", ("step", "name", "calls", "durationNs")),
+            ("collectives", ("name", "processGroup", "sequence", "startNs", "durationNs")),
+        )
+        values = (
+            (step_kernels.steps, step_names, step_kernels.counts, step_kernels.durations),
+            (
+                collective_names,
+                collectives.group_ids,
+                collectives.sequences,
+                collectives.starts,
+                collectives.durations,
+            ),
+        )
+        for (member, columns), table in zip(tables, values, strict=True):
+            yield f',"{member}":{{'
+            for index, (column, numbers) in enumerate(zip(columns, table, strict=True)):
+                yield f'{"," if index else ""}"{column}":['
+                for start in range(0, len(numbers), DETAIL_PIECE):
+                    piece = numbers[start : start + DETAIL_PIECE]
+                    yield ("," if start else "") + ",".join(map(str, piece))
+                yield "]"
+            yield "}"
+        yield "}"
 
 
 def fold_kernels(rows: list[KernelStats], keep: int | None) -> list[KernelStats]:

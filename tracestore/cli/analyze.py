@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,20 +41,25 @@ def analyze_command(paths: tuple[Path, ...], top: int, as_json: bool) -> None:
             problem = "does not exist" if not path.exists() else "is neither a file nor a directory"
             raise click.UsageError(f"{path} {problem}")
     ranks: list[AnalysedRank] = []
-    failed = 0
+    failed: list[tuple[int | None, str, str]] = []
+    problems = 0
     for name, path in (found for given in paths for found in walk_files(given)):
         outcome = analyze_path(path, name)
         if outcome.rank is None:
-            failed += 1
+            problems += 1
             click.echo(f"{name}: {outcome.reason}", err=True)
+            if outcome.kineto:
+                failed.append((outcome.rank_number, name, outcome.reason or "not analysed"))
         else:
             ranks.append(outcome.rank)
     if as_json:
-        echo_json(traceset_json(ranks, KERNEL_ROWS))
+        # schemas.format_timestamp's form, without loading pydantic for it
+        when = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        echo_json(traceset_json(ranks, KERNEL_ROWS, failed=failed, analyzed_at=when))
     elif ranks:
         for line in report_lines(ranks, top):
             click.echo(line)
-    if failed:
+    if problems:
         sys.exit(1)
 
 

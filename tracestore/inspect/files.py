@@ -7,6 +7,10 @@ malformed file is ``failed`` with a reason, and nothing is raised. What one stor
 cost is bounded by ``Limits``: its decompressed bytes (members and nested files included)
 and the members inspected per archive; past either, it is ``failed`` with the reason and
 keeps what was read.
+
+A Kineto trace's bytes can be handed on as the scan reads them (``tap``, called with each
+window: the analysis of ``tracestore.analysis`` shares the pass rather than read the file
+again).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 import zstandard
 
 from tracestore.inspect import archives, chakra, chakra_json, comm_groups, kineto, pytorch_et
+from tracestore.inspect.jsonscan import Tap
 from tracestore.inspect.model import Draft, FileInspection, Format, InspectionError
 from tracestore.inspect.streams import (
     DEFAULT_LIMITS,
@@ -60,6 +65,7 @@ def inspect_file(
     quick: bool = False,
     limits: Limits = DEFAULT_LIMITS,
     stored_size: int | None = None,
+    tap: Tap | None = None,
 ) -> FileInspection:
     """Inspect the file ``opener()`` returns (a binary file object, closed afterwards).
 
@@ -68,10 +74,11 @@ def inspect_file(
     world size), leaving time span and collectives empty, and an execution trace at its first
     ``record_param_comms`` row on the default group; other formats ignore it.
     ``limits`` bound the work; ``stored_size`` (the file's bytes, when known) sets its
-    budget of decompressed bytes.
+    budget of decompressed bytes. ``tap``, when the file is a Kineto trace (not a member of
+    an archive), is handed every byte of its JSON as a full scan reads them, in order.
     """
     budget = limits.budget(stored_size)
-    return _inspect(opener, name, quick=quick, depth=0, limits=limits, budget=budget)
+    return _inspect(opener, name, quick=quick, depth=0, limits=limits, budget=budget, tap=tap)
 
 
 def inspect_path(
@@ -117,7 +124,14 @@ def sniff_format(head: bytes, name: str) -> Format:
 
 
 def _inspect(
-    opener: Opener, name: str, *, quick: bool, depth: int, limits: Limits, budget: Budget
+    opener: Opener,
+    name: str,
+    *,
+    quick: bool,
+    depth: int,
+    limits: Limits,
+    budget: Budget,
+    tap: Tap | None = None,
 ) -> FileInspection:
     draft = Draft(name=name, nested=depth > 0)
     try:
@@ -126,7 +140,7 @@ def _inspect(
         return draft.freeze(f"cannot open: {exc}")
     try:
         with closing(raw):
-            _scan(raw, draft, quick=quick, depth=depth, limits=limits, budget=budget)
+            _scan(raw, draft, quick=quick, depth=depth, limits=limits, budget=budget, tap=tap)
     except InspectionError as exc:
         return draft.freeze(str(exc))
     except EOFError:
@@ -152,7 +166,14 @@ def _inspect(
 
 
 def _scan(
-    raw: BinaryReader, draft: Draft, *, quick: bool, depth: int, limits: Limits, budget: Budget
+    raw: BinaryReader,
+    draft: Draft,
+    *,
+    quick: bool,
+    depth: int,
+    limits: Limits,
+    budget: Budget,
+    tap: Tap | None,
 ) -> None:
     origin = tell(raw)
     head = read_up_to(raw, HEAD_SIZE)
@@ -188,7 +209,7 @@ def _scan(
     if draft.format in ("zip", "tar") and depth >= MAX_ARCHIVE_DEPTH:
         raise InspectionError(f"archive nested more than {MAX_ARCHIVE_DEPTH} levels deep")
     if draft.format == "kineto_json":
-        kineto.scan(stream, draft, quick=quick, seekable=seekable)
+        kineto.scan(stream, draft, quick=quick, seekable=seekable, tap=tap)
     elif draft.format == "pytorch_et_json":
         pytorch_et.scan(stream, draft, quick=quick)
     elif draft.format == "chakra_et":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import compress
 from operator import add
@@ -23,6 +23,8 @@ from tracestore.inspect.model import Draft, InspectionError, Number, TimeSpan
 from tracestore.inspect.streams import BinaryReader, read_chunk
 
 CHUNK_SIZE = 4 * 1024 * 1024
+# Handed each window's new bytes as ``tap(buf, end)`` (``buf[:end]``), in stream order.
+Tap = Callable[[bytes, int], None]
 # The largest object (distributedInfo ...) decoded whole: decoding one costs several copies
 # of its text, and a real distributedInfo of thousands of process groups is a few MiB.
 MAX_OBJECT = 16 * 1024 * 1024

@@ -17,6 +17,7 @@ from typing import IO, Any, cast
 from tracestore.inspect.jsonscan import (
     ChunkedScan,
     CollectiveScan,
+    Tap,
     TimeSpanScan,
     Window,
     decode_value_at,
@@ -44,9 +45,16 @@ _HOST_PID_RE = re.compile(
 
 
 def scan(
-    stream: BinaryReader, draft: Draft, *, quick: bool = False, seekable: bool = False
+    stream: BinaryReader,
+    draft: Draft,
+    *,
+    quick: bool = False,
+    seekable: bool = False,
+    tap: Tap | None = None,
 ) -> None:
-    """Fill ``draft`` from a Kineto trace; ``seekable`` allows the quick tail look-up."""
+    """Fill ``draft`` from a Kineto trace; ``seekable`` allows the quick tail look-up.
+    A full scan hands ``tap`` every byte once, in order (a window the scan holds back for
+    ``distributedInfo`` comes round again: its bytes are not handed twice)."""
     if quick:
         draft.scan = "quick"
         _quick_scan(stream, draft, seekable)
@@ -57,8 +65,11 @@ def scan(
     info_found = False
     base_ns: int | None = None
     steps: set[bytes] = set()
+    tapped = 0  # the stream offset up to which tap has had the bytes
     try:
         for window in chunks:
+            if tap is not None:
+                tapped = _hand_on(tap, window, tapped)
             end = window.end
             if not info_found:
                 info_found, held = _read_info(window, chunks, draft)
@@ -84,6 +95,16 @@ def scan(
         draft.time_span = times.result(base_us)
         comms.store(draft)
         draft.profiler_steps = len(steps) if steps else None
+
+
+def _hand_on(tap: Tap, window: Window, tapped: int) -> int:
+    """Hand ``tap`` the window's bytes it has not had; the offset it has had them up to."""
+    skip = tapped - window.offset
+    if skip <= 0:
+        tap(window.buf, window.end)
+    elif skip < window.end:  # rare: a held window came round again
+        tap(window.buf[skip : window.end], window.end - skip)
+    return max(tapped, window.offset + window.end)
 
 
 def gpu_models(window: Window, end: int, draft: Draft) -> None:
