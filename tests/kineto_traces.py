@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -187,3 +188,22 @@ def compact_json(trace: dict[str, Any]) -> str:
     """The document as ``json.dumps`` writes it, each event's keys in another order."""
     events = [dict(sorted(event.items())) for event in trace["traceEvents"]]
     return json.dumps({**trace, "traceEvents": events})
+
+
+DLRM = Path(__file__).with_name("data") / "kineto-dlrm-8ranks"
+_DLRM_INFO = re.compile(rb'"distributedInfo": \{"backend": "nccl", "rank": \d+, "world_size": 8\}')
+
+
+def dlrm_ranks(count: int) -> dict[str, bytes]:
+    """``count`` Kineto ranks made from the real DLRM sample's eight (``tests/data``): rank r
+    is worker r % 8's trace with its distributedInfo saying rank r of ``count``; the file
+    names are ``rank{r:04d}.pt.trace.json``."""
+    samples = sorted(DLRM.iterdir())
+    made = {}
+    for rank in range(count):
+        data = samples[rank % len(samples)].read_bytes()
+        info = b'"distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d}'
+        data, found = _DLRM_INFO.subn(info % (rank, count), data)
+        assert found == 1, samples[rank % len(samples)]
+        made[f"rank{rank:04d}.pt.trace.json"] = data
+    return made

@@ -44,6 +44,11 @@ RULES: dict[str, list[tuple[int, str]]] = {
         (400, "supporting applies to a download of ranks"),
         (400, "Unknown rank"),  # ranks the traceset's files do not hold
     ],
+    "GET /api/v1/tracesets/{traceset_id}/analysis": [
+        (400, "ranks: the range"),  # one that ends before it starts
+        (400, "ranks: rank .* is beyond"),
+        (400, "ranks must list"),  # more pieces than MAX_PIECES
+    ],
     "POST /api/v1/tracesets/upload-url": [
         *_METADATA,
         (400, "File names "),  # two names one directory tree cannot hold together

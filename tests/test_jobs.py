@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from tests.conftest import FakeClock
 from tests.uploading import upload
-from tracestore.server import db, inspection, jobs
+from tracestore.server import db, file_jobs, inspection, jobs
 from tracestore.server.app import create_app
 from tracestore.server.jobs import ClaimedJob, LeaseLost
 from tracestore.server.services import Services
@@ -225,20 +225,25 @@ def test_an_inspection_whose_workers_die_shows_failed_not_pending(
 ) -> None:
     monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
     traceset = upload(http, {"r0.json": (TRACE, "primary")}, ONE_RANK)
-    # Every worker that takes it dies mid-inspection (claims, never renews or ends).
+    # Every worker that takes the file's job dies mid-read (claims, never renews or ends).
     for attempt in range(services.settings.job_crashes):
-        assert _claim(services, f"doomed{attempt}", [jobs.INSPECT]) is not None
+        assert _claim(services, f"doomed{attempt}", [jobs.TRACE_FILE]) is not None
         clock.advance(seconds=services.settings.job_lease.total_seconds() + 1)
     services.wait_for_background()
     after: dict[str, Any] = http.get(f"/api/v1/tracesets/{traceset['id']}").json()
     assert after["files"][0]["metadataStatus"] == "failed"
     told = after["inspection"]
-    assert told["status"] == "failed"
-    assert told["reason"].startswith(
-        "inspection was given up: its worker died while running it 2 times"
-    )
-    assert told["files"] == [{"name": "r0.json", "status": "failed", "reason": told["reason"]}]
+    reason = "inspection was given up: its worker died while running it 2 times"
+    assert told["status"] == "complete"  # the census of the files that could be read
+    (failed,) = told["census"]["failedFiles"]
+    assert failed["file"] == "r0.json" and failed["reason"].startswith(reason)
+    assert told["files"][0]["reason"].startswith(reason)
     assert after["status"] == "ready"
+    analysis = http.get(f"/api/v1/tracesets/{traceset['id']}/analysis").json()
+    assert analysis["status"] == "failed"
+    (entry,) = analysis["ranks"]
+    assert entry["status"] == "failed"
+    assert entry["reason"].startswith("analysis was given up: its worker died while running")
 
 
 def test_a_worker_whose_lease_was_taken_keeps_the_new_owners_result(
@@ -247,15 +252,17 @@ def test_a_worker_whose_lease_was_taken_keeps_the_new_owners_result(
     """The slow first worker finishes after a second one did: its write is refused."""
     monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
     traceset = upload(http, {"r0.json": (TRACE, "primary")}, ONE_RANK)
-    slow = _claim(services, "slow", [jobs.INSPECT])
+    slow = _claim(services, "slow", [jobs.TRACE_FILE])
     assert slow is not None
     clock.advance(seconds=services.settings.job_lease.total_seconds() + 1)
     services.wait_for_background()  # a second worker takes over and records its result
     first = http.get(f"/api/v1/tracesets/{traceset['id']}").json()["inspection"]
+    analysed = http.get(f"/api/v1/tracesets/{traceset['id']}/analysis").text
     clock.advance(seconds=5)
     with pytest.raises(LeaseLost):
-        inspection.inspect_traceset(services, traceset["id"], job=slow)
+        file_jobs.read_trace_file(services, slow, lambda: False)
     assert http.get(f"/api/v1/tracesets/{traceset['id']}").json()["inspection"] == first
+    assert http.get(f"/api/v1/tracesets/{traceset['id']}/analysis").text == analysed
 
 
 def test_the_in_process_worker_thread_runs_queued_jobs(
@@ -269,7 +276,7 @@ def test_the_in_process_worker_thread_runs_queued_jobs(
         deadline = time.monotonic() + 20
         while True:
             answer = client.get(f"/api/v1/tracesets/{traceset['id']}").json()
-            if answer["files"][0]["metadataStatus"] != "pending":
+            if answer["inspection"] is not None:  # recorded by the assembly, after the file
                 break
             assert time.monotonic() < deadline, "the worker thread never inspected it"
             time.sleep(0.05)

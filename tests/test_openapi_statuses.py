@@ -110,6 +110,7 @@ API_OPERATIONS: dict[str, tuple[str, str]] = {
     "resume_upload": ("GET", f"{UPLOAD}/up_x"),
     "get_traceset": ("GET", f"{LIST}/ts_x"),
     "delete_traceset": ("DELETE", f"{LIST}/ts_x"),
+    "get_analysis": ("GET", f"{LIST}/ts_x/analysis"),
     "promote_traceset": ("POST", f"{LIST}/ts_x/promote"),
     "download_traceset": ("GET", f"{LIST}/ts_x/download"),
     "resolve_traceset": ("GET", f"{LIST}/ts_x/resolve"),
@@ -260,6 +261,11 @@ DRIVERS: dict[tuple[str, int], Driver] = {
     ("get_traceset", 200): lambda s: s.http.get(f"{LIST}/{s.ready()['id']}"),
     ("get_traceset", 404): lambda s: s.http.get(f"{LIST}/ts_x"),
     ("delete_traceset", 204): lambda s: s.http.delete(f"{LIST}/{s.ready()['id']}"),
+    ("get_analysis", 200): lambda s: s.http.get(f"{LIST}/{s.ready()['id']}/analysis"),
+    ("get_analysis", 400): lambda s: s.http.get(
+        f"{LIST}/{s.ready()['id']}/analysis", params={"ranks": "7-0"}
+    ),
+    ("get_analysis", 404): lambda s: s.http.get(f"{LIST}/ts_x/analysis"),
     ("delete_traceset", 404): lambda s: s.http.delete(f"{LIST}/ts_x"),
     ("promote_traceset", 200): lambda s: _promote(s, s.ready()["id"]),
     ("promote_traceset", 400): lambda s: s.http.post(

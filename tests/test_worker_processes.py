@@ -1,6 +1,7 @@
 """Background jobs through real processes: API-only replicas (`serve --no-worker`) on
-PostgreSQL and S3 keep answering while a `tracestore worker` inspects a large traceset; that
-worker is SIGKILLed mid-inspection, and a second one finishes the job once the lease lapses."""
+PostgreSQL and S3 keep answering while a `tracestore worker` reads a large traceset's file
+(its inspection and analysis, one `trace_file` job); that worker is SIGKILLed mid-read, and
+a second one finishes the job once the lease lapses, then assembles the census."""
 
 from __future__ import annotations
 
@@ -79,10 +80,10 @@ def worker_process(
 
 
 def job_row(database_url: str) -> dict[str, Any] | None:
-    """The inspect job, straight from the jobs table."""
+    """The file's job, straight from the jobs table."""
     with psycopg.connect(database_url.replace("+psycopg", "")) as connection:
         row = connection.execute(
-            "SELECT state, lease_owner, attempts, lease_until FROM jobs WHERE kind = 'inspect'"
+            "SELECT state, lease_owner, attempts, lease_until FROM jobs WHERE kind = 'trace_file'"
         ).fetchone()
     if row is None:
         return None
@@ -191,7 +192,7 @@ def test_a_killed_workers_inspection_is_finished_by_another_while_the_api_answer
 
         def inspected() -> bool:
             with Client(api[1].url, token) as client:
-                return client.get_traceset(made.id).files[0].metadata_status != "pending"
+                return client.get_traceset(made.id).inspection is not None  # the census
 
         wait_for(inspected, "the second worker never finished the job", 90, logs)
         assert second.poll() is None

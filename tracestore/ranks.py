@@ -16,6 +16,9 @@ from tracestore.metadata import MAX_RANK_COUNT
 Runs = tuple[tuple[int, int], ...]
 MAX_PIECES = 1024
 _PIECE = re.compile(r"(\d{1,10})(?:-(\d{1,10}))?")
+# What ``parse_ranks`` reads, as an OpenAPI description's pattern (a range that ends before
+# it starts, a rank past the largest rank count and more than MAX_PIECES pieces it cannot say).
+RANKS_PATTERN = r"^\s*\d{1,10}(-\d{1,10})?\s*(,\s*\d{1,10}(-\d{1,10})?\s*)*$"
 
 
 def parse_ranks(text: str, name: str = "ranks") -> Runs:

@@ -6,8 +6,9 @@ models are what ``GET`` answers and what the client returns.
 Each concept has a module of its own: ``wire`` (the base models and shared types),
 ``filenames`` (the file-name rules), ``workload`` (workloadMetadata and the exact wire JSON),
 ``uploads``, ``tracesets`` (a traceset, the listing, downloads, validation, resolve,
-promotion), ``libraries`` and ``admin``. Callers import every name from here,
-``from tracestore import schemas`` then ``schemas.Traceset``: the client's answers are
+promotion), ``analysis`` (a traceset's analysis), ``libraries`` and ``admin``. Callers
+import every name from here, ``from tracestore import schemas`` then
+``schemas.Traceset``: the client's answers are
 documented as models of ``tracestore.schemas`` (docs/client.md).
 """
 
@@ -15,6 +16,17 @@ from __future__ import annotations
 
 from tracestore.jsontext import lone_surrogate
 from tracestore.schemas.admin import ApiToken, NewApiToken, Tenant, User, Workspace
+from tracestore.schemas.analysis import (
+    AnalysisSummary,
+    CommunicationOverlap,
+    IdleRow,
+    KernelRow,
+    RankAnalysis,
+    Spread,
+    StepRow,
+    TemporalBreakdown,
+    TracesetAnalysis,
+)
 from tracestore.schemas.filenames import (
     MAX_NAME_BYTES,
     NAME_PATTERN,
@@ -91,7 +103,9 @@ __all__ = [
     "MAX_NAME_BYTES",
     "NAME_PATTERN",
     "NOT_UNICODE",
+    "AnalysisSummary",
     "ApiToken",
+    "CommunicationOverlap",
     "CompleteRequest",
     "CompletedFileInput",
     "CompletedPart",
@@ -101,7 +115,9 @@ __all__ = [
     "FileResponse",
     "FileUploadUrls",
     "Health",
+    "IdleRow",
     "Integer",
+    "KernelRow",
     "Library",
     "LibraryFile",
     "LibraryItem",
@@ -114,6 +130,7 @@ __all__ = [
     "PartUploadUrl",
     "PromoteAnswer",
     "PromoteRequest",
+    "RankAnalysis",
     "RankRange",
     "ReceivedPart",
     "RequestModel",
@@ -122,11 +139,15 @@ __all__ = [
     "Role",
     "Scope",
     "SnakeWireModel",
+    "Spread",
     "Status",
+    "StepRow",
+    "TemporalBreakdown",
     "Tenant",
     "Text",
     "Timestamp",
     "Traceset",
+    "TracesetAnalysis",
     "TracesetListItem",
     "TracesetPage",
     "TracesetUploadUrlRequest",

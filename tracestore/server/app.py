@@ -30,6 +30,7 @@ from tracestore.server.auth import bootstrap
 from tracestore.server.db.database import POOL_SIZE
 from tracestore.server.request_bodies import pydantic_message
 from tracestore.server.routes import (
+    analysis,
     blobs,
     downloads,
     health,
@@ -220,7 +221,8 @@ def create_app(
     app.state.services = services
     install_error_handlers(app)
     # Included in the order of the OpenAPI document's paths.
-    for resource in (listing, uploads, tracesets, promotion, downloads, libraries, blobs):
+    resources = (listing, uploads, tracesets, analysis, promotion, downloads, libraries, blobs)
+    for resource in resources:
         app.include_router(resource.router)
     if stores_bytes_locally(settings):  # an object store answers its own part and blob URLs
         app.include_router(blobs.local_store_router)

@@ -1,12 +1,15 @@
 """Use case: inspect a completed traceset's primary files and record its rank census.
 
-Every completed traceset gets an ``inspect`` job (``jobs.py``) in the completing transaction.
-A small one's job is held by the completing request, which inspects it before answering, so
-the answer already carries the census; a larger one's waits for a worker (``worker.py``).
-Either way a process that dies mid-inspection leaves a job whose lease lapses and another
-worker takes it over. Files stay ``pending`` until read; a job given up after
-``TRACESTORE_JOB_ATTEMPTS`` tries, or after its worker died ``TRACESTORE_JOB_CRASHES``
-times running it, marks them ``failed`` with the reason.
+Every completed traceset gets its inspection queued as jobs (``jobs.py``) in the completing
+transaction, with its analysis (``analysis.py``). A small one's is one ``inspect`` job, held
+by the completing request, which inspects it before answering, so the answer already
+carries the census; its Kineto files are then analysed by ``trace_file`` jobs. A larger
+one's files are each read once by a ``trace_file`` job of their own, inspected and analysed
+in the same pass, and an ``assemble`` job records the census from their inspections
+(``file_jobs.py``): every worker takes part. Either way a process that dies mid-inspection
+leaves a job whose lease lapses and another worker takes it over. Files stay ``pending``
+until read; a job given up after ``TRACESTORE_JOB_ATTEMPTS`` tries, or after its worker died
+``TRACESTORE_JOB_CRASHES`` times running it, marks them ``failed`` with the reason.
 
 What one traceset's inspection may cost is bounded by the settings: each stored file by
 ``inspect.Limits`` (decompressed bytes, members per archive), the results held while the
@@ -34,6 +37,7 @@ from tracestore.inspect import (
     rank_census,
     validation_checks,
 )
+from tracestore.inspect.jsonscan import Tap
 from tracestore.inspect.readiness import readiness, readiness_checks
 from tracestore.inspect.summary import (
     MAX_DISTINCT_VALUES,
@@ -41,9 +45,10 @@ from tracestore.inspect.summary import (
     summary_world_size,
     traceset_summary,
 )
-from tracestore.server import db, jobs
+from tracestore.server import analysis, db, jobs
 from tracestore.server.jobs import ClaimedJob
 from tracestore.server.services import Services
+from tracestore.server.stored_json import bounded
 
 log = logging.getLogger("tracestore.inspection")
 
@@ -51,27 +56,33 @@ log = logging.getLogger("tracestore.inspection")
 INLINE_INSPECTION_BYTES = 64 * 1024 * 1024
 # Files' results held while a traceset is read, in times TRACESTORE_MAX_INSPECTION_SIZE.
 RESULTS_PER_LIMIT = 4
-# How a stored inspection over its limit is shortened, step by step until it fits: every
-# list and object below the top two levels to its first N members, every text to its first
-# M characters (the checks' messages to at least 1024).
-SHRINK_STEPS = ((1000, 4096), (100, 1024), (10, 256), (0, 256))
-_WHOLE = ("checks", "readiness")  # objects whose members are kept: validate reports them
 
 
 def queue_inspection(
     session: Session, services: Services, traceset_id: str, primary_bytes: int
 ) -> ClaimedJob | None:
-    """Record the traceset's inspection job in the caller's (completing) transaction; for a
-    small traceset the job is held by the caller, who inspects it (``run_inspection``)."""
+    """Record the traceset's inspection jobs in the caller's (completing) transaction; for a
+    small traceset the one job is held by the caller, who inspects it (``run_inspection``),
+    a larger one gets a ``trace_file`` job per primary file."""
     now = services.now()
-    key = f"{jobs.INSPECT}:{traceset_id}"
     if primary_bytes <= INLINE_INSPECTION_BYTES:
+        analysis.begin(session, traceset_id, now, files=0, inspects=False)
         owner = f"request:{secrets.token_hex(8)}"
         lease = services.settings.job_lease
+        key = f"{jobs.INSPECT}:{traceset_id}"
         return jobs.enqueue_claimed(
             session, jobs.INSPECT, traceset_id, now, owner, lease, dedupe_key=key
         )
-    jobs.enqueue(session, jobs.INSPECT, traceset_id, now, dedupe_key=key)
+    positions = list(
+        session.scalars(
+            select(db.TracesetFile.position)
+            .where(db.TracesetFile.traceset_id == traceset_id, db.TracesetFile.role == "primary")
+            .order_by(db.TracesetFile.position)
+        )
+    )
+    analysis.begin(session, traceset_id, now, files=len(positions), inspects=True)
+    for position in positions:
+        analysis.queue_file(session, services, traceset_id, position)
     return None
 
 
@@ -84,6 +95,7 @@ def run_inspection(services: Services, job: ClaimedJob | None) -> None:
     try:
         with jobs.keep_lease(services, job):
             inspect_traceset(services, job.subject or "", job=job)
+        services.wake_worker()  # its analysis jobs
     except jobs.LeaseLost:
         log.warning("inspection of %s was taken over by a worker", job.subject)
     except Exception as exc:
@@ -104,9 +116,10 @@ def failure_text(exc: BaseException) -> str:
 def inspect_traceset(
     services: Services, traceset_id: str, *, job: ClaimedJob | None = None
 ) -> RankCensus | None:
-    """Read every primary file, record what each holds, and the traceset's rank census.
-    With ``job``, the result is recorded only together with the job's end, and not at all
-    (LeaseLost) when the job's lease passed to another worker meanwhile."""
+    """Read every primary file, record what each holds, and the traceset's rank census;
+    queue the analysis of its Kineto files. With ``job``, the result is recorded only
+    together with the job's end, and not at all (LeaseLost) when the job's lease passed to
+    another worker meanwhile."""
     with services.db.session(write=False) as session:
         traceset = session.get(db.Traceset, traceset_id)
         gone = traceset is None or traceset.status != "ready"
@@ -133,44 +146,69 @@ def inspect_traceset(
     held = 0  # bytes of the results so far, as JSON
     for _, name, sha256, size in files:
         if held > RESULTS_PER_LIMIT * settings.max_inspection_size:
-            result = FileInspection(
-                name=name,
-                status="failed",
-                reason=f"not inspected: the results of this traceset's files passed "
-                f"{RESULTS_PER_LIMIT} times its {settings.max_inspection_size:,} bytes of "
-                "inspection (TRACESTORE_MAX_INSPECTION_SIZE)",
-            )
+            result = not_inspected(name, settings.max_inspection_size)
         else:
-            result = _inspect_blob(services, name, sha256, size)
+            result = inspect_blob(services, name, sha256, size)
             held += len(json.dumps(result.to_json()))
         found.append((name, result))
     census = rank_census(found, declared_rank_count=declared, workload_metadata=metadata)
-    by_name = dict(found)
-    per_file = max(settings.max_inspection_size // max(len(files), 1), 4096)
     with services.db.session() as session:
         if job is not None:
             jobs.finish(session, job, services.now())
         traceset = session.get(db.Traceset, traceset_id)
         if traceset is None:
             return census
-        for row in session.scalars(
-            select(db.TracesetFile).where(
-                db.TracesetFile.traceset_id == traceset_id, db.TracesetFile.role == "primary"
-            )
-        ):
-            result = by_name[row.name]
-            row.inspection = bounded(result.to_json(), per_file)
-            row.metadata_status = result.status
-            row.metadata_reason = result.reason
-            span = census.rank_ranges.get(row.name)
-            row.rank_start, row.rank_end = (span.start, span.end) if span else (None, None)
-            told = census.rank_provenance.get(row.name)
-            row.rank_provenance = told if isinstance(told, str) else None
-        limit = settings.inspection_distinct_values
-        view = inspection_view(census, found, services.now(), max_values=limit)
-        record_facts(session, traceset, view["summary"], max_values=limit)
-        traceset.inspection = bounded(view, settings.max_inspection_size)
+        record_census(session, services, traceset, found, census)
+        analysis.queue_analysis(
+            session,
+            services,
+            traceset_id,
+            [(position, result) for (position, *_), (_, result) in zip(files, found, strict=True)],
+        )
     return census
+
+
+def not_inspected(name: str, limit: int) -> FileInspection:
+    """A file left unread: the results of its traceset's files before it passed what may be
+    held (``RESULTS_PER_LIMIT`` times ``TRACESTORE_MAX_INSPECTION_SIZE``)."""
+    return FileInspection(
+        name=name,
+        status="failed",
+        reason=f"not inspected: the results of this traceset's files passed "
+        f"{RESULTS_PER_LIMIT} times its {limit:,} bytes of inspection "
+        "(TRACESTORE_MAX_INSPECTION_SIZE)",
+    )
+
+
+def record_census(
+    session: Session,
+    services: Services,
+    traceset: db.Traceset,
+    found: list[tuple[str, FileInspection]],
+    census: RankCensus,
+) -> None:
+    """Record what each primary file holds (``found``, by name) and the traceset's rank
+    census, summary and searchable facts, in the caller's transaction."""
+    settings = services.settings
+    by_name = dict(found)
+    per_file = max(settings.max_inspection_size // max(len(found), 1), 4096)
+    for row in session.scalars(
+        select(db.TracesetFile).where(
+            db.TracesetFile.traceset_id == traceset.id, db.TracesetFile.role == "primary"
+        )
+    ):
+        result = by_name[row.name]
+        row.inspection = bounded(result.to_json(), per_file)
+        row.metadata_status = result.status
+        row.metadata_reason = result.reason
+        span = census.rank_ranges.get(row.name)
+        row.rank_start, row.rank_end = (span.start, span.end) if span else (None, None)
+        told = census.rank_provenance.get(row.name)
+        row.rank_provenance = told if isinstance(told, str) else None
+    limit = settings.inspection_distinct_values
+    view = inspection_view(census, found, services.now(), max_values=limit)
+    record_facts(session, traceset, view["summary"], max_values=limit)
+    traceset.inspection = bounded(view, settings.max_inspection_size)
 
 
 def record_facts(
@@ -190,59 +228,25 @@ def record_facts(
     traceset.inspected_world_size = summary_world_size(summary)
 
 
-def bounded(value: dict[str, Any], limit: int) -> dict[str, Any]:
-    """``value`` (an inspection's JSON) if its text is at most ``limit`` bytes, else shortened
-    by ``SHRINK_STEPS`` until it is, with a ``truncated`` member saying so. The top two
-    levels keep their members, so every reader finds the members it looks for."""
-    size = _json_size(value)
-    if size <= limit:
-        return value
-    shrunk = value
-    for items, chars in SHRINK_STEPS:
-        shrunk = _shrunk(value, items, chars, 0)
-        shrunk["truncated"] = {
-            "size": size,
-            "limit": limit,
-            "message": f"this inspection's {size:,} bytes of JSON were shortened to fit "
-            f"{limit:,} (TRACESTORE_MAX_INSPECTION_SIZE): lists and objects keep their first "
-            f"{items}, texts their first {chars} characters",
-        }
-        if _json_size(shrunk) <= limit:
-            break
-    return shrunk
-
-
-def _json_size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
-
-
-def _shrunk(value: Any, items: int, chars: int, depth: int) -> Any:
-    if isinstance(value, str):
-        return value if len(value) <= chars else value[:chars] + "…"
-    if isinstance(value, dict):
-        whole = depth < 2 or items < 0
-        kept = list(value.items()) if whole else list(value.items())[:items]
-        return {
-            key: _shrunk(item, -1, max(chars, 1024), depth + 1)
-            if key in _WHOLE
-            else _shrunk(item, items, chars, depth + 1)
-            for key, item in kept
-        }
-    if isinstance(value, list):
-        kept_items = value if items < 0 else value[:items]
-        return [_shrunk(item, items, chars, depth + 1) for item in kept_items]
-    return value
-
-
-def _inspect_blob(
-    services: Services, name: str, sha256: str | None, size: int | None
+def inspect_blob(
+    services: Services,
+    name: str,
+    sha256: str | None,
+    size: int | None,
+    tap: Tap | None = None,
 ) -> FileInspection:
+    """The inspection of one stored file (``tap``: handed a Kineto trace's bytes as they are
+    read); a store that cannot be read is a failed inspection, not an exception."""
     if sha256 is None:
         return FileInspection(name=name, status="failed", reason="the file has no stored bytes")
     limits = services.settings.inspect_limits
     try:
         return inspect_file(
-            lambda: services.store.open_blob(sha256), name, limits=limits, stored_size=size
+            lambda: services.store.open_blob(sha256),
+            name,
+            limits=limits,
+            stored_size=size,
+            tap=tap,
         )
     except Exception as exc:  # the readers never raise on bad bytes; this is the store failing
         log.exception("could not read blob %s for %s", sha256, name)
@@ -287,7 +291,7 @@ def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
 def give_up_inspection(services: Services, job: ClaimedJob, why: str) -> None:
     """End an inspection job that may not run again (``why``: out of attempts, or its
     workers died running it): its files still pending become ``failed`` with the reason,
-    so the traceset does not stay pending."""
+    so the traceset does not stay pending; nor does its analysis, which never started."""
     now = services.now()
     reason = f"inspection {why}"
     with services.db.session() as session:
@@ -295,16 +299,7 @@ def give_up_inspection(services: Services, job: ClaimedJob, why: str) -> None:
         traceset = session.get(db.Traceset, job.subject) if job.subject else None
         if traceset is None:
             return
-        pending = session.scalars(
-            select(db.TracesetFile).where(
-                db.TracesetFile.traceset_id == traceset.id,
-                db.TracesetFile.role == "primary",
-                db.TracesetFile.metadata_status == "pending",
-            )
-        ).all()
-        for row in pending:
-            row.metadata_status = "failed"
-            row.metadata_reason = reason
+        pending = fail_pending_files(session, traceset.id, reason)
         if traceset.inspection is None:
             traceset.inspection = {
                 "status": "failed",
@@ -312,3 +307,23 @@ def give_up_inspection(services: Services, job: ClaimedJob, why: str) -> None:
                 "reason": reason,
                 "files": [{"name": f.name, "status": "failed", "reason": reason} for f in pending],
             }
+        analysis.give_up(session, services, traceset.id, f"not analysed: {reason}")
+
+
+def fail_pending_files(
+    session: Session, traceset_id: str, reason: str, position: int | None = None
+) -> list[db.TracesetFile]:
+    """Mark the traceset's primary files still pending (or the one at ``position``, if it
+    still is) ``failed`` with ``reason``; those rows."""
+    query = select(db.TracesetFile).where(
+        db.TracesetFile.traceset_id == traceset_id,
+        db.TracesetFile.role == "primary",
+        db.TracesetFile.metadata_status == "pending",
+    )
+    if position is not None:
+        query = query.where(db.TracesetFile.position == position)
+    pending = session.scalars(query).all()
+    for row in pending:
+        row.metadata_status = "failed"
+        row.metadata_reason = reason
+    return list(pending)

@@ -8,9 +8,10 @@ on PostgreSQL, so concurrent workers take different jobs; on SQLite the write tr
 (``BEGIN IMMEDIATE``) makes claims one at a time. Ending a job is conditional on still
 holding its lease, so a worker that lost it cannot overwrite the new owner's result:
 ``finish`` and ``fail`` take the caller's session, and a result written in that session
-commits only with the job's end. A lapsed lease also counts one of the job's ``crashes``:
-a job that kills its process (a bomb of a trace) would kill every worker it is handed to,
-so the worker gives it up after ``TRACESTORE_JOB_CRASHES`` of them (``worker.py``).
+commits only with the job's end, which records the worker that ran it (``ran_by``). A
+lapsed lease also counts one of the job's ``crashes``: a job that kills its process (a bomb
+of a trace) would kill every worker it is handed to, so the worker gives it up after
+``TRACESTORE_JOB_CRASHES`` of them (``worker.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from tracestore.server.services import Services
 log = logging.getLogger("tracestore.jobs")
 
 INSPECT = "inspect"
+TRACE_FILE = "trace_file"  # one stored file read once: inspected and analysed (analysis.py)
+ASSEMBLE = "assemble"  # a traceset's census and analysis summary, once its files are read
 SWEEP = "sweep"
 LIVE = ("queued", "running")
 
@@ -194,7 +197,7 @@ def finish(
         values = {"state": "done", "dedupe_key": None, "error": None}
     else:
         values = {"state": "queued", "run_after": again_at, "attempts": 0, "error": None}
-    _end(session, job, now, values)
+    _end(session, job, now, {**values, "ran_by": job.owner})
 
 
 def fail(
@@ -211,7 +214,7 @@ def fail(
         values: dict[str, object] = {"state": "failed", "dedupe_key": None, "error": error}
     else:
         values = {"state": "queued", "run_after": retry_at, "error": error}
-    _end(session, job, now, values)
+    _end(session, job, now, {**values, "ran_by": job.owner})
 
 
 def release(database: Database, job: ClaimedJob, now: datetime) -> bool:

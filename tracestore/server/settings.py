@@ -33,6 +33,7 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tracestore.analysis.rank import Limits as AnalysisLimits
 from tracestore.inspect.streams import MAX_EXPANSION, MAX_MEMBERS, MAX_UNPACKED, Limits
 
 MIB = 1024 * 1024
@@ -168,6 +169,11 @@ class Settings(BaseSettings):
     inspect_max_expansion: int = Field(default=MAX_EXPANSION, ge=1)
     inspect_max_members: int = Field(default=MAX_MEMBERS, ge=1)
     max_inspection_size: Size = Field(default=16 * MIB, ge=64 * 1024)
+    # What analysing one Kineto trace may hold in memory (analysis.Limits.sort_memory: its
+    # records being sorted; past it they spill to disk), and the analysis stored per
+    # traceset, shared out among its files (analysis.file_share).
+    analysis_memory: Size = Field(default=64 * MIB, ge=4 * MIB)
+    max_analysis_size: Size = Field(default=64 * MIB, ge=64 * 1024)
     # Whether this process runs a worker (serve's --no-worker: an API-only replica).
     in_process_worker: bool = True
     # How long a stopping ``serve`` lets open requests finish before it cancels them: a
@@ -335,6 +341,11 @@ class Settings(BaseSettings):
             expansion=self.inspect_max_expansion,
             members=self.inspect_max_members,
         )
+
+    @property
+    def analysis_limits(self) -> AnalysisLimits:
+        """What analysing one stored Kineto trace may hold in memory."""
+        return AnalysisLimits(sort_memory=self.analysis_memory)
 
     @property
     def url_lifetime(self) -> timedelta:

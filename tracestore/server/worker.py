@@ -1,7 +1,10 @@
 """The job loop: claim a job, run it under a renewed lease, end it; then the next.
 
 ``tracestore worker`` runs one in its own process, and ``tracestore serve`` one in a thread
-(unless ``--no-worker``). Every worker keeps the one ``sweep`` job armed, so the sweeper
+(unless ``--no-worker``). The kinds: ``inspect`` (a small traceset's inspection, which its
+completing request runs unless it died), ``trace_file`` and ``assemble`` (``file_jobs.py``:
+each file read once for its inspection and analysis, then the traceset's census and
+summary), and the periodic ``sweep``. Every worker keeps the one ``sweep`` job armed, so the sweeper
 runs once per interval whatever the number of processes.
 """
 
@@ -18,6 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tracestore.server import jobs
+from tracestore.server.file_jobs import (
+    assemble_traceset,
+    give_up_assembly,
+    give_up_trace_file,
+    read_trace_file,
+)
 from tracestore.server.inspection import failure_text, give_up_inspection, inspect_traceset
 from tracestore.server.jobs import ClaimedJob
 from tracestore.server.lifecycle import sweep
@@ -76,6 +85,8 @@ def _sweep(services: Services, job: ClaimedJob, stopping: Callable[[], bool]) ->
 
 KINDS: Mapping[str, JobKind] = {
     jobs.INSPECT: JobKind(run=_inspect, give_up=give_up_inspection),
+    jobs.TRACE_FILE: JobKind(run=read_trace_file, give_up=give_up_trace_file),
+    jobs.ASSEMBLE: JobKind(run=assemble_traceset, give_up=give_up_assembly),
     jobs.SWEEP: JobKind(run=_sweep, periodic=True),
 }
 

@@ -12,9 +12,11 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Double,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     TypeDecorator,
@@ -165,6 +167,14 @@ FAMILY_INDEXES = (
     ("ix_tracesets_scope_tenant_family_created", ("scope", "tenant_id")),
     ("ix_tracesets_scope_family_created", ("scope",)),
 )
+# The list's step_time sort (migration 0009): per arm, the analysed tracesets in (median step
+# time, created, id) order; partial, so a traceset costs them nothing until it is analysed.
+STEP_TIME_INDEXES = (
+    ("ix_tracesets_workspace_step_time", ("workspace_id",)),
+    ("ix_tracesets_scope_tenant_step_time", ("scope", "tenant_id")),
+    ("ix_tracesets_scope_step_time", ("scope",)),
+)
+STEP_TIME_ANALYSED = "median_step_time_us IS NOT NULL"
 
 
 class Traceset(Base):
@@ -195,10 +205,29 @@ class Traceset(Base):
     inspection: Mapped[Any] = mapped_column(JSON, nullable=True, deferred=True)
     # The world size inspection found (inspection.summary.worldSize), for the list's ranges.
     inspected_world_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The analysis summary's medians over ranks, for the list's filters and sort (0009).
+    median_idle_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
+    median_overlap_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
+    median_step_time_us: Mapped[float | None] = mapped_column(Double, nullable=True)
     __table_args__ = (
         Index("ix_tracesets_workspace_created", "workspace_id", "created_at", "id"),
         # Inspection facts (migration 0004): minWorldSize / maxWorldSize / inspected.world_size.
         Index("ix_tracesets_inspected_world_size", "inspected_world_size", "id"),
+        # Analysis (migration 0009): minIdlePct / maxIdlePct, minOverlapPct, sort=step_time.
+        Index("ix_tracesets_median_idle_pct", "median_idle_pct", "id"),
+        Index("ix_tracesets_median_overlap_pct", "median_overlap_pct", "id"),
+        *(
+            Index(
+                name,
+                *prefix,
+                "median_step_time_us",
+                "created_at",
+                "id",
+                sqlite_where=text(STEP_TIME_ANALYSED),
+                postgresql_where=text(STEP_TIME_ANALYSED),
+            )
+            for name, prefix in STEP_TIME_INDEXES
+        ),
         Index("ix_tracesets_tenant_scope", "tenant_id", "scope"),
         Index("ix_tracesets_status_expires", "status", "expires_at"),
         # Listing (migration 0002): one ordered index per visibility branch ...
@@ -265,6 +294,49 @@ class TracesetFact(Base):
     __table_args__ = (Index("ix_traceset_facts_traceset", "traceset_id"),)
 
 
+class TracesetAnalysis(Base):
+    """A traceset's analysis (``server/analysis.py``): its state while the per-file jobs run
+    (``remaining`` of them not ended), and once assembled its summary as the API answers it
+    (JSON text, written once)."""
+
+    __tablename__ = "traceset_analyses"
+    traceset_id: Mapped[str] = mapped_column(ForeignKey("tracesets.id"), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))  # pending, complete, failed, none
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    files: Mapped[int] = mapped_column(Integer)  # per-file jobs queued
+    remaining: Mapped[int] = mapped_column(Integer)  # ... and not ended yet
+    # Whether those jobs also inspect their files (the assembling job then takes the census).
+    inspects: Mapped[bool] = mapped_column(Boolean)
+    analyzed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    summary_text: Mapped[str | None] = mapped_column(Text, nullable=True, deferred=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FileAnalysis(Base):
+    """One analysed Kineto file of a traceset: its rank's analysis as the API answers it
+    (``analysis_text``: the members after ``rank``, ``file`` and ``status``, JSON text written
+    once), the figures the summary takes, and what issue 45 needs (``detail``)."""
+
+    __tablename__ = "file_analyses"
+    traceset_id: Mapped[str] = mapped_column(ForeignKey("tracesets.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    file: Mapped[str] = mapped_column(String(1024))
+    rank: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))  # complete, failed
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    analysis_text: Mapped[str | None] = mapped_column(Text, nullable=True, deferred=True)
+    compute_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
+    non_compute_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
+    idle_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
+    overlap_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
+    step_time_us: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # Per (step, kernel) totals and the collectives in start order: zlib-compressed JSON.
+    detail: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+    analyzed_by: Mapped[str] = mapped_column(String(128))  # the worker that ran the job
+    analyzed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    __table_args__ = (Index("ix_file_analyses_traceset_rank", "traceset_id", "rank"),)
+
+
 class UploadSession(Base):
     __tablename__ = "upload_sessions"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -316,6 +388,8 @@ class Job(Base):
     crashes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The worker whose attempt ended the job (its lease owner then), kept after the end (0009).
+    ran_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     run_after: Mapped[datetime] = mapped_column(UTCDateTime)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
