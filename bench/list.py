@@ -1,11 +1,12 @@
 """Benchmark of GET /api/v1/tracesets' use case at a million tracesets, on PostgreSQL and SQLite.
 
 Loads N tracesets with varied metadata (and, in the same run, a small baseline of 10,000),
-then times the real use case (``pages.page_text``, what the route runs) for seven
+then times the real use case (``pages.page_text``, what the route runs) for ten
 queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` filter, a
 ``workload_family`` + ``shape.global_batch_size`` filter, a ``search`` substring, an inspected fact
-(``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries) and an
-inspected world-size range (``minWorldSize``/``maxWorldSize``). Prints p50/p99 per size, the
+(``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries), an
+inspected world-size range (``minWorldSize``/``maxWorldSize``), and the analysis summary's:
+``maxIdlePct=20``, ``minOverlapPct=50`` and ``sort=step_time:desc``. Prints p50/p99 per size, the
 large/baseline ratio of each p50 (targets: p50 <= 20 ms at 1M on PostgreSQL, ratio <= 3)
 and the EXPLAIN of each query at the large size. The store it loads is
 ``listbench/store.py``'s, the EXPLAIN capture ``listbench/plans.py``'s.
@@ -52,6 +53,9 @@ QUERIES = {
     "search substring": {"search": "Mixtral"},
     "inspected.gpu_model=H100": {"inspected.gpu_model": "H100"},
     "world size 64..256": {"minWorldSize": "64", "maxWorldSize": "256"},
+    "maxIdlePct=20": {"maxIdlePct": "20"},
+    "minOverlapPct=50": {"minOverlapPct": "50"},
+    "sort=step_time:desc": {"sort": "step_time:desc"},
 }
 # With --extra: queries outside the targets, to show where the design's limits are.
 EXTRA_QUERIES = {
@@ -62,6 +66,8 @@ EXTRA_QUERIES = {
     "search a rare term": {"search": "run0000"},
     "rare family (GIN/@>)": {"workload_family": "t5", "precision": "fp32", "parallelism.tp": "8"},
     "rare GPU (B200)": {"inspected.gpu_model": "B200"},
+    "idle <= 5, slowest first": {"maxIdlePct": "5", "sort": "step_time:desc"},
+    "step_time:asc, page by cursor": {"sort": "step_time:asc", "minOverlapPct": "90"},
     "GPU + backend + world size": {
         "inspected.gpu_model": "A100",
         "inspected.backend": "nccl",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,9 +31,12 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Database:
     return database
 
 
-def _arm_indexes(database: Database, items: list[tuple[str, str]]) -> list[str]:
-    """The index each arm searches, in the union's order (the last search is the join)."""
-    shape, values = listing_plan.plan(PRINCIPAL, parse_list_query(items), "sqlite", None)
+def _arm_indexes(
+    database: Database, items: list[tuple[str, str]], after: list[Any] | None = None
+) -> list[str]:
+    """The index each arm searches, in the union's order (the last search is the join);
+    ``after``: a cursor's values."""
+    shape, values = listing_plan.plan(PRINCIPAL, parse_list_query(items), "sqlite", after)
     compiled = sql.statement(shape).compile(database.engine)
     params = compiled.construct_params(values)
     positional = tuple(params[name] for name in compiled.positiontup or ())
@@ -86,3 +90,51 @@ def test_a_family_filter_on_one_scope_walks_that_scopes_index(database: Database
     assert _arm_indexes(database, [("workload_family", "gpt"), ("scope", "public")]) == [
         "ix_tracesets_scope_family_created"
     ]
+
+
+@pytest.mark.parametrize("direction", ["desc", "asc"])
+def test_a_step_time_sort_walks_the_analysed_index_then_the_creation_index(
+    database: Database, direction: str
+) -> None:
+    # Each arm is two parts: the analysed tracesets on migration 0009's partial index of the
+    # arm, in step-time order; then the others on the arm's creation index.
+    indexes = _arm_indexes(database, [("sort", f"step_time:{direction}")])
+    assert indexes == [
+        "ix_tracesets_workspace_step_time",
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_workspace_step_time",
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_scope_tenant_step_time",
+        "ix_tracesets_scope_tenant_created",
+        "ix_tracesets_scope_step_time",
+        "ix_tracesets_scope_created",
+    ]
+
+
+def test_a_step_time_page_after_the_first_walks_the_same_indexes(database: Database) -> None:
+    created = "2026-12-06 10:00:00.000000"
+    analysed = _arm_indexes(database, [("sort", "step_time:desc")], [(1500.0, created), "ts_x"])
+    assert analysed == _arm_indexes(database, [("sort", "step_time:desc")])
+    # Past every analysed traceset: only the creation indexes, from the cursor on.
+    past = _arm_indexes(database, [("sort", "step_time:desc")], [(None, created), "ts_x"])
+    assert past == [
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_scope_tenant_created",
+        "ix_tracesets_scope_created",
+    ]
+
+
+def test_the_analysis_filters_keep_the_arms_ordered_walk(database: Database) -> None:
+    # As the world-size range: SQLite would range-scan the median's index and sort every
+    # match; the filter is checked on the walk in creation order, which stops after a page.
+    for items in (
+        [("maxIdlePct", "20")],
+        [("minIdlePct", "5"), ("minOverlapPct", "50")],
+    ):
+        assert _arm_indexes(database, items) == [
+            "ix_tracesets_workspace_created",
+            "ix_tracesets_workspace_created",
+            "ix_tracesets_scope_tenant_created",
+            "ix_tracesets_scope_created",
+        ]

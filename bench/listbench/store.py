@@ -1,7 +1,9 @@
 """The store ``bench/list.py`` lists: tracesets with varied metadata (workload families, sizes,
-precisions, parallelism degrees, scopes and statuses drawn from a seeded generator) and the
-``traceset_facts`` rows inspection would record for them, loaded in bulk (``COPY`` on
-PostgreSQL, batched inserts on SQLite) with the secondary indexes rebuilt after."""
+precisions, parallelism degrees, scopes and statuses drawn from a seeded generator), the
+``traceset_facts`` rows inspection would record for them and, for most of those with a
+Kineto trace, the analysis summary's medians (idle and overlap percentages, step time),
+loaded in bulk (``COPY`` on PostgreSQL, batched inserts on SQLite) with the secondary
+indexes rebuilt after."""
 
 from __future__ import annotations
 
@@ -50,7 +52,11 @@ COLUMNS = [
     "workload_metadata",
     "inspection",
     "inspected_world_size",
+    "median_idle_pct",
+    "median_overlap_pct",
+    "median_step_time_us",
 ]
+ANALYSED = 0.7  # of the ready tracesets with a Kineto trace: the analysis found steps
 FACT_COLUMNS = ["fact", "value", "traceset_id"]
 
 
@@ -100,6 +106,7 @@ def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[st
         )
         traceset_id = new_id("ts", now=created.timestamp())
         facts = _facts(rng, traceset_id)
+        medians = _medians(rng) if facts and status == "ready" else (None, None, None)
         row = (
             traceset_id,
             tenant,
@@ -123,8 +130,20 @@ def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[st
             text_,
             None,
             tp * dp * pp if facts else None,  # what inspection found, when it found anything
+            *medians,
         )
         yield row, facts
+
+
+def _medians(rng: random.Random) -> tuple[float | None, float | None, float | None]:
+    """An analysed traceset's median idle %, overlap % (None: no communication) and step
+    time in µs (None: no steps); all None for one not analysed."""
+    if rng.random() >= ANALYSED:
+        return None, None, None
+    idle = round(rng.betavariate(2, 5) * 100, 2)
+    overlap = None if rng.random() < 0.1 else round(rng.random() * 100, 2)
+    step = None if rng.random() < 0.05 else round(rng.lognormvariate(12, 1), 3)
+    return idle, overlap, step
 
 
 def _seed_principals(database: Database) -> None:

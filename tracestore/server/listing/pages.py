@@ -105,6 +105,10 @@ def decode_cursor(
 def _cursor_value(field: str, value: Any, dialect: str) -> Any:
     if field == "created":
         return _cursor_created(value, dialect)
+    if field == "step_time" and isinstance(value, dict) and set(value) == {"t", "c"}:
+        step = value["t"]
+        if step is None or (isinstance(step, int | float) and not isinstance(step, bool)):
+            return (step, _cursor_created(value["c"], dialect))
     if field in ("name", "status") and isinstance(value, str):
         return value
     if field == "size" and isinstance(value, int) and not isinstance(value, bool):
@@ -139,12 +143,16 @@ def _cursor_created(value: Any, dialect: str) -> Any:
 
 def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
     # The row is sql.statement's: id, name, status, scope, workspace_id, file_count,
-    # total_size, rank_count, created_at (stored text on SQLite), then workload members.
+    # total_size, rank_count, created_at (stored text on SQLite), the workload members, the
+    # median step time.
     values: list[Any] = []
+    created = row[8]
+    created_value = {"s": created} if isinstance(created, str) else created.isoformat()
     for key in sort:
         if key.field == "created":
-            created = row[8]
-            values.append({"s": created} if isinstance(created, str) else created.isoformat())
+            values.append(created_value)
+        elif key.field == "step_time":
+            values.append({"t": row[11], "c": created_value})
         elif key.field == "name":
             values.append(row[1])
         elif key.field == "status":
@@ -211,6 +219,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             created,
             family,
             workload_name,
+            _step_time,
         ) in rows[: query.limit]
     ]
     next_cursor = (

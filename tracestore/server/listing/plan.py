@@ -33,10 +33,16 @@ class Shape:
     max_rank_count: bool
     min_world_size: bool
     max_world_size: bool
+    min_idle_pct: bool
+    max_idle_pct: bool
+    min_overlap_pct: bool
     inspected: tuple[str, ...]  # the facts filtered on, in order (values are f0, f1 ...)
     workload: tuple[tuple[tuple[str, ...], str], ...]  # (path, kind of value)
     contradictory: bool  # two workload filters on a member and on a member inside it
     after: bool
+    # With step_time first in the sort: whether the cursor is past every traceset with a
+    # step time (the page then holds only tracesets without one).
+    after_missing_step: bool = False
 
 
 def _kind(value: Any) -> str:
@@ -105,6 +111,9 @@ def plan(
         "max_rank_count": query.max_rank_count,
         "min_world_size": query.min_world_size,
         "max_world_size": query.max_world_size,
+        "min_idle_pct": query.min_idle_pct,
+        "max_idle_pct": query.max_idle_pct,
+        "min_overlap_pct": query.min_overlap_pct,
     }
     values.update((k, v) for k, v in optional.items() if v is not None)
     values.update((f"f{i}", item.value) for i, item in enumerate(query.inspected))
@@ -115,7 +124,7 @@ def plan(
     if dialect == "postgresql" and query.workload and document is not None:
         values["wdoc"] = json.dumps(document, ensure_ascii=False)
     if after is not None:
-        values.update((f"a{i}", v) for i, v in enumerate(_atom_values(query.sort, after)))
+        values.update(_atom_values(query.sort, after))
     shape = Shape(
         dialect=dialect,
         sort=query.sort,
@@ -129,19 +138,28 @@ def plan(
         workload=tuple((item.path, _kind(item.value)) for item in query.workload),
         contradictory=document is None,
         after=after is not None,
+        after_missing_step=(
+            after is not None and query.sort[0].field == "step_time" and after[0][0] is None
+        ),
     )
     return shape, values
 
 
-def _atom_values(sort: tuple[SortKey, ...], values: list[Any]) -> list[Any]:
+def _atom_values(sort: tuple[SortKey, ...], values: list[Any]) -> dict[str, Any]:
     """A cursor's values (one per sort key, then the id) as the values of the sort's atoms
-    (``listing_sql._atoms``: a rank count sorts as two, whether it is missing and its
-    value), bound as ``a0``, ``a1`` ..."""
-    out: list[Any] = []
-    for key, value in zip(sort, values, strict=False):
+    (``listing.sql._atoms``: a rank count sorts as two, whether it is missing and its value;
+    a step time as three, whether it is missing, its value and the creation time), bound as
+    ``a_`` and the atom's label."""
+    out: dict[str, Any] = {}
+    for index, (key, value) in enumerate(zip(sort, values, strict=False)):
+        label = f"a_k{index}"
         if key.field == "rankCount":
-            out.extend([1 if value is None else 0, 0 if value is None else value])
+            out[label + "n"], out[label] = (1, 0) if value is None else (0, value)
+        elif key.field == "step_time":
+            step, created = value
+            out[label + "n"], out[label] = (1, 0.0) if step is None else (0, step)
+            out[label + "c"] = created
         else:
-            out.append(value)
-    out.append(values[-1])
+            out[label] = value
+    out["a_kid"] = values[-1]
     return out

@@ -14,6 +14,10 @@ literally). ``sort`` is a comma list of ``field:direction`` (direction defaults 
 ties are broken by id, in the direction of the last field; tracesets without a rank count
 come last under ``rankCount`` in both directions; ``name`` follows the database's collation
 (code points on SQLite and on a PostgreSQL database created with the C or C.UTF-8 locale).
+``step_time`` is the analysis summary's median step time: ties, and the tracesets without
+one (which come last in both directions), in creation order (the sort's direction).
+``minIdlePct``/``maxIdlePct`` bound the summary's median idle percentage, ``minOverlapPct``
+its median communication overlap; a traceset without that number matches neither.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ CURSOR_FORM = re.compile(CURSOR_PATTERN)
 # (inspection runs after ready and never fails a traceset), so those two match nothing.
 STATUSES = ("uploading", "processing", "ready", "upload_failed", "metadata_failed", "deleted")
 SCOPES = ("workspace", "tenant", "public")
-SORT_FIELDS = ("created", "name", "status", "size", "rankCount")
+SORT_FIELDS = ("created", "name", "status", "size", "rankCount", "step_time")
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 MAX_WORKLOAD_FILTERS = 16
@@ -60,7 +64,16 @@ KNOWN_PARAMETERS = (
     "maxRankCount",
     "minWorldSize",
     "maxWorldSize",
+    "minIdlePct",
+    "maxIdlePct",
+    "minOverlapPct",
 )
+# The analysis filters: a percentage each (ListQuery's field for each parameter).
+PERCENT_PARAMETERS = {
+    "minIdlePct": "min_idle_pct",
+    "maxIdlePct": "max_idle_pct",
+    "minOverlapPct": "min_overlap_pct",
+}
 INSPECTED_PREFIX = "inspected."
 _PATH = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*")
 
@@ -108,6 +121,9 @@ class ListQuery:
     inspected: tuple[InspectedFilter, ...] = field(default_factory=tuple)
     min_world_size: int | None = None
     max_world_size: int | None = None
+    min_idle_pct: float | None = None
+    max_idle_pct: float | None = None
+    min_overlap_pct: float | None = None
 
     def binding(self) -> dict[str, Any]:
         """What a cursor is bound to: the sort and every filter (not the limit)."""
@@ -129,6 +145,9 @@ class ListQuery:
             "inspected": sorted([f.fact, f.value] for f in self.inspected),
             "minWorldSize": self.min_world_size,
             "maxWorldSize": self.max_world_size,
+            "minIdlePct": self.min_idle_pct,
+            "maxIdlePct": self.max_idle_pct,
+            "minOverlapPct": self.min_overlap_pct,
         }
 
 
@@ -185,6 +204,19 @@ def parse_integer(name: str, text: str, low: int, high: int) -> int:
     if not re.fullmatch(r"[+-]?\d{1,19}", text.strip()) or not low <= int(text) <= high:
         raise ValidationError(f"{name} must be an integer from {low} to {high}; got {text!r}")
     return int(text)
+
+
+# A percentage as the analysis filters take it, 0 to 100 with at most 6 decimals (spaces
+# around allowed); the OpenAPI description gives the same pattern.
+PERCENT_PATTERN = r"^\s*(?:100(?:\.0{1,6})?|[0-9]{1,2}(?:\.[0-9]{1,6})?)\s*$"
+_PERCENT = re.compile(PERCENT_PATTERN)
+
+
+def parse_percent(name: str, text: str) -> float:
+    """A percentage from 0 to 100 (``12.5``); ValidationError naming ``name`` otherwise."""
+    if not _PERCENT.match(text):
+        raise ValidationError(f"{name} must be a percentage from 0 to 100; got {text!r}")
+    return float(text)
 
 
 def filter_value(text: str) -> Any:
@@ -284,6 +316,8 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
         elif name in ("minWorldSize", "maxWorldSize"):
             key = "min_world_size" if name == "minWorldSize" else "max_world_size"
             values[key] = parse_integer(name, text, 0, 2**63 - 1)
+        elif name in PERCENT_PARAMETERS:
+            values[PERCENT_PARAMETERS[name]] = parse_percent(name, text)
         elif name == "workspaceId":
             if not text:
                 raise ValidationError("workspaceId must not be empty")

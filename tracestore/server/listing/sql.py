@@ -8,13 +8,18 @@ cost of a page depends on the page size and the filters' selectivity, not on the
 Every value is a named bind parameter, so a statement depends only on the query's *shape*
 (which filters, which sort, how many arms: ``listing_plan``); statements are cached per
 shape, which also lets SQLAlchemy reuse their compiled form.
+
+Sorted by ``step_time`` first, each arm is two: the analysed tracesets in (step time,
+created, id) order, which walk migration 0009's partial index of the arm, then those
+without a step time in (created, id) order, which walk the arm's creation index; a cursor
+past the first part leaves it out.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -73,6 +78,12 @@ def _atoms(sort: tuple[SortKey, ...], source: Any, dialect: str) -> list[_Atom]:
             atoms.append(_Atom(label, source.status, key.descending))
         elif key.field == "size":
             atoms.append(_Atom(label, source.total_size, key.descending))
+        elif key.field == "step_time":  # without one last, ties in creation order
+            step = source.median_step_time_us
+            atoms.append(_Atom(label + "n", case((step.is_(None), 1), else_=0), False))
+            atoms.append(_Atom(label, func.coalesce(step, 0.0), key.descending))
+            mark = Text() if dialect == "sqlite" else None
+            atoms.append(_Atom(label + "c", source.created_at, key.descending, mark))
         else:  # rankCount: tracesets without a rank count come last in both directions
             missing = case((source.rank_count.is_(None), 1), else_=0)
             atoms.append(_Atom(label + "n", missing, False))
@@ -82,9 +93,9 @@ def _atoms(sort: tuple[SortKey, ...], source: Any, dialect: str) -> list[_Atom]:
 
 
 def _after(atoms: list[_Atom]) -> ColumnElement[bool]:
-    """Rows strictly after the cursor ``a0, a1, ...`` in the atoms' order."""
+    """Rows strictly after the cursor (``a_`` and each atom's label) in the atoms' order."""
     marks: list[BindParameter[Any]] = [
-        bindparam(f"a{i}", type_=atom.mark) for i, atom in enumerate(atoms)
+        bindparam(f"a_{atom.label}", type_=atom.mark) for atom in atoms
     ]
     alternatives = []
     for i, atom in enumerate(atoms):
@@ -145,6 +156,15 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
         conditions.append(world >= bindparam("min_world_size"))
     if shape.max_world_size:
         conditions.append(world <= bindparam("max_world_size"))
+    # The same for the analysis's medians, which have an index each.
+    idle = T.median_idle_pct if postgres else T.median_idle_pct + 0
+    if shape.min_idle_pct:
+        conditions.append(idle >= bindparam("min_idle_pct"))
+    if shape.max_idle_pct:
+        conditions.append(idle <= bindparam("max_idle_pct"))
+    if shape.min_overlap_pct:
+        overlap = T.median_overlap_pct if postgres else T.median_overlap_pct + 0
+        conditions.append(overlap >= bindparam("min_overlap_pct"))
     for i, fact in enumerate(shape.inspected):
         # A primary-key lookup of (fact, value, id) per candidate row; PostgreSQL may instead
         # drive the page from the facts when the value is rare.
@@ -246,14 +266,14 @@ def statement(shape: Shape) -> Select[Any]:
             *(page.c[name] for name in PAGE_COLUMNS[:-1]),
             db.stored_timestamp(page.c.created_at, shape.dialect),
         )
-        .add_columns(*_summary_columns(shape.dialect))
+        .add_columns(*_summary_columns(shape.dialect), page.c.median_step_time_us)
         .join_from(page, T, T.id == page.c.id)
         .order_by(*order)
     )
 
 
 # The chosen rows' columns, which the page reads by position (listing.page_text) before the
-# two workload members.
+# two workload members (and the step time, a cursor's value, after them).
 PAGE_COLUMNS = (
     "id",
     "name",
@@ -269,27 +289,59 @@ PAGE_COLUMNS = (
 
 def _chosen(shape: Shape) -> Select[Any]:
     """The page's rows: the PAGE_COLUMNS of at most ``fetch`` tracesets, in the sort's
-    order. The union's arms also carry the sort's atoms, labelled, for the outer ORDER BY."""
+    order. The union's parts also carry the sort's atoms, labelled, for the outer ORDER BY."""
     atoms = _atoms(shape.sort, T, shape.dialect)
     conditions = _conditions(shape)
-    if shape.after:
-        conditions.append(_after(atoms))
-    columns = [getattr(T, name) for name in PAGE_COLUMNS]
-    order = [atom.expr.desc() if atom.descending else atom.expr.asc() for atom in atoms]
+    columns = [getattr(T, name) for name in (*PAGE_COLUMNS, "median_step_time_us")]
     fetch = bindparam("fetch", type_=Integer)
     arms = _arms(shape)
     if not arms:
         return select(*columns).where(false()).limit(fetch)
-    if len(arms) == 1:
-        return select(*columns).where(arms[0], *conditions).order_by(*order).limit(fetch)
+    if shape.sort[0].field == "step_time":
+        parts = [part for arm in arms for part in _step_time_parts(shape, arm, atoms)]
+    else:
+        after = [_after(atoms)] if shape.after else []
+        parts = [([arm, *after], atoms) for arm in arms]
+    if len(parts) == 1:
+        where, ordered = parts[0]
+        return select(*columns).where(*where, *conditions).order_by(*_order(ordered)).limit(fetch)
     labelled = [*columns, *(atom.expr.label(atom.label) for atom in atoms)]
     first, *rest = (
-        select(select(*labelled).where(arm, *conditions).order_by(*order).limit(fetch).subquery())
-        for arm in arms
+        select(
+            select(*labelled)
+            .where(*where, *conditions)
+            .order_by(*_order(ordered))
+            .limit(fetch)
+            .subquery()
+        )
+        for where, ordered in parts
     )
     union = first.union_all(*rest).subquery("page")
     outer = [
         union.c[atom.label].desc() if atom.descending else union.c[atom.label].asc()
         for atom in atoms
     ]
-    return select(*(union.c[name] for name in PAGE_COLUMNS)).order_by(*outer).limit(fetch)
+    return select(*(union.c[column.key] for column in columns)).order_by(*outer).limit(fetch)
+
+
+def _order(atoms: list[_Atom]) -> list[Any]:
+    return [atom.expr.desc() if atom.descending else atom.expr.asc() for atom in atoms]
+
+
+def _step_time_parts(
+    shape: Shape, arm: ColumnElement[bool], atoms: list[_Atom]
+) -> list[tuple[list[ColumnElement[bool]], list[_Atom]]]:
+    """An arm sorted by step time first, as its two parts (each its conditions and its
+    order): the analysed tracesets by (step time, created, ...), those without by
+    (created, ...); a cursor past the analysed ones leaves their part out."""
+    step = T.median_step_time_us
+    _, value, created, *rest = atoms
+    present = [replace(value, expr=step), created, *rest]
+    absent = [created, *rest]
+    parts: list[tuple[list[ColumnElement[bool]], list[_Atom]]] = []
+    if not shape.after_missing_step:
+        after = [_after(present)] if shape.after else []
+        parts.append(([arm, step.is_not(None), *after], present))
+    after = [_after(absent)] if shape.after_missing_step else []
+    parts.append(([arm, step.is_(None), *after], absent))
+    return parts

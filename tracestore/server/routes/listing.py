@@ -15,6 +15,7 @@ from tracestore.server.listing.query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     MAX_WORKLOAD_FILTERS,
+    PERCENT_PATTERN,
     SCOPES,
     SORT_FIELDS,
     STATUSES,
@@ -30,6 +31,7 @@ router = APIRouter(prefix="/api/v1")
 NUL_FREE = {"type": "string", **wire.NUL_FREE}  # no name can hold a U+0000
 COUNT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 FACT = {"type": "string", "pattern": "\\S"}  # not empty nor only spaces
+PERCENT = {"type": "string", "pattern": PERCENT_PATTERN}  # 0 to 100
 _PARAMETERS = [
     _parameter(
         "workspaceId",
@@ -47,7 +49,9 @@ _PARAMETERS = [
         "sort",
         {"type": "string", "default": "created:desc", "pattern": sort_pattern()},
         f"Comma list of field:direction (asc, desc); fields {', '.join(SORT_FIELDS)}. "
-        "Ties are broken by id; tracesets without a rank count come last in both directions",
+        "Ties are broken by id; tracesets without a rank count come last in both directions; "
+        "step_time is the analysis's median step time (ties, and the tracesets without one, "
+        "which come last in both directions, in creation order)",
     ),
     _parameter(
         "limit",
@@ -65,6 +69,18 @@ _PARAMETERS = [
     _parameter("maxRankCount", COUNT, "Inclusive"),
     _parameter("minWorldSize", COUNT, "Inclusive; the world size inspection found"),
     _parameter("maxWorldSize", COUNT, "Inclusive; the world size inspection found"),
+    _parameter(
+        "minIdlePct",
+        PERCENT,
+        "Inclusive, 0 to 100: the analysis summary's median idle percentage (idlePct.median)",
+    ),
+    _parameter("maxIdlePct", PERCENT, "Inclusive, 0 to 100: idlePct.median of the analysis"),
+    _parameter(
+        "minOverlapPct",
+        PERCENT,
+        "Inclusive, 0 to 100: the analysis summary's median communication overlap "
+        "(overlapPct.median)",
+    ),
     _parameter(
         "inspected.gpu_model",
         FACT,
@@ -120,7 +136,9 @@ _WORKLOAD_PARAMETERS = [
 )
 async def list_tracesets(request: Request, caller: CallerDep) -> Response:
     """List and search the tracesets the caller may see, one page at a time (newest first by
-    default); filter by status, scope, name, dates, rank count and workload metadata."""
+    default); filter by status, scope, name, dates, rank count, workload metadata, what
+    inspection found and the analysis summary (idle and overlap percentages; sort by step
+    time)."""
     answer = await caller.read(page, request.query_params.multi_items())
     return Response(answer, media_type="application/json")
 
