@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tracestore.cli.common import json_option
-from tracestore.cli.output import echo_json, table
+from tracestore.cli.output import echo_json, shown, table
 from tracestore.readahead import walk_files
 
 if TYPE_CHECKING:  # the analysis loads when the command runs, not at start
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the analysis loads when the command runs, not at start
 HEADERS = ("rank", "file", "compute %", "non-compute %", "idle %", "overlap %", "median step")
 KERNEL_HEADERS = ("kind", "calls", "total", "mean", "share", "kernel")
 NAME_WIDTH = 100
+OTHERS = "others"  # a rank's row of the kernels past its 100th (analysis.model.OTHERS)
 
 
 @click.command("analyze")
@@ -52,45 +53,67 @@ def analyze_command(paths: tuple[Path, ...], top: int, as_json: bool) -> None:
                 failed.append((outcome.rank_number, name, outcome.reason or "not analysed"))
         else:
             ranks.append(outcome.rank)
+    # schemas.format_timestamp's form, without loading pydantic for it
+    when = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    answer = traceset_json(ranks, KERNEL_ROWS, failed=failed, analyzed_at=when)
     if as_json:
-        # schemas.format_timestamp's form, without loading pydantic for it
-        when = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        echo_json(traceset_json(ranks, KERNEL_ROWS, failed=failed, analyzed_at=when))
+        echo_json(answer)
     elif ranks:
-        for line in report_lines(ranks, top):
+        for line in report_lines(answer, top, failures=False):  # named on stderr already
             click.echo(line)
     if problems:
         sys.exit(1)
 
 
-def report_lines(ranks: list[AnalysedRank], top: int) -> list[str]:
-    """The per-rank table, the summary line and the top kernels over all ranks."""
-    from tracestore.analysis import summary
-
-    ordered = sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0, r.file))
+def report_lines(answer: dict[str, Any], top: int, *, failures: bool = True) -> list[str]:
+    """The per-rank table, the summary line and the top kernels over all ranks, from the
+    API's object (``tracestore analyze --json``'s, the service's analysis route's); then,
+    with ``failures``, a line per file that could not be analysed."""
+    entries = answer.get("ranks") or []
+    analysed = [entry for entry in entries if entry.get("status") == "complete"]
     rows = []
-    for entry in ordered:
-        temporal = entry.analysis.temporal.to_json()
+    for entry in analysed:
+        temporal = entry.get("temporal") or {}
         rows.append(
             [
-                "-" if entry.rank is None else str(entry.rank),
-                entry.file,
-                _pct(temporal["computePct"]),
-                _pct(temporal["nonComputePct"]),
-                _pct(temporal["idlePct"]),
-                _pct(entry.analysis.overlap.pct),
-                _duration(entry.analysis.median_step_ns),
+                "-" if entry["rank"] is None else str(entry["rank"]),
+                entry["file"],
+                _pct(temporal.get("computePct")),
+                _pct(temporal.get("nonComputePct")),
+                _pct(temporal.get("idlePct")),
+                _pct((entry.get("overlap") or {}).get("pct")),
+                _duration(_median_step_us(entry.get("steps") or []), 1000),
             ]
         )
-    lines = [table(HEADERS, rows)]
-    if len(ordered) > 1:
-        lines += ["", _summary_line(summary(ordered))]
-    if top:
-        lines += ["", *_kernel_lines(ordered, top)]
+    lines = [table(HEADERS, rows)] if rows else []
+    summary = answer.get("summary")
+    if len(analysed) > 1 and summary:
+        lines += ["", _summary_line(summary)]
+    if top and analysed:
+        lines += ["", *_kernel_lines(analysed, top)]
+    failed = [entry for entry in entries if entry.get("status") == "failed"]
+    if failures and failed:
+        lines += [*([""] if lines else []), "not analysed:"]
+        for entry in failed:
+            rank = "" if entry["rank"] is None else f" (rank {entry['rank']})"
+            lines.append(shown(f"  {entry['file']}{rank}: {entry.get('reason')}"))
     return lines
 
 
-def _summary_line(data: dict[str, object]) -> str:
+def _median_step_us(steps: list[dict[str, Any]]) -> float | None:
+    """The median duration of the steps, a truncated last step left out."""
+    durations: list[float] = sorted(
+        step["durationUs"] for step in steps if not step.get("truncated")
+    )
+    if not durations:
+        return None
+    middle = len(durations) // 2
+    if len(durations) % 2:
+        return durations[middle]
+    return (durations[middle - 1] + durations[middle]) / 2
+
+
+def _summary_line(data: dict[str, Any]) -> str:
     parts = []
     for key, label in (
         ("computePct", "compute"),
@@ -99,7 +122,6 @@ def _summary_line(data: dict[str, object]) -> str:
         ("overlapPct", "overlap"),
     ):
         spread = data[key]
-        assert isinstance(spread, dict)
         if spread["median"] is not None:
             parts.append(f"{label} {spread['median']} % ({spread['min']}-{spread['max']})")
     line = f"median over {data['rankCount']} ranks: " + ", ".join(parts)
@@ -108,31 +130,34 @@ def _summary_line(data: dict[str, object]) -> str:
     return line
 
 
-def _kernel_lines(ranks: list[AnalysedRank], top: int) -> list[str]:
-    from tracestore.analysis import KernelStats
-
-    merged: dict[tuple[str | None, str], KernelStats] = {}
-    for entry in ranks:
-        for row in entry.analysis.kernels:
-            key = (row.kind, row.name)
-            if key not in merged:
-                merged[key] = KernelStats(row.name, row.kind)
-            merged[key].absorb(row)
-    rows = sorted(merged.values(), key=lambda r: (-r.sum_ns, r.name))[:top]
-    if not rows:
+def _kernel_lines(entries: list[dict[str, Any]], top: int) -> list[str]:
+    """The kernels that took the most time over the ranks' rows (each rank's ``others`` row
+    counts for the shares, not as a kernel)."""
+    calls: dict[tuple[str | None, str], int] = {}
+    times: dict[tuple[str | None, str], float] = {}
+    total = 0.0
+    for entry in entries:
+        for row in entry.get("kernels") or []:
+            total += row["sumUs"]
+            if row["name"] == OTHERS:
+                continue
+            key = (row["kind"], row["name"])
+            calls[key] = calls.get(key, 0) + row["count"]
+            times[key] = times.get(key, 0) + row["sumUs"]
+    chosen = sorted(times, key=lambda key: (-times[key], key[1]))[:top]
+    if not chosen:
         return []
-    total = sum(r.sum_ns for r in merged.values())
-    where = "over all ranks" if len(ranks) > 1 else f"of {ranks[0].file}"
+    where = "over all ranks" if len(entries) > 1 else f"of {entries[0]['file']}"
     body = [
         [
-            row.kind or "-",
-            str(row.count),
-            _duration(row.sum_ns),
-            _duration(row.sum_ns / row.count),
-            f"{100 * row.sum_ns / total:.1f} %" if total else "-",
-            _short(row.name),
+            kind or "-",
+            str(calls[(kind, name)]),
+            _duration(times[(kind, name)], 1000),
+            _duration(times[(kind, name)] / calls[(kind, name)], 1000),
+            f"{100 * times[(kind, name)] / total:.1f} %" if total else "-",
+            _short(name),
         ]
-        for row in rows
+        for kind, name in chosen
     ]
     return [f"top kernels by total time, {where}:", table(KERNEL_HEADERS, body)]
 
@@ -141,9 +166,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _duration(ns: float | None) -> str:
-    if ns is None:
+def _duration(value: float | None, scale: int = 1) -> str:
+    """A duration of ``value`` times ``scale`` nanoseconds."""
+    if value is None:
         return "-"
+    ns = value * scale
     if ns >= 1_000_000_000:
         return f"{ns / 1e9:.3f} s"
     if ns >= 1_000_000:

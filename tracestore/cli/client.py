@@ -1,4 +1,5 @@
-"""The client commands of ``tracestore``: upload, ls, show, promote, download, validate, rm.
+"""The client commands of ``tracestore``: upload, ls, show, analysis, promote, download,
+validate, rm.
 
 They talk to a service over HTTP through ``tracestore.Client`` and import nothing of the
 server. Exit codes: 0 success, 1 API or network error, 2 usage error (bad options, missing
@@ -196,7 +197,9 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
 @click.option("--status", type=click.Choice(["uploading", "ready", "upload_failed", "deleted"]))
 @click.option("--scope", type=click.Choice(["workspace", "tenant", "public"]))
 @click.option("--search", help="Case-insensitive substring of the name.")
-@click.option("--sort", help="e.g. created:desc or name:asc,size:desc.")
+@click.option(
+    "--sort", help="e.g. created:desc or name:asc,size:desc; step_time:desc (slowest first)."
+)
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many (all by default).")
 @click.option("--workload-family", help="workload_family equals this.")
 @click.option("--workload-name", help="workload_name equals this.")
@@ -217,6 +220,17 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
 )
 @click.option("--min-world-size", type=click.IntRange(min=0), help="Inspected world size ≥ this.")
 @click.option("--max-world-size", type=click.IntRange(min=0), help="Inspected world size ≤ this.")
+@click.option(
+    "--min-idle-pct", type=click.FloatRange(0, 100), help="Analysis: median rank's idle % ≥ this."
+)
+@click.option(
+    "--max-idle-pct", type=click.FloatRange(0, 100), help="Analysis: median rank's idle % ≤ this."
+)
+@click.option(
+    "--min-overlap-pct",
+    type=click.FloatRange(0, 100),
+    help="Analysis: median communication overlap % ≥ this.",
+)
 @json_option
 @connection
 def ls(
@@ -233,6 +247,9 @@ def ls(
     inspected: tuple[str, ...],
     min_world_size: int | None,
     max_world_size: int | None,
+    min_idle_pct: float | None,
+    max_idle_pct: float | None,
+    min_overlap_pct: float | None,
     as_json: bool,
 ) -> None:
     """List tracesets you can see, newest first (every page, fetched as needed)."""
@@ -254,6 +271,9 @@ def ls(
             inspected=_parse_filters(inspected, "--inspected") or None,
             min_world_size=min_world_size,
             max_world_size=max_world_size,
+            min_idle_pct=min_idle_pct,
+            max_idle_pct=max_idle_pct,
+            min_overlap_pct=min_overlap_pct,
         )
     )
     if as_json:
@@ -275,6 +295,36 @@ def show(client: Client, traceset_id: str, as_json: bool) -> None:
         echo_json(wire(traceset))
     else:
         click.echo(traceset_text(traceset))
+
+
+@click.command("analysis")
+@click.argument("traceset_id")
+@click.option("--ranks", help="Only these ranks' files, e.g. 0-7,12.")
+@click.option(
+    "--top", default=10, show_default=True, type=click.IntRange(min=0), help="Kernels listed."
+)
+@json_option
+@connection
+def analysis(client: Client, traceset_id: str, ranks: str | None, top: int, as_json: bool) -> None:
+    """Show where each rank's GPU time went in a stored traceset, as `tracestore analyze`
+    shows local files: per rank the share of compute, non-compute and idle time, overlap,
+    median step time; the summary; the top kernels. --json prints the service's object.
+    Exits 1 when a file could not be analysed (each is named with why)."""
+    from tracestore.cli.analyze import report_lines
+
+    answer = client.get_analysis(traceset_id, ranks=ranks)
+    data = answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if as_json:
+        echo_json(data)
+    elif answer.status == "pending":
+        done = len(answer.ranks)
+        echo_shown(f"pending: the analysis is still running ({done} of its files read so far)")
+    elif answer.status in ("none", "failed"):
+        echo_shown(f"{answer.status}: {answer.reason}")
+    for line in [] if as_json or answer.status == "none" else report_lines(data, top):
+        click.echo(line)
+    if answer.status == "failed" or any(r.status == "failed" for r in answer.ranks):
+        sys.exit(EXIT_API_ERROR)
 
 
 @click.command()
@@ -404,4 +454,13 @@ def rm(client: Client, traceset_id: str, as_json: bool) -> None:
         echo_shown(f"deleted {traceset_id}")
 
 
-COMMANDS: tuple[click.Command, ...] = (upload, ls, show, promote, download, validate, rm)
+COMMANDS: tuple[click.Command, ...] = (
+    upload,
+    ls,
+    show,
+    analysis,
+    promote,
+    download,
+    validate,
+    rm,
+)

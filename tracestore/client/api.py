@@ -45,6 +45,12 @@ _LIST_PARAMS = {
     "min_world_size": "minWorldSize",
     "max_world_size": "maxWorldSize",
 }
+# The analysis filters: percentages, sent as the service reads them (no exponent).
+_PERCENT_PARAMS = {
+    "min_idle_pct": "minIdlePct",
+    "max_idle_pct": "maxIdlePct",
+    "min_overlap_pct": "minOverlapPct",
+}
 
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -73,6 +79,13 @@ def _query_value(value: object) -> str:
         return "true" if value else "false"
     if hasattr(value, "isoformat"):
         return str(value.isoformat()).replace("+00:00", "Z")
+    return str(value)
+
+
+def _percent(value: object) -> str:
+    """A percentage as the list's analysis filters read it: ``12.5``, never ``1e-07``."""
+    if isinstance(value, float):
+        return f"{value:.6f}".rstrip("0").rstrip(".")
     return str(value)
 
 
@@ -202,6 +215,15 @@ class ApiClient:
         response = self._call("GET", f"{API}/{_segment(traceset_id)}")
         return _answer(response, schemas.Traceset)
 
+    def get_analysis(
+        self, traceset_id: str, *, ranks: str | None = None
+    ) -> schemas.TracesetAnalysis:
+        """Where each rank's GPU time went: the traceset's analysis (``status`` ``pending``
+        while its jobs run), optionally only the entries of ``ranks`` (``"0-7,12"``)."""
+        params = None if ranks is None else [("ranks", ranks)]
+        response = self._call("GET", f"{API}/{_segment(traceset_id)}/analysis", params=params)
+        return _answer(response, schemas.TracesetAnalysis)
+
     def delete_traceset(self, traceset_id: str) -> None:
         """Soft-delete a traceset (its status becomes ``deleted``)."""
         self._call("DELETE", f"{API}/{_segment(traceset_id)}")
@@ -226,6 +248,8 @@ class ApiClient:
                 params.extend((path, _query_value(v)) for path, v in dict(value).items())
             elif key == "inspected":
                 params.extend((f"inspected.{f}", _query_value(v)) for f, v in dict(value).items())
+            elif key in _PERCENT_PARAMS:
+                params.append((_PERCENT_PARAMS[key], _percent(value)))
             else:
                 params.append((_LIST_PARAMS.get(key, key), _query_value(value)))
         return params

@@ -53,8 +53,10 @@ class Client(ApiClient):
         """Every traceset matching ``filters``, following ``pagination.nextCursor``.
 
         Filters: ``workspace_id``, ``status``, ``scope``, ``search``, ``sort``
-        (``"name:asc,created:desc"``), ``created_after``, ``created_before``,
-        ``min_rank_count``, ``max_rank_count``, ``min_world_size``, ``max_world_size``,
+        (``"name:asc,created:desc"``; ``"step_time:desc"``: the analysis's median step
+        time), ``created_after``, ``created_before``, ``min_rank_count``,
+        ``max_rank_count``, ``min_world_size``, ``max_world_size``, the analysis summary's
+        ``min_idle_pct``, ``max_idle_pct`` and ``min_overlap_pct`` (percentages),
         ``page_size`` (1–100), workload equality filters as snake_case keywords
         (``workload_family="llama"``) or, for dotted paths,
         ``workload={"shape.global_batch_size": 1024}``, and inspected facts as
