@@ -35,15 +35,17 @@ class WorkloadParallelism(WireModel):
     sp: int | None = Field(default=None, ge=1, description="Sequence parallelism degree")
     ep: int | None = Field(default=None, ge=1, description="Expert parallelism degree")
     pp: int | None = Field(default=None, ge=1, description="Pipeline parallelism degree")
-    cp: int | None = Field(
+    # Any JSON: upload stores them unchecked (the seed), so the description may not say
+    # integer (schema fuzzing sent a string and was, rightly, answered 200).
+    cp: Any = Field(
         default=None,
-        description="Context parallelism degree; not a factor of the rank count, "
-        "not checked at upload (promotion checks it)",
+        description="Context parallelism degree (an integer, at least 1); not a factor of "
+        "the rank count, not checked at upload (promotion checks it)",
     )
-    fsdp: int | None = Field(
+    fsdp: Any = Field(
         default=None,
-        description="Fully sharded data parallel degree; divides dp, not a factor of the "
-        "rank count, not checked at upload (promotion checks it)",
+        description="Fully sharded data parallel degree (an integer, at least 1); divides dp, "
+        "not a factor of the rank count, not checked at upload (promotion checks it)",
     )
 
 
