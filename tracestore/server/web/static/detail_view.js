@@ -1,7 +1,8 @@
 // One traceset: what it is, its metadata exactly as stored, its files, the rank census as a
-// grid, the process groups and readiness checks inspection found, and what can be done with
-// it (download, validate, promote). Everything comes from GET /tracesets/{id}; validate and
+// grid, the process groups and readiness checks inspection found, where its GPU time went
+// (analysis_view.js), and what can be done with it (download, validate, promote). Everything comes from GET /tracesets/{id}; validate and
 // promote are their own routes, and their answers are shown in the API's words.
+import { analysisSection } from "/static/analysis_view.js";
 import { api } from "/static/api.js";
 import { censusGrid } from "/static/census_grid.js";
 import { checkList } from "/static/checks.js";
@@ -39,6 +40,7 @@ export async function mountDetailView(root, id, { signal, navigate }, polls = 0)
     header(traceset),
     actions(traceset, metadata ? text.slice(metadata.start, metadata.end) : "", reload),
     inspectionSections(traceset, section("Workload metadata", "metadata", metadataTree(metadata, text))),
+    analysisSection(traceset.id, { signal }),
     section("Files", "files", filesTable(traceset)),
   );
   const inspection = traceset.inspection;
