@@ -237,6 +237,9 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
         "rank_census",
         "parallelism_consistency",
         "process_groups",
+    ]
+    readiness = report.json()["readiness"]
+    assert [r["name"] for r in readiness] == [
         "hta_ready",
         "chakra_ready",
         "astra_ready",
@@ -261,6 +264,7 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
     for check in body["checks"][2:]:
         assert check["passed"] is None
         assert check["message"].startswith("Not evaluated yet")
+    assert [r["ready"] for r in body["readiness"]] == [None] * 4
 
     store = services.store
     assert isinstance(store, LocalBlobStore)

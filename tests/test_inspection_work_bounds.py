@@ -85,8 +85,8 @@ def test_the_only_file_of_the_largest_rank_count_holds_every_rank(http: TestClie
     assert traceset["files"][0]["rankRange"] == {"start": 0, "end": BOUND - 1}
     census = traceset["inspection"]["census"]
     assert census["checks"]["rankCountMatches"]["passed"] is True
-    checks = {check["name"]: check for check in answer["checks"]}
-    assert checks["hta_ready"]["message"] == (
+    readiness = {entry["name"]: entry for entry in answer["readiness"]}
+    assert readiness["hta_ready"]["message"] == (
         f"1 Kineto traces record no rank: all.json; no Kineto trace for ranks 0..{BOUND - 1}"
     )
 

@@ -4,6 +4,7 @@ validate and promote (its refusal in the API's words)."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -105,7 +106,10 @@ def test_kineto_and_execution_trace_halves_show_per_rank(served: Served, page: P
     expect(cells.nth(1)).to_have_attribute(
         "aria-label", "rank 1: present; Kineto timeline absent, execution trace present"
     )
-    expect(page.locator('.check[data-check="chakra"]')).to_have_attribute("data-state", "failed")
+    # Not ready for a tool is said as such, never as a FAILED check (issue 43, item 7).
+    chakra = page.locator('.checks-panel .check[data-check="chakra_ready"]')
+    expect(chakra).to_have_attribute("data-state", "not-ready")
+    expect(chakra.locator(".check-state")).to_have_text("not ready")
     expect(page.locator("table.groups tbody tr").first).to_be_visible()
 
 
@@ -166,6 +170,13 @@ def test_validate_and_the_three_downloads(served: Served, page: Page, tmp_path: 
     expect(page.locator('.validation [data-check="file_integrity"] .check-message')).to_have_text(
         "3 files present; sizes and SHA-256 re-verified (247 bytes)"
     )
+    # No red row under the green verdict: a tool the set is not ready for is said apart,
+    # as "not ready", not as a FAILED check of the traceset (issue 43, item 7).
+    expect(page.locator(".validation .check.failed")).to_have_count(0)
+    readiness = page.locator(".validation .readiness")
+    expect(readiness.locator('[data-check="astra_ready"] .check-state')).to_have_text("ready")
+    expect(readiness.locator('[data-check="hta_ready"] .check-state')).to_have_text("not ready")
+    expect(readiness.locator('[data-check="hta_ready"]')).to_have_class(re.compile("not-ready"))
 
     with page.expect_download() as one:
         page.get_by_role("button", name="Download all_reduce.1.et").click()

@@ -34,6 +34,7 @@ from tracestore.cli.output import (
     progress_bars,
     size_text,
     traceset_text,
+    validate_text,
     wire,
 )
 from tracestore.errors import UploadIncomplete, ValidationError
@@ -374,19 +375,13 @@ def download(
 @json_option
 @connection
 def validate(client: Client, traceset_id: str, as_json: bool) -> None:
-    """Re-verify a traceset on the service; exit 1 when a check fails."""
+    """Re-verify a traceset on the service; exit 1 when a check of the traceset fails (a
+    tool it is not ready for is said apart, and is no failure)."""
     answer = client.validate_traceset(traceset_id)
     if as_json:
         echo_json(wire(answer))
     else:
-        for check in answer.checks:
-            mark = (
-                "warn"
-                if check.warning
-                else {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
-            )
-            echo_shown(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
-        echo_shown(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
+        click.echo("\n".join(validate_text(traceset_id, answer)))
     if not answer.valid:
         sys.exit(EXIT_API_ERROR)
 

@@ -178,21 +178,76 @@ def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
     return table(headers, rows)
 
 
-_TOOLS = {"hta": "HTA", "chakra": "Chakra", "astra": "ASTRA-sim", "perfetto": "Perfetto"}
+_CENSUS_CHECKS = {
+    "rankCountMatches": "rank census",
+    "parallelismConsistent": "parallelism",
+    "processGroupsMatch": "process groups",
+}
 
 
-def readiness_line(inspection: Any) -> str | None:
-    """``HTA yes, Chakra no, ...`` from a traceset's recorded ``inspection.readiness``;
-    ``validate`` gives each check's message."""
-    recorded = inspection.get("readiness") if isinstance(inspection, dict) else None
-    if not isinstance(recorded, dict):
+def _complete(inspection: Any) -> dict[str, Any] | None:
+    if isinstance(inspection, dict) and inspection.get("status") == "complete":
+        return inspection
+    return None
+
+
+def census_line(inspection: Any) -> str | None:
+    """The traceset's own checks from its recorded census: ``ok (...)``, or ``FAILED``
+    with the message of each failed one."""
+    census = (_complete(inspection) or {}).get("census")
+    checks = census.get("checks") if isinstance(census, dict) else None
+    if not isinstance(checks, dict):
         return None
-    words = [
-        f"{tool} {'yes' if recorded[key].get('passed') else 'no'}"
-        for key, tool in _TOOLS.items()
+    held = [(words, checks[key]) for key, words in _CENSUS_CHECKS.items() if key in checks]
+    failed = [f"{words}: {check.get('message')}" for words, check in held if not check["passed"]]
+    if failed:
+        return "FAILED: " + "; ".join(failed)
+    warned = (
+        " with a warning (tracestore validate says why)"
+        if any(check.get("warning") for _, check in held)
+        else ""
+    )
+    return f"ok ({', '.join(words for words, _ in held)}){warned}"
+
+
+def readiness_lines(inspection: Any) -> list[str]:
+    """``ready for:`` and ``not ready:`` the tools of a traceset's recorded
+    ``inspection.readiness``; ``validate`` gives each one's message."""
+    from tracestore.inspect.readiness import READINESS_TOOLS
+
+    recorded = (_complete(inspection) or {}).get("readiness")
+    if not isinstance(recorded, dict):
+        return []
+    held = [
+        (tool, recorded[key])
+        for key, tool in READINESS_TOOLS.items()
         if isinstance(recorded.get(key), dict)
     ]
-    return ", ".join(words) + " (tracestore validate says why)" if words else None
+    ready = [tool for tool, check in held if check.get("passed")]
+    not_ready = [tool for tool, check in held if not check.get("passed")]
+    lines = [f"ready for:   {', '.join(ready)}"] if ready else []
+    if not_ready:
+        lines.append(f"not ready:   {', '.join(not_ready)} (tracestore validate says why)")
+    return lines
+
+
+def validate_text(traceset_id: str, answer: schemas.ValidateAnswer) -> list[str]:
+    """``tracestore validate``: the traceset's checks and its verdict, then, apart, which
+    tools can read it (which does not make it invalid)."""
+    lines = []
+    for check in answer.checks:
+        mark = (
+            "warn" if check.warning else {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
+        )
+        lines.append(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
+    lines.append(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
+    if answer.readiness:
+        lines.append("Which tools can read it (this does not make it invalid):")
+    for entry in answer.readiness:
+        state = {True: "ready for", False: "not ready for", None: "not evaluated yet:"}
+        told = f": {entry.message}" if entry.message else ""
+        lines.append(f"  {state[entry.ready]} {entry.tool}{told}")
+    return [shown(line) for line in lines]
 
 
 def traceset_text(ts: schemas.Traceset) -> str:
@@ -216,8 +271,9 @@ def traceset_text(ts: schemas.Traceset) -> str:
         lines.append(f"tags:        {', '.join(shown(tag) for tag in ts.tags)}")
     if ts.workload_metadata is not None:
         lines.append(f"metadata:    {shown(jsontext.dumps(ts.workload_metadata))}")
-    if ready := readiness_line(ts.inspection):
-        lines.append(f"ready for:   {ready}")
+    if census := census_line(ts.inspection):
+        lines.append(f"census:      {shown(census)}")
+    lines += readiness_lines(ts.inspection)
     rows = [
         [
             f.name,

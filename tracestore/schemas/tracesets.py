@@ -116,11 +116,23 @@ class ValidationCheck(WireModel):
     )
 
 
+class ToolReadiness(WireModel):
+    """Whether a tool that consumes traces can read the traceset (an extension)."""
+
+    name: str = Field(description="hta_ready, chakra_ready, astra_ready or perfetto_ready")
+    tool: str = Field(description="The tool, in words: HTA, Chakra, ASTRA-sim, Perfetto")
+    ready: bool | None = Field(description="null when inspection has not reported yet")
+    message: str | None = None
+
+
 class ValidateAnswer(WireModel):
-    """Body of ``POST /api/v1/tracesets/{id}/validate``."""
+    """Body of ``POST /api/v1/tracesets/{id}/validate``: ``valid`` and ``checks`` judge the
+    traceset itself; ``readiness`` (an extension) says which tools can read it, and does not
+    make it invalid."""
 
     valid: bool
     checks: list[ValidationCheck]
+    readiness: list[ToolReadiness] = Field(default_factory=list)
 
 
 class ResolvedFile(SnakeWireModel):

@@ -4,7 +4,7 @@
 // promote are their own routes, and their answers are shown in the API's words.
 import { api } from "/static/api.js";
 import { censusGrid } from "/static/census_grid.js";
-import { checkList } from "/static/checks.js";
+import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
 import { bytes, plural, rangeList, rankList, when } from "/static/format.js";
@@ -121,7 +121,7 @@ function inspectionSections(traceset, metadataSection) {
       h("h3", {}, "The census"),
       checkList(Object.entries(census.checks ?? {})),
       h("h3", {}, "Which tools can read it"),
-      checkList(Object.entries(inspection.readiness ?? {})),
+      readinessList(Object.entries(inspection.readiness ?? {}).map(([key, entry]) => [`${key}_ready`, entry])),
     ),
     metadataSection,
     section("Process groups", "groups", groupsTable(census.processGroups ?? [])),

@@ -2,7 +2,7 @@
 // some ranks), validate, promote one scope up (optionally with corrected workloadMetadata,
 // sent as typed). Each answer, and each refusal, is shown in the API's words.
 import { api } from "/static/api.js";
-import { checkList } from "/static/checks.js";
+import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { nextStep, waitingBanner } from "/static/errors.js";
 import { parseExact } from "/static/json_text.js";
@@ -46,6 +46,8 @@ export function actions(traceset, metadataText, reload) {
         validation,
         h("p", { class: answer.valid ? "ok" : "bad", dataset: { valid: answer.valid } }, answer.valid ? "Valid." : "Not valid."),
         checkList(answer.checks.map((check) => [check.name, check])),
+        h("h3", {}, "Which tools can read it (does not make it invalid)"),
+        readinessList((answer.readiness ?? []).map((entry) => [entry.name, entry])),
       );
     } catch (error) {
       show(validation, h("p", { class: "error", role: "alert" }, error.message), h("p", { class: "muted" }, nextStep(error)));
