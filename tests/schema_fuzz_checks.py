@@ -34,6 +34,7 @@ _SORT = [(400, "Sort field")]  # a sort field given twice
 _METADATA = [
     (400, re.escape(MISSING_RANK_COUNT_MESSAGE)),
     (400, "workloadMetadata"),
+    (400, re.escape("the parallelism product (dp × tp × sp × ep × pp)")),  # over 2**31 - 1
     (413, ""),  # the body, or the sum of the files' sizes, over its limit
 ]
 RULES: dict[str, list[tuple[int, str]]] = {

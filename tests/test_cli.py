@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import TESTDATA, FakeClock
 from tests.httpserver import serving
+from tests.tenancy import person
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
 from tracestore.cli.output import NEXT_STEPS, with_url
@@ -373,8 +374,19 @@ def test_ls_human_json_filters_and_limit(
 
 
 def test_promote(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> None:
-    data = upload(run, traces, meta_file)
-    human = run("promote", data["id"])
+    data = upload(run, traces, meta_file)  # two files without a rank: its census fails
+    shown = run("show", data["id"]).stdout
+    assert "census:      FAILED: rank census: 2 of 2 ranks missing: 0..1" in shown
+    refused = run("promote", data["id"])
+    assert refused.exit_code == 1
+    assert f"Error: Traceset '{data['id']}' fails its census: rank_census: 2 of 2" in (
+        refused.stderr
+    )
+    assert (
+        "  Check it with `tracestore validate --url http://testserver ID`: a traceset that is "
+        "not ready cannot be promoted; one that fails its census can, as it is, with --force."
+    ) in refused.stderr
+    human = run("promote", data["id"], "--force")
     assert human.exit_code == 0, human.output
     assert human.stdout.strip() == f"{data['id']} promoted to tenant"
     again = run("promote", data["id"], "--json")
@@ -464,9 +476,16 @@ def test_upload_warns_or_with_strict_refuses_when_local_ranks_disagree(
     assert warned.stderr.startswith("Warning: ")
 
     refused = run("upload", str(chakra), "--workload-metadata", str(eight), "--strict")
-    assert refused.exit_code == 2
-    assert "local inspection disagrees with the metadata (--strict)" in refused.stderr
-    assert "Uploading" not in refused.stderr
+    # A data problem, not a usage one: exit 1 as `inspect --strict`, one line per finding and
+    # one saying what was refused, no click Usage block (issue 43, item 9).
+    assert refused.exit_code == 1
+    lines = refused.stderr.splitlines()
+    assert all(line.startswith("Error: ") for line in lines), refused.stderr
+    assert lines[-1] == (
+        "Error: not uploaded: local inspection disagrees with the metadata (--strict); "
+        "fix the files or the metadata, or upload without --strict"
+    )
+    assert "Usage:" not in refused.stderr and "Uploading" not in refused.stderr
 
 
 def test_resume_of_an_upload_that_completed_answers_its_traceset(
@@ -595,3 +614,19 @@ def test_the_python_client_on_a_url_where_nothing_answers_fails_within_seconds()
         client.get_traceset("ts_x")
     assert time.monotonic() - started < 5
     assert waits and not any(wait.reached for wait in waits)
+
+
+def test_a_member_promoting_to_public_is_told_who_may(
+    run: Any, services: Services, traces: Path, meta_file: Path
+) -> None:
+    member = person(services, "member", "default", ["default"])
+    data = upload(run, traces, meta_file)
+    assert run("promote", data["id"], "--force").exit_code == 0
+    refused = run("promote", data["id"], "--target", "public", token=member.token)
+    assert refused.exit_code == 1
+    # Not "you are not a member of that workspace" (they are), nor an admin-only command.
+    assert refused.stderr.splitlines()[:2] == [
+        "Error: Promotion to public needs a tenant admin",
+        "  Promotion to public needs a tenant admin of your tenant: ask one to promote it.",
+    ]
+    assert "workspace list" not in refused.stderr

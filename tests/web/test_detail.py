@@ -129,6 +129,26 @@ def test_promote_then_see_the_scope_change(served: Served, page: Page) -> None:
     expect(page.locator(".detail-head dl.head-facts")).to_contain_text("Expiresnever")
 
 
+def test_a_promotion_refused_for_its_census_can_be_forced(served: Served, page: Page) -> None:
+    # Rank 2 of 3 is missing: the census fails, and promotion says so (issue 43, item 8).
+    traceset = upload(served, "two-of-three", chakra_ranks(0, 1), '{"shape":{"rankCount":3}}')
+    open_from_the_list(page, served, "two-of-three")
+    page.get_by_role("button", name="Promote to tenant…").click()
+    force = page.get_by_label("Promote it as it is, though its census fails")
+    expect(force).to_be_hidden()
+    with page.expect_response(lambda r: r.url.endswith("/promote")) as answered:
+        page.get_by_role("button", name="Promote to tenant", exact=True).click()
+    assert answered.value.status == 409
+    expect(page.locator(".promote-error")).to_have_text(answered.value.json()["error"]["message"])
+    expect(page.locator(".promote-error")).to_contain_text("rank_census: 1 of 3 ranks missing: 2")
+    expect(page.locator(".promote-next")).to_contain_text("census fails can be promoted as it is")
+    expect(page.locator("h1 [data-scope]")).to_have_text("workspace")
+    force.check()
+    page.get_by_role("button", name="Promote to tenant", exact=True).click()
+    expect(page.locator("h1 [data-scope]")).to_have_text("tenant")
+    assert get_traceset(served, traceset.id).json()["scope"] == "tenant"
+
+
 def test_a_refused_promotion_shows_the_apis_message_exactly(served: Served, page: Page) -> None:
     # Upload stores cp unchecked; promotion's typed model refuses a cp that is no whole number.
     upload(

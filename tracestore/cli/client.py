@@ -123,8 +123,13 @@ def upload(
         problems = census_problems(paths, role, workload_metadata, declared)
         for problem in problems:
             echo_shown(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
-        if problems and strict:
-            raise click.UsageError("local inspection disagrees with the metadata (--strict)")
+        if problems and strict:  # a data problem, not a usage one: exit 1, as inspect does
+            click.echo(
+                "Error: not uploaded: local inspection disagrees with the metadata (--strict); "
+                "fix the files or the metadata, or upload without --strict",
+                err=True,
+            )
+            sys.exit(EXIT_API_ERROR)
 
     try:
         with progress_bars() as report:
@@ -291,6 +296,11 @@ def show(client: Client, traceset_id: str, as_json: bool) -> None:
 )
 @click.option("--description", help="Replace the description.")
 @click.option("--tag", "tags", multiple=True, help="Replace the tags; repeatable.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Promote even though the traceset fails its census (see `tracestore validate`).",
+)
 @json_option
 @connection
 def promote(
@@ -300,15 +310,18 @@ def promote(
     metadata_file: Path | None,
     description: str | None,
     tags: tuple[str, ...],
+    force: bool,
     as_json: bool,
 ) -> None:
-    """Widen who can see a ready traceset: workspace → tenant → public."""
+    """Widen who can see a ready traceset: workspace → tenant → public. A promoted traceset
+    no longer expires; one that fails its census is refused unless --force."""
     answer = client.promote_traceset(
         traceset_id,
         target=target,
         workload_metadata=read_metadata(metadata_file),
         description=description,
         tags=list(tags) if tags else None,
+        force=force,
     )
     if as_json:
         echo_json(wire(answer))

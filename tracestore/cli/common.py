@@ -165,7 +165,7 @@ def connection(command: F) -> F:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:
-                for line in error_lines(exc, given_url()):
+                for line in error_lines(exc, given_url(), context.info_name):
                     click.echo(line, err=True)
                 sys.exit(EXIT_API_ERROR)
 

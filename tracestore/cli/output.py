@@ -30,8 +30,8 @@ NEXT_STEPS: dict[str, str] = {
     "VALIDATION_ERROR": "Fix what the message names and run the command again.",
     "UNAUTHORIZED": "Check the token: --token, TRACESTORE_TOKEN, or the server's "
     "<data-dir>/admin-token.",
-    "FORBIDDEN": "You are not a member of that workspace (or the URL expired); "
-    "see `tracestore workspace list` or ask its admin.",
+    "FORBIDDEN": "You are not a member of that workspace, or the link expired (ask for a "
+    "new one); the service's admin can add you to a workspace.",
     "NOT_FOUND": "Check the id with `tracestore ls` (another workspace's tracesets are not "
     "visible to you).",
     "METHOD_NOT_ALLOWED": "The service does not offer this operation; is it an older version?",
@@ -55,6 +55,14 @@ NEXT_STEPS: dict[str, str] = {
     "INTEGRITY_ERROR": "The bytes do not match what the service recorded; run the command "
     "again (downloads resume, mismatching ones start over).",
     "UPLOAD_INCOMPLETE": "Resume it with the command below once the cause is fixed.",
+}
+
+# Where one command's error of a code needs other words than NEXT_STEPS's.
+COMMAND_STEPS: dict[tuple[str, str], str] = {
+    ("promote", "FORBIDDEN"): "Promotion to public needs a tenant admin of your tenant: ask "
+    "one to promote it.",
+    ("promote", "CONFLICT"): "Check it with `tracestore validate ID`: a traceset that is not "
+    "ready cannot be promoted; one that fails its census can, as it is, with --force.",
 }
 
 
@@ -93,12 +101,17 @@ def with_url(text: str, url: str | None) -> str:
     return _CLIENT_COMMAND.sub(lambda m: f"{m.group(0)} --url {shlex.quote(url)}", text)
 
 
-def error_lines(exc: TracestoreError, url: str | None = None) -> list[str]:
-    """The error as the CLI prints it: the message, then the next step (its commands with
-    the ``url`` the command was given), then the request id."""
+def error_lines(
+    exc: TracestoreError, url: str | None = None, command: str | None = None
+) -> list[str]:
+    """The error as the CLI prints it: the message, then the next step (``command``'s own,
+    else its code's; its commands with the ``url`` the command was given), then the
+    request id."""
     code = exc.cause.code if isinstance(exc, UploadIncomplete) and exc.cause else exc.code
     lines = [f"Error: {shown(exc.message)}"]
-    step = NEXT_STEPS.get(code, NEXT_STEPS["INTERNAL_ERROR"])
+    step = COMMAND_STEPS.get((command or "", code)) or NEXT_STEPS.get(
+        code, NEXT_STEPS["INTERNAL_ERROR"]
+    )
     lines.append(f"  {with_url(step, url)}")
     if exc.request_id:
         lines.append(f"  (request id {shown(exc.request_id)})")

@@ -237,10 +237,14 @@ class ApiClient:
         workload_metadata: Any = None,
         description: str | None = None,
         tags: Sequence[str] | None = None,
+        force: bool = False,
     ) -> schemas.PromoteAnswer:
         """Widen a ready traceset's scope one step (``tenant``, then ``public``), optionally
-        replacing its workloadMetadata, description and tags (SPEC 6)."""
+        replacing its workloadMetadata, description and tags (SPEC 6). A traceset that fails
+        its census raises ``Conflict`` naming the failed checks, unless ``force``."""
         body: dict[str, Any] = {"target": target}
+        if force:
+            body["force"] = True
         if workload_metadata is not None:
             body["workloadMetadata"] = workload_metadata
         if description is not None:

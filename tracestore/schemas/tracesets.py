@@ -177,6 +177,12 @@ class PromoteRequest(RequestModel):
         list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] | None
     ) = Field(default=None, max_length=64, description="Replace the tags on success")
 
+    force: bool = Field(
+        default=False,
+        description="Promote even though the traceset fails its census (an extension): "
+        "without it, such a promotion answers 409 naming the failed checks",
+    )
+
     _texts_without_nul = field_validator("description", "tags")(without_nul)
 
 
