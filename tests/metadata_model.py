@@ -189,9 +189,17 @@ def promotion_model(metadata: Any, held: int | None) -> Refusal:
     if declared_count != held:
         declares = "no rank count" if declared_count is None else f"rank count {declared_count}"
         holds = "no rank count" if held is None else str(held)
+        # The strategies' only near miss of a declaration member: shape.rank_count alone.
+        near = isinstance(shape, dict) and "rank_count" in shape and "rankCount" not in shape
+        meant = (
+            " (workloadMetadata.shape.rank_count is not read as a declaration of the rank"
+            " count: did you mean `rankCount`?)"
+            if near
+            else ""
+        )
         return unprocessable(
             f"workloadMetadata declares {declares}, but traceset ts_x holds {holds};"
-            " a rank count cannot be changed after upload"
+            f" a rank count cannot be changed after upload{meant}"
         )
     return None
 

@@ -482,7 +482,7 @@ def test_upload_warns_or_with_strict_refuses_when_local_ranks_disagree(
     lines = refused.stderr.splitlines()
     assert all(line.startswith("Error: ") for line in lines), refused.stderr
     assert lines[-1] == (
-        "Error: not uploaded: local inspection disagrees with the metadata (--strict); "
+        "Error: not uploaded: the local checks disagree with the metadata (--strict); "
         "fix the files or the metadata, or upload without --strict"
     )
     assert "Usage:" not in refused.stderr and "Uploading" not in refused.stderr
@@ -630,3 +630,39 @@ def test_a_member_promoting_to_public_is_told_who_may(
         "  Promotion to public needs a tenant admin of your tenant: ask one to promote it.",
     ]
     assert "workspace list" not in refused.stderr
+
+
+def test_upload_says_what_promotion_will_refuse_and_what_was_meant(
+    run: Any, tmp_path: Path
+) -> None:
+    chakra = TESTDATA / "chakra-allreduce-4ranks"
+    # The seed: upload stores descriptive members as given and checks only the rank count,
+    # so a string global_batch_size is accepted; promotion's typed model refuses it later.
+    meta = tmp_path / "meta.json"
+    meta.write_text('{"shape": {"rankCount": 4, "global_batch_size": "1024", "rank_cout": 4}}')
+    warned = run("upload", str(chakra), "--workload-metadata", str(meta), "--json")
+    assert warned.exit_code == 0, warned.output
+    stored = json.loads(warned.stdout)["workloadMetadata"]
+    assert stored["shape"]["global_batch_size"] == "1024"
+    assert warned.stderr.splitlines()[:2] == [
+        "Warning: workloadMetadata.shape.rank_cout is not a member the rules read: did you "
+        "mean `rank_count`?",
+        "Warning: stored as given, but promotion will refuse it: "
+        'workloadMetadata.shape.global_batch_size must be a whole number of at least 1, got "1024"',
+    ]
+    strict = run("upload", str(chakra), "--workload-metadata", str(meta), "--strict")
+    assert strict.exit_code == 1
+    assert "Error: stored as given, but promotion will refuse it: " in strict.stderr
+    assert "Uploading" not in strict.stderr
+
+    # The seed's own words when nothing is declared, then what was meant.
+    near = tmp_path / "near.json"
+    near.write_text('{"shape": {"rank_count": 4}}')
+    refused = run("upload", str(chakra), "--workload-metadata", str(near))
+    assert refused.exit_code == 2
+    assert (
+        "Uploads with primary trace files must declare a rank count: set "
+        "workloadMetadata.shape.rankCount, or workloadMetadata.parallelism degrees "
+        "(dp, tp, sp, ep, pp) (workloadMetadata.shape.rank_count is not read as a declaration "
+        "of the rank count: did you mean `rankCount`?)"
+    ) in " ".join(refused.stderr.split())

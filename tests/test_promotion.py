@@ -493,3 +493,20 @@ def test_a_traceset_not_inspected_yet_is_promoted(http: TestClient, services: Se
             update(db.Traceset).where(db.Traceset.id == ts["id"]).values(inspection=None)
         )
     assert promote(http, ts["id"]).status_code == 200
+
+
+def test_a_string_global_batch_size_is_stored_at_upload_and_refused_at_promotion(
+    http: TestClient,
+) -> None:
+    """The seed: upload 'validates only the rank-count members' and stores descriptive
+    members 'as given, whatever their spelling'; promotion reads shape.global_batch_size
+    through its typed model (issue 43, item 8: the seed, not the issue, decides upload)."""
+    metadata = {"shape": {"rankCount": 256, "global_batch_size": "1024"}}
+    ts = upload_ready(http, metadata)
+    assert ts["workloadMetadata"] == metadata
+
+    message = error(promote(http, ts["id"]), 422)
+
+    assert message == (
+        'workloadMetadata.shape.global_batch_size must be a whole number of at least 1, got "1024"'
+    )

@@ -24,6 +24,7 @@ from tracestore.cli.common import (
     connection,
     given_url,
     json_option,
+    promotion_problems,
     read_metadata,
 )
 from tracestore.cli.output import (
@@ -85,8 +86,8 @@ def reading_ahead(command: F) -> F:
 @click.option(
     "--strict",
     is_flag=True,
-    help="Refuse (do not just warn) when a local inspection "
-    "of the files disagrees with the declared rank count.",
+    help="Refuse (do not just warn) when a local inspection of the files disagrees with the "
+    "declared rank count, or promotion would refuse the metadata.",
 )
 @json_option
 @reading_ahead
@@ -114,18 +115,25 @@ def upload(
 
     workload_metadata = read_metadata(metadata_file)
     if resume_id is None:
+        meant = rules.near_misses(workload_metadata)
         try:
             declared = rules.check_upload_metadata(
                 workload_metadata, has_primary_files=role == "primary"
             )
         except ValidationError as exc:
-            raise click.UsageError(f"{metadata_file or 'no --workload-metadata'}: {exc}") from None
-        problems = census_problems(paths, role, workload_metadata, declared)
+            hint = f" ({'; '.join(meant)})" if meant else ""
+            raise click.UsageError(
+                f"{metadata_file or 'no --workload-metadata'}: {exc}{hint}"
+            ) from None
+        for hint in meant:
+            echo_shown(f"Warning: {hint}", err=True)
+        problems = promotion_problems(workload_metadata, declared)
+        problems += census_problems(paths, role, workload_metadata, declared)
         for problem in problems:
             echo_shown(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
         if problems and strict:  # a data problem, not a usage one: exit 1, as inspect does
             click.echo(
-                "Error: not uploaded: local inspection disagrees with the metadata (--strict); "
+                "Error: not uploaded: the local checks disagree with the metadata (--strict); "
                 "fix the files or the metadata, or upload without --strict",
                 err=True,
             )
