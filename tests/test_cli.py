@@ -84,6 +84,16 @@ def test_upload_human_and_json(run: Any, traces: Path, meta_file: Path, tmp_path
     assert result.exit_code == 0, result.output
     traceset_id, status, *_ = result.stdout.split()
     assert traceset_id.startswith("ts_") and status == "ready"
+    # When it goes, and how to keep it, right at upload (issue 43, item 2).
+    shown = json.loads(run("show", traceset_id, "--json").stdout)
+    assert result.stdout.splitlines()[1] == (
+        f"{traceset_id} expires {shown['expiresAt']}, 7 days after its last use (a download "
+        f"counts); keep it: tracestore promote --url http://testserver {traceset_id}"
+    )
+    assert (
+        f"expires:     {shown['expiresAt']} (7 days after its last use; "
+        f"tracestore promote {traceset_id} keeps it)"
+    ) in run("show", traceset_id).stdout
     # The --url it was given is in the hint (a resume elsewhere would miss the service).
     assert (
         "resume with: tracestore upload --url http://testserver --resume upload_" in result.stderr

@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from tests.uploading import one_part_session
 from tracestore import errors, jsontext
 from tracestore.client import Client, ProgressEvent, UploadInterrupted
+from tracestore.schemas import format_timestamp
 from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
@@ -92,6 +93,12 @@ def test_upload_directory_round_trip(
     assert traceset.status == "ready"
     assert traceset.name == "traces"
     assert traceset.rank_count_derived == 2
+    # The result says when it goes and how to keep it (issue 43, item 2).
+    assert traceset.expires_at is not None and traceset.ttl_days == 7
+    assert traceset.expiry == (
+        f"expires {format_timestamp(traceset.expires_at)}, 7 days after its last use "
+        "(a download counts); promote it to keep it"
+    )
     assert traceset.tags == ["a", "b"]
     got = {f.name: f for f in traceset.files}
     assert set(got) == {*tree, "config.yaml"}

@@ -117,6 +117,10 @@ def test_promote_then_see_the_scope_change(served: Served, page: Page) -> None:
     traceset = upload(served, "to-promote", chakra_ranks(0, 1), '{"shape":{"rankCount":2}}')
     open_from_the_list(page, served, "to-promote")
     expect(page.locator("h1 [data-scope]")).to_have_text("workspace")
+    # Where an upload lands: when it goes, and how to keep it (issue 43, item 2).
+    expect(page.locator(".detail-head dl.head-facts")).to_contain_text(
+        "7 days after its last use (a download counts); promote it to keep it"
+    )
     page.get_by_role("button", name="Promote to tenant…").click()
     expect(page.get_by_text("Promote to tenant: everyone in your tenant")).to_be_visible()
     page.get_by_role("button", name="Promote to tenant", exact=True).click()

@@ -34,6 +34,7 @@ from tracestore.cli.output import (
     list_rows,
     progress_bars,
     size_text,
+    timestamp,
     traceset_text,
     validate_text,
     wire,
@@ -183,6 +184,13 @@ def upload(
             f"{traceset.id}  {traceset.status}  {traceset.file_count} files  "
             f"{size_text(traceset.total_size)}  {traceset.hash}"
         )
+        if traceset.expires_at is not None:  # said at once: it goes unless used or promoted
+            url = given_url()
+            keep = ["tracestore", "promote", *(["--url", url] if url else []), traceset.id]
+            echo_shown(
+                f"{traceset.id} expires {timestamp(traceset.expires_at)}, {traceset.ttl_days} "
+                f"days after its last use (a download counts); keep it: {shlex.join(keep)}"
+            )
 
 
 def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Path]) -> str:

@@ -263,6 +263,15 @@ def validate_text(traceset_id: str, answer: schemas.ValidateAnswer) -> list[str]
     return [shown(line) for line in lines]
 
 
+def _expires_text(ts: schemas.Traceset) -> str:
+    if ts.expires_at is None:
+        return "never"
+    return (
+        f"{timestamp(ts.expires_at)} ({ts.ttl_days} days after its last use; "
+        f"tracestore promote {shown(ts.id)} keeps it)"
+    )
+
+
 def traceset_text(ts: schemas.Traceset) -> str:
     """``tracestore show``: the traceset's members, then its files."""
     ranks = "-" if ts.rank_count_derived is None else str(ts.rank_count_derived)
@@ -276,7 +285,7 @@ def traceset_text(ts: schemas.Traceset) -> str:
         f"size:        {size_text(ts.total_size)} in {ts.file_count} files",
         f"hash:        {shown(ts.hash or '-')}",
         f"created:     {timestamp(ts.created_at)}",
-        f"expires:     {timestamp(ts.expires_at) if ts.expires_at else 'never'}",
+        f"expires:     {_expires_text(ts)}",
     ]
     if ts.description:
         lines.append(f"description: {shown(ts.description)}")

@@ -20,6 +20,7 @@ from tracestore.schemas.wire import (
     Text,
     Timestamp,
     WireModel,
+    format_timestamp,
     without_nul,
 )
 from tracestore.schemas.workload import MetadataField
@@ -64,6 +65,17 @@ class Traceset(WireModel):
     workload_metadata: MetadataField = None
     files: list[FileResponse]
     inspection: dict[str, Any] | None = None
+
+    @property
+    def expiry(self) -> str:
+        """When the traceset goes and how to keep it, in words (``never expires`` once
+        promoted): every traceset but a promoted one expires ``ttl_days`` after its last use."""
+        if self.expires_at is None:
+            return "never expires"
+        return (
+            f"expires {format_timestamp(self.expires_at)}, {self.ttl_days} days after its last "
+            "use (a download counts); promote it to keep it"
+        )
 
 
 class WorkloadSummary(SnakeWireModel):

@@ -62,7 +62,12 @@ function header(traceset) {
     ["Workspace", h("code", {}, traceset.workspaceId)],
     ["Created", when(traceset.createdAt)],
     ["Updated", when(traceset.updatedAt)],
-    ["Expires", traceset.expiresAt ? `${when(traceset.expiresAt)} (TTL ${traceset.ttlDays} days)` : "never"],
+    [
+      "Expires",
+      traceset.expiresAt
+        ? `${when(traceset.expiresAt)}: ${plural(traceset.ttlDays, "day")} after its last use (a download counts); promote it to keep it`
+        : "never",
+    ],
     ["Hash", traceset.hash ? h("code", { class: "hash" }, traceset.hash) : "—"],
   ];
   return h(
