@@ -378,6 +378,27 @@ def download(
         raise click.UsageError("Give --file or --ranks, not both")
     if supporting and ranks is None:
         raise click.UsageError("--supporting goes with --ranks")
+    traceset = client.get_traceset(traceset_id)
+    if ranks is not None:
+        from tracestore.ranks import parse_ranks, sent_whole
+
+        try:
+            runs = parse_ranks(ranks)
+        except ValidationError as exc:
+            raise click.BadParameter(exc.message, param_hint="--ranks") from None
+        held = [
+            (
+                f.name,
+                f.role,
+                *((f.rank_range.start, f.rank_range.end) if f.rank_range else (None, None)),
+            )
+            for f in traceset.files
+        ]
+        for name, whole in sent_whole(held, runs):
+            echo_shown(
+                f"Note: {name} holds ranks {whole} and comes whole: a file is not split by rank",
+                err=True,
+            )
     try:
         with progress_bars() as report:
             written = client.download_traceset(
@@ -388,6 +409,7 @@ def download(
                 progress=report.progress,
                 ranks=ranks,
                 supporting=supporting,
+                traceset=traceset,
             )
     except KeyboardInterrupt:
         click.echo("\nInterrupted; run the same command again to resume.", err=True)

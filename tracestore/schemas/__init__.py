@@ -42,6 +42,7 @@ from tracestore.schemas.tracesets import (
     TracesetPage,
     ValidateAnswer,
     ValidationCheck,
+    WholeFile,
     WorkloadSummary,
 )
 from tracestore.schemas.uploads import (
@@ -139,6 +140,7 @@ __all__ = [
     "User",
     "ValidateAnswer",
     "ValidationCheck",
+    "WholeFile",
     "WireModel",
     "WorkloadMetadata",
     "WorkloadParallelism",

@@ -106,6 +106,13 @@ class TracesetPage(WireModel):
     pagination: Pagination
 
 
+class WholeFile(WireModel):
+    """A file a ranks download sends whole, though it holds ranks not asked for."""
+
+    name: str
+    ranks: str = Field(description="All the ranks the file holds (0-7)")
+
+
 class DownloadAnswer(WireModel):
     """Body of ``GET /api/v1/tracesets/{id}/download``: a presigned GET URL."""
 
@@ -114,6 +121,11 @@ class DownloadAnswer(WireModel):
     file: str | None = Field(default=None, description="The file's name; null for the ZIP")
     ranks: str | None = Field(
         default=None, description="The ranks of a ranks download (0-7,12); null otherwise"
+    )
+    whole_files: list[WholeFile] = Field(
+        default_factory=list,
+        description="A ranks download's files that hold ranks not asked for, sent whole (an "
+        "archive of every rank cannot be split by rank); an extension",
     )
 
 

@@ -19,7 +19,14 @@ from sqlalchemy.orm import Session
 
 from tracestore import schemas
 from tracestore.errors import Conflict, Gone, NotFound, ValidationError, quoted
-from tracestore.ranks import Runs, parse_ranks, ranks_text, select_files, within
+from tracestore.ranks import (
+    Runs,
+    parse_ranks,
+    ranks_text,
+    select_files,
+    sent_whole,
+    within,
+)
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
@@ -69,14 +76,19 @@ def download_url(
         traceset = _ready(session, principal, traceset_id, "downloaded")
         if ranks is not None:
             runs = parse_ranks(ranks)
-            rank_selection(files_of(session, traceset_id), runs, traceset_id, supporting)
+            chosen = rank_selection(files_of(session, traceset_id), runs, traceset_id, supporting)
+            whole = sent_whole(((f.name, f.role, f.rank_start, f.rank_end) for f in chosen), runs)
             selection = _selection(runs, supporting)
             url = archive_url(
                 services, traceset_id, int(expires_at.timestamp()), base_url, selection
             )
             record_use(session, traceset, now)
             return schemas.DownloadAnswer(
-                url=url, expires_at=expires_at, file=None, ranks=ranks_text(runs)
+                url=url,
+                expires_at=expires_at,
+                file=None,
+                ranks=ranks_text(runs),
+                whole_files=[schemas.WholeFile(name=n, ranks=r) for n, r in whole],
             )
         if file_name is None:
             url = archive_url(services, traceset_id, int(expires_at.timestamp()), base_url)
