@@ -84,6 +84,7 @@ def test_distributed_info_comes_first() -> None:
         ("rank-12.Jun_01_2024.pt.trace.json", 12),
         ("myhost_12345.1700000000123.pt.trace.json", None),
         ("worker-0_4242.1700.pt.trace.json", None),  # a host named worker-0, process 4242
+        ("rank_0.json", None),  # no profiler's name: an only file may hold every rank
     ],
 )
 def test_a_conventional_file_name_gives_the_rank(name: str, rank: int | None) -> None:

@@ -7,8 +7,9 @@ after it; the one-pass scan finds it in either place. ``quick`` mode stops as so
 whole event list in search of it. The process id is the ``pid`` of the first host-side event
 (CPU ops, annotations, runtime calls); GPU events carry the device as theirs. A trace whose
 ``distributedInfo`` names no rank (or that has none) takes the rank its ``record_param_comms``
-events record (``Rank`` in their ``args``), else the one a conventional file name holds
-(``worker1.<ts>.pt.trace.json``, ``rank3.kineto.json``), each with its provenance.
+events record (``Rank`` in their ``args``), else the one a profiler's file name holds
+(``worker1.<ts>.pt.trace.json``, ``rank3.kineto.json``; not a bare ``rank_0.json``), each with
+its provenance.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ _SCHEMA_RE = number_pattern("schemaVersion")
 _BASE_TIME_RE = number_pattern("baseTimeNanoseconds")
 _DEVICES_RE = key_pattern("deviceProperties")
 _COMM_ARGS_RE = re.compile(rb'"record_param_comms"[^{}]{0,4096}?"args"\s*:\s*(\{[^{}]{0,16384}\})')
-# A conventional trace name holding the rank: worker1.<ts>.pt.trace.json, rank3.kineto.json,
+# A profiler's trace name holding the rank: worker1.<ts>.pt.trace.json, rank3.kineto.json,
 # eg.rank_0.pt.trace.json (the digits end at a dot: worker-0_4242 is a host and a process).
+# Only a name the profiler's writers give (.pt.trace.json, kineto): a bare rank_0.json may
+# hold every rank (an only file holds all the declared ones).
 _RANK_NAME_RE = re.compile(r"(?:^|[._-])(?:rank|worker)[-_]?(\d{1,9})\.", re.IGNORECASE)
+_PROFILER_NAME_RE = re.compile(r"\.pt\.trace\.json|kineto", re.IGNORECASE)
 _STEP_RE = re.compile(rb'"name"\s*:\s*"ProfilerStep#(\d{1,12})"')
 # The CPU process id: the pid of host-side events (GPU events use the device as their pid).
 _HOST_CATEGORIES = rb'"(?:cpu_op|user_annotation|python_function|cuda_runtime|cuda_driver)"'
@@ -137,7 +141,8 @@ def rank_without_info(draft: Draft, comms: CommRanks) -> None:
     comms.vote.store(draft, kind="record_param_comms event")
     if draft.rank is not None:
         return
-    match = _RANK_NAME_RE.search(draft.name.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+    base = draft.name.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    match = _RANK_NAME_RE.search(base) if _PROFILER_NAME_RE.search(base) else None
     if match is None:
         return
     draft.rank = int(match[1])
