@@ -61,7 +61,8 @@ def test_download_one_file_by_presigned_url_with_ranges_etag_and_sha256(
     answer = http.get(_api(ts["id"], "download"), params={"file": "rank_0.json"})
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert set(body) == {"url", "expiresAt", "file", "ranks"}
+    assert set(body) == {"url", "expiresAt", "file", "ranks", "wholeFiles"}
+    assert body["wholeFiles"] == []  # a ranks download's files that come whole
     assert body["file"] == "rank_0.json" and body["ranks"] is None
     assert body["expiresAt"].endswith("Z")
     data = files["rank_0.json"][0]
