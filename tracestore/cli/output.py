@@ -198,46 +198,41 @@ _CENSUS_CHECKS = {
 }
 
 
-def _complete(inspection: Any) -> dict[str, Any] | None:
-    if isinstance(inspection, dict) and inspection.get("status") == "complete":
-        return inspection
-    return None
+def _complete(inspection: schemas.Inspection | None) -> schemas.Inspection | None:
+    return inspection if inspection is not None and inspection.status == "complete" else None
 
 
-def census_line(inspection: Any) -> str | None:
+def census_line(inspection: schemas.Inspection | None) -> str | None:
     """The traceset's own checks from its recorded census: ``ok (...)``, or ``FAILED``
     with the message of each failed one."""
-    census = (_complete(inspection) or {}).get("census")
-    checks = census.get("checks") if isinstance(census, dict) else None
-    if not isinstance(checks, dict):
+    census = (done := _complete(inspection)) and done.census
+    if not census or not census.checks:
         return None
-    held = [(words, checks[key]) for key, words in _CENSUS_CHECKS.items() if key in checks]
-    failed = [f"{words}: {check.get('message')}" for words, check in held if not check["passed"]]
+    held = [
+        (words, census.checks[key]) for key, words in _CENSUS_CHECKS.items() if key in census.checks
+    ]
+    failed = [f"{words}: {check.message}" for words, check in held if check.passed is False]
     if failed:
         return "FAILED: " + "; ".join(failed)
     warned = (
         " with a warning (tracestore validate says why)"
-        if any(check.get("warning") for _, check in held)
+        if any(check.warning for _, check in held)
         else ""
     )
     return f"ok ({', '.join(words for words, _ in held)}){warned}"
 
 
-def readiness_lines(inspection: Any) -> list[str]:
+def readiness_lines(inspection: schemas.Inspection | None) -> list[str]:
     """``ready for:`` and ``not ready:`` the tools of a traceset's recorded
     ``inspection.readiness``; ``validate`` gives each one's message."""
     from tracestore.inspect.readiness import READINESS_TOOLS
 
-    recorded = (_complete(inspection) or {}).get("readiness")
-    if not isinstance(recorded, dict):
+    recorded = (done := _complete(inspection)) and done.readiness
+    if not recorded:
         return []
-    held = [
-        (tool, recorded[key])
-        for key, tool in READINESS_TOOLS.items()
-        if isinstance(recorded.get(key), dict)
-    ]
-    ready = [tool for tool, check in held if check.get("passed")]
-    not_ready = [tool for tool, check in held if not check.get("passed")]
+    held = [(tool, recorded[key]) for key, tool in READINESS_TOOLS.items() if key in recorded]
+    ready = [tool for tool, check in held if check.passed]
+    not_ready = [tool for tool, check in held if not check.passed]
     lines = [f"ready for:   {', '.join(ready)}"] if ready else []
     if not_ready:
         lines.append(f"not ready:   {', '.join(not_ready)} (tracestore validate says why)")

@@ -21,6 +21,7 @@ from tracestore.schemas.filenames import (
     file_name_problem,
     name_collision,
 )
+from tracestore.schemas.inspection import Census, Check, InspectedFile, Inspection, Recorded
 from tracestore.schemas.libraries import (
     Library,
     LibraryFile,
@@ -94,6 +95,8 @@ __all__ = [
     "NAME_PATTERN",
     "NOT_UNICODE",
     "ApiToken",
+    "Census",
+    "Check",
     "CompleteRequest",
     "CompletedFileInput",
     "CompletedPart",
@@ -103,6 +106,8 @@ __all__ = [
     "FileResponse",
     "FileUploadUrls",
     "Health",
+    "InspectedFile",
+    "Inspection",
     "Integer",
     "Library",
     "LibraryFile",
@@ -118,6 +123,7 @@ __all__ = [
     "PromoteRequest",
     "RankRange",
     "ReceivedPart",
+    "Recorded",
     "RequestModel",
     "ResolveAnswer",
     "ResolvedFile",

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+from tracestore.schemas.inspection import Inspection
 from tracestore.schemas.wire import (
     NUL_FREE,
     MetadataStatus,
@@ -64,7 +65,7 @@ class Traceset(WireModel):
     hash: str | None
     workload_metadata: MetadataField = None
     files: list[FileResponse]
-    inspection: dict[str, Any] | None = None
+    inspection: Inspection | None = None
 
     @property
     def expiry(self) -> str:
