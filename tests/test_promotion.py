@@ -468,7 +468,9 @@ def test_a_traceset_whose_census_fails_is_refused_unless_forced(http: TestClient
     assert stored(http, ts["id"])["expiresAt"] is None
 
 
-def test_new_metadata_is_judged_on_the_checks_it_cannot_change(http: TestClient) -> None:
+def test_new_metadata_is_judged_on_the_checks_it_cannot_change(
+    http: TestClient, services: Services
+) -> None:
     # The real 4-rank DDP set records one group of 4: tp=2 has no group of its size.
     files = {p.name: (p.read_bytes(), "primary") for p in sorted(DDP.iterdir())}
     wrong = {"shape": {"rankCount": 4}, "parallelism": {"dp": 2, "tp": 2}}
@@ -484,6 +486,9 @@ def test_new_metadata_is_judged_on_the_checks_it_cannot_change(http: TestClient)
     mended = {"shape": {"rankCount": 4}, "parallelism": {"dp": 4}}
     answer = promote(http, ts["id"], {"workloadMetadata": mended})
     assert answer.status_code == 200, answer.text
+    # ... and the census is taken again against the new degrees.
+    services.wait_for_background()
+    assert _validated(http, ts["id"])["process_groups"]["passed"] is True
 
 
 def test_a_traceset_not_inspected_yet_is_promoted(http: TestClient, services: Services) -> None:

@@ -25,7 +25,8 @@ from tracestore.errors import (
     ValidationError,
     shortened,
 )
-from tracestore.server import db
+from tracestore.inspect import parallelism_degrees
+from tracestore.server import db, jobs
 from tracestore.server.auth import Principal
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.request_bodies import parse_json_body
@@ -63,7 +64,7 @@ def _checked_new_metadata(given: Any, traceset_id: str, held: int | None) -> Non
 # judged on rank_census alone: the others judged the degrees it replaces, and the rank count
 # the census counts against cannot change.
 CENSUS_GATE = ("rank_census", "parallelism_consistency", "process_groups")
-METADATA_PROOF_GATE = ("rank_census",)
+NEW_METADATA_GATE = ("rank_census",)
 # The most of each failed check's message a refusal repeats.
 MESSAGE_SHOWN = 400
 
@@ -71,7 +72,7 @@ MESSAGE_SHOWN = 400
 def census_refusal(traceset: db.Traceset, *, metadata_replaced: bool) -> Conflict | None:
     """The 409 a promotion of ``traceset`` answers when its recorded census fails (not
     yet inspected is no failure), naming each failed check with its message."""
-    judged = METADATA_PROOF_GATE if metadata_replaced else CENSUS_GATE
+    judged = NEW_METADATA_GATE if metadata_replaced else CENSUS_GATE
     failed = [
         f"{check['name']}: {shortened(str(check.get('message')), MESSAGE_SHOWN)}"
         for check in stored_census_checks(traceset) or []
@@ -137,7 +138,18 @@ def promote_traceset(
             if refusal is not None:
                 raise refusal
         if given is not None:
+            reinspect = parallelism_degrees(given) != parallelism_degrees(
+                traceset.workload_metadata
+            )
             store_metadata(traceset, given)
+            if reinspect:  # the recorded census judged the degrees it replaces
+                jobs.enqueue(
+                    session,
+                    jobs.INSPECT,
+                    traceset.id,
+                    now,
+                    dedupe_key=f"{jobs.INSPECT}:{traceset.id}",
+                )
 
         if request.description is not None:
             traceset.description = request.description
@@ -146,4 +158,6 @@ def promote_traceset(
         traceset.scope = target
         traceset.expires_at = None
         traceset.updated_at = now
-        return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=True)
+    if given is not None:
+        services.wake_worker()
+    return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=True)
