@@ -42,11 +42,17 @@ def parse_upload_request(body: bytes) -> tuple[schemas.TracesetUploadUrlRequest,
     return request, rank_count
 
 
-def start_upload(
-    services: Services, principal: Principal, body: bytes, base_url: str
-) -> schemas.UploadUrlResponse:
-    """Check everything first, then create the traceset, its session and the part URLs
-    (on ``base_url``, where the caller reaches the service, for the embedded store)."""
+class CheckedUpload(NamedTuple):
+    """An upload-url body that passed every check: what the start writes from."""
+
+    request: schemas.TracesetUploadUrlRequest
+    rank_count: int | None
+    workspace_id: str
+
+
+def checked_upload(services: Services, principal: Principal, body: bytes) -> CheckedUpload:
+    """Every check upload-url makes before it creates anything, in its order: the body, its
+    workloadMetadata, the settings' limits, the workspace. Raises what upload-url answers."""
     request, rank_count = parse_upload_request(body)
     settings = services.settings
     if len(request.files) > settings.max_files_per_upload:
@@ -64,7 +70,25 @@ def start_upload(
     if workspace_id is None:
         raise ValidationError("workspaceId is required: the caller has no default workspace")
     principal.require_member(workspace_id)
+    return CheckedUpload(request, rank_count, workspace_id)
 
+
+def check_upload(
+    services: Services, principal: Principal, body: bytes
+) -> schemas.UploadCheckAnswer:
+    """upload-url's dry run: its checks of ``body`` and nothing else (nothing stored or
+    staged, no id drawn); the same error where upload-url would refuse the body."""
+    checked = checked_upload(services, principal, body)
+    return schemas.UploadCheckAnswer(rank_count=checked.rank_count)
+
+
+def start_upload(
+    services: Services, principal: Principal, body: bytes, base_url: str
+) -> schemas.UploadUrlResponse:
+    """Check everything first, then create the traceset, its session and the part URLs
+    (on ``base_url``, where the caller reaches the service, for the embedded store)."""
+    request, rank_count, workspace_id = checked_upload(services, principal, body)
+    settings = services.settings
     now = services.now()
     traceset_id = new_id("ts")
     upload_id = new_id("upload", now=now.timestamp())  # its time dates orphaned staging

@@ -160,3 +160,28 @@ def resume_upload(
     """Resume an upload: the parts already received, and fresh URLs for the first of those
     missing (a page; ``file`` and ``fromPart`` ask for the next page of one file)."""
     return uploads.resume_upload(services, principal, upload_id, base_url, file, from_part)
+
+
+@router.post(
+    "/tracesets/upload-url/check",
+    response_model=schemas.UploadCheckAnswer,
+    openapi_extra=_UPLOAD_BODY,
+    tags=["uploads"],
+    responses=error_responses(
+        400,
+        403,
+        413,
+        *API_ERRORS,
+        s400="upload-url would refuse the body: its error, word for word",
+        s403="workspaceId names a workspace the caller is not a member of",
+        s413="The body, or the files it declares, is larger than upload-url takes",
+    ),
+)
+async def check_upload_url(request: Request, caller: CallerDep) -> schemas.UploadCheckAnswer:
+    """upload-url's dry run (an extension): the same body, the same checks and refusals,
+    nothing created; ``valid`` when upload-url would accept it. Safe to send again."""
+    body = await request.body()
+    if len(body) <= INLINE_BODY:
+        return await caller.read(uploads.check_upload, body)
+    async with _big_bodies():  # parsed as upload-url parses it: one big body at a time
+        return await caller.run(uploads.check_upload, body)

@@ -76,6 +76,7 @@ SMALL_BODY = 16 * MAX_METADATA_BYTES
 # One file of upload-url at most: its name and content type escaped, the rest and whitespace.
 UPLOAD_FILE_BODY = _ESCAPED * (MAX_NAME_BYTES + 255) + 512
 COMPLETE_PATH = lanes.UPLOAD_PATH + "/complete"  # routes/uploads.py
+CHECK_PATH = lanes.UPLOAD_PATH + "/check"  # upload-url's dry run takes its body
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class BodyLimits:
 
     def of_request(self, scope: Scope) -> int:
         path = scope.get("path")
-        if path == lanes.UPLOAD_PATH:
+        if path == lanes.UPLOAD_PATH or path == CHECK_PATH:
             return self.upload_url
         return self.complete if path == COMPLETE_PATH else self.other
 
