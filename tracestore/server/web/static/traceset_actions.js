@@ -41,7 +41,11 @@ export function actions(traceset, metadataText, reload) {
     event.target.disabled = true;
     show(validation, h("p", { class: "muted" }, "Re-reading every file and re-checking its SHA-256…"));
     try {
-      const answer = await api(`/tracesets/${id}/validate`, { method: "POST", onRetry: waitingBanner().onRetry });
+      const answer = await api(`/tracesets/${id}/validate`, {
+        method: "POST",
+        idempotent: true, // it only reads
+        onRetry: waitingBanner().onRetry,
+      });
       show(
         validation,
         h("p", { class: answer.valid ? "ok" : "bad", dataset: { valid: answer.valid } }, answer.valid ? "Valid." : "Not valid."),
@@ -132,6 +136,7 @@ function promotion(traceset, metadataText, reload) {
       const answer = await api(`/tracesets/${encodeURIComponent(traceset.id)}/promote`, {
         method: "POST",
         bodyText,
+        idempotent: true, // a promotion sent again answers "already": nothing changes twice
         onRetry: waitingBanner().onRetry,
       });
       const said = answer.promotionApplied
