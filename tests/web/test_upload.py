@@ -15,6 +15,7 @@ from tests.web.seeding import sign_in
 from tests.web.upload_page import (
     fill_rank_count,
     make_folder,
+    mount_recording_view,
     open_upload_view,
     stored_matches,
     upload_done,
@@ -185,3 +186,35 @@ def test_a_refusal_by_the_service_is_shown_as_the_api_words_it(
 
 
 # ---- network errors, reloads ----
+
+
+def test_sizes_in_the_upload_view_read_as_in_the_other_views(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    """One bytes formatter for every view (issue 42, item 4): the folder picked, the upload
+    done and an unfinished upload's card read 4,000 bytes as the list and the traceset do."""
+    folder = make_folder(tmp_path / "sized", {"rank0.json": 1_500, "rank1.json": 2_500})
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    picked = page.locator(".upload-picked")
+    expect(picked).to_have_text("2 files, 3.91 KiB from sized")
+    fill_rank_count(page, "2")
+    page.get_by_role("button", name="Upload").click()
+    traceset = upload_done(page)
+    expect(page.get_by_text("Uploaded sized: 2 files, 3.91 KiB, ready")).to_be_visible()
+    page.evaluate(
+        """() => localStorage.setItem('tracestore.uploads', JSON.stringify([{
+          uploadId: 'up_x', tracesetId: 'ts_x', name: 'cut', startedAt: new Date().toISOString(),
+          files: [{ name: 'a', size: 1500, lastModified: 0, role: 'primary' },
+                  { name: 'b', size: 2500, lastModified: 0, role: 'primary' }],
+          etags: {} }]))"""
+    )
+    mount_recording_view(page)
+    expect(page.locator(".upload-card p").first).to_contain_text("2 files, 3.91 KiB, 0 parts")
+
+    page.goto(f"{served.url}/tracesets/{traceset['id']}")
+    size = page.locator(".head-facts div").filter(has=page.locator("dt", has_text="Size"))
+    expect(size.locator("dd")).to_have_text("3.91 KiB")
+    page.goto(served.url + "/")
+    row = page.locator("tr").filter(has=page.get_by_role("link", name="sized", exact=True))
+    expect(row.locator('td[title="4000 bytes"]')).to_have_text("3.91 KiB")
