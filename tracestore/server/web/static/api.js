@@ -92,7 +92,7 @@ export async function errorOf(answer) {
 // Calls the API at API + path; query is an object (arrays repeat the key), body is sent as
 // JSON (bodyText instead: JSON text sent as written, so its numbers keep their spelling);
 // idempotent as fetchRetrying takes it. Returns the parsed JSON answer (null for 204), or
-// with as: "text" its text (for json_text.js, which keeps numbers as written), or throws
+// with as: "text" its text (for metadata_tree.js, which keeps numbers as written), or throws
 // ApiError / NetworkError.
 export async function api(
   path,

@@ -5,7 +5,6 @@ import { api } from "/static/api.js";
 import { checkList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { nextStep, waitingBanner } from "/static/errors.js";
-import { parseExact } from "/static/json_text.js";
 
 const NEXT_SCOPE = { workspace: "tenant", tenant: "public" };
 const SCOPE_MEANS = {
@@ -124,7 +123,7 @@ function promotion(traceset, metadataText, reload) {
     let bodyText = JSON.stringify({ target });
     if (replace.checked) {
       try {
-        parseExact(edited.value);
+        JSON.parse(edited.value); // one JSON value, or the body it goes in would not be JSON
       } catch (error) {
         problem.textContent = `The workloadMetadata is not JSON: ${error.message}.`;
         button.disabled = false;

@@ -137,22 +137,36 @@ export function differences(state, files) {
 
 // ---- the flow ----
 
-// POST /tracesets/upload-url for the files with the metadata's JSON text as written; the
-// upload's state is saved before any part goes. Returns { session, state }. Sent once: a
-// failure after it went may have created the traceset (UnansweredError, worded here for the
-// person who pressed Upload).
-export async function startUpload({ name, files, metadataText, signal, onRetry }) {
-  const request = {
-    name,
-    files: files.map((f) => ({ name: f.name, size: f.size, role: f.role })),
-  };
+// The body of upload-url (and of its dry run) for the files, with the metadata's JSON text
+// as written (it must be one JSON value: JSON.parse it first).
+export function uploadRequestText({ name, files, metadataText }) {
+  const request = { name, files: files.map((f) => ({ name: f.name, size: f.size, role: f.role })) };
   const json = JSON.stringify(request);
-  const bodyText = metadataText ? `${json.slice(0, -1)},"workloadMetadata":${metadataText}}` : json;
+  return metadataText ? `${json.slice(0, -1)},"workloadMetadata":${metadataText}}` : json;
+}
+
+// upload-url's dry run (POST /tracesets/upload-url/check) of what startUpload would send:
+// { valid, rankCount }, or the ApiError upload-url would answer. It creates nothing, so it
+// is retried like a read.
+export function checkUpload({ name, files, metadataText, signal, onRetry }) {
+  return api("/tracesets/upload-url/check", {
+    method: "POST",
+    bodyText: uploadRequestText({ name, files, metadataText }),
+    idempotent: true,
+    signal,
+    onRetry,
+  });
+}
+
+// POST /tracesets/upload-url: the upload's state is saved before any part goes. Returns
+// { session, state }. Sent once: a failure after it went may have created the traceset
+// (UnansweredError, worded here for the person who pressed Upload).
+export async function startUpload({ name, files, metadataText, signal, onRetry }) {
   let session;
   try {
     session = await api("/tracesets/upload-url", {
       method: "POST",
-      bodyText,
+      bodyText: uploadRequestText({ name, files, metadataText }),
       signal,
       onRetry,
     });

@@ -1,20 +1,15 @@
 // The upload view: pick or drop a folder, describe the workload (a metadata file or a small
-// form checked with the service's own rules and words), watch each file go, and pick the same
-// folder again to finish an upload a reload cut short. mountUploadView is the seam the page's
-// router calls (docs/web.md, "Uploading from the browser").
+// form), see the service's verdict on the upload as you type (upload-url's dry run, in its
+// own words), watch each file go, and pick the same folder again to finish an upload a reload
+// cut short. mountUploadView is the seam the page's router calls (docs/web.md, "Uploading
+// from the browser").
 import { ApiError } from "/static/api.js";
 import { h } from "/static/dom.js";
+import { isAbort } from "/static/errors.js";
 import { bytes } from "/static/format.js";
-import {
-  checkUploadMetadata,
-  DEGREES,
-  metadataFromFields,
-  parseJson,
-  RuleError,
-  writeJson,
-} from "/static/metadata_rules.js";
 import { progressPanel } from "/static/upload_progress.js";
 import {
+  checkUpload,
   continueUpload,
   differences,
   filesOfDrop,
@@ -33,7 +28,34 @@ const CSS = "/static/upload.css";
 let active = null;
 // The view mounted last: where an upload that finishes reports.
 let mounted = null;
-const FORM_DEGREES = [...DEGREES, "cp", "fsdp"];
+// The form's degrees: the five whose product is the rank count, then cp and fsdp (stored).
+const FORM_DEGREES = ["dp", "tp", "sp", "ep", "pp", "cp", "fsdp"];
+const DESCRIPTIVE = ["workload_family", "workload_name", "precision"];
+// How long typing pauses before the service is asked for its verdict.
+const ASK_AFTER_MS = 300;
+const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?$/;
+
+// The JSON text of the metadata the form's fields describe, or null: a degree or the rank
+// count as written when it is a JSON number (so 2.0 and 0 meet the service's rules as numbers,
+// 12345678901234567891 keeps its digits), any other text as a string, which the rules refuse
+// by name; the descriptive members (snake_case, as promotion and the list filters read them)
+// as strings. Empty fields are left out, and so are empty objects.
+export function formMetadataText(values) {
+  const filled = (names) => names.filter((name) => (values[name] ?? "").trim());
+  const member = (name, text) => `${JSON.stringify(name)}:${text}`;
+  const number = (name) => {
+    const text = values[name].trim();
+    return member(name, JSON_NUMBER.test(text) ? text : JSON.stringify(text));
+  };
+  const object = (members) => (members.length ? `{${members.join(",")}}` : null);
+  const shape = object(filled(["rankCount"]).map(number));
+  const parallelism = object(filled(FORM_DEGREES).map(number));
+  return object([
+    ...filled(DESCRIPTIVE).map((name) => member(name, JSON.stringify(values[name].trim()))),
+    ...(shape ? [member("shape", shape)] : []),
+    ...(parallelism ? [member("parallelism", parallelism)] : []),
+  ]);
+}
 
 function messageOf(error) {
   if (error instanceof ApiError) {
@@ -225,6 +247,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
 
   const supporting = () => filesOfInput(supportingInput.files ?? [], "supporting");
   const allFiles = () => [...primary, ...supporting()];
+  const uploadName = () => nameInput.value.trim() || folderName || "traceset";
 
   function describePicked() {
     const files = allFiles();
@@ -235,43 +258,81 @@ export function mountUploadView(container, { onUploaded } = {}) {
     if (folderName && !nameInput.value) nameInput.value = folderName;
   }
 
-  // The metadata as { value, text } (text as it will be sent), or throws RuleError/SyntaxError.
-  function metadata() {
-    if (fromFile.checked) {
-      if (metadataFileError) throw new RuleError(metadataFileError);
-      if (metadataText === null) return { value: null, text: null };
-      return { value: parseJson(metadataText), text: metadataText.trim() };
+  // The upload the form describes now: { name, files, metadataText } (the metadata's JSON text
+  // as it will be sent, or null), or throws an Error saying why there is none to ask about.
+  function described() {
+    const files = allFiles();
+    if (!fromFile.checked) {
+      const values = Object.fromEntries(Object.entries(fields).map(([k, input]) => [k, input.value]));
+      return { name: uploadName(), files, metadataText: formMetadataText(values) };
     }
-    const values = Object.fromEntries(Object.entries(fields).map(([k, input]) => [k, input.value]));
-    const value = metadataFromFields(values);
-    return { value, text: value === null ? null : writeJson(value) };
+    if (metadataFileError) throw new Error(metadataFileError);
+    if (metadataText !== null) {
+      try {
+        JSON.parse(metadataText); // one JSON value: it goes into the request as written
+      } catch (error) {
+        throw new Error(`The metadata file is not JSON: ${error.message}`);
+      }
+    }
+    return { name: uploadName(), files, metadataText: metadataText?.trim() ?? null };
   }
 
-  // The rules' verdict as the service would give it; the metadata, or null when refused.
-  function check() {
-    const hasPrimary = allFiles().some((f) => f.role === "primary") || !allFiles().length;
-    try {
-      const chosen = metadata();
-      const rankCount = checkUploadMetadata(chosen.value, { hasPrimaryFiles: hasPrimary });
-      verdict.classList.remove("error");
-      verdict.textContent = rankCount === null ? "No rank count declared." : `Rank count: ${rankCount}`;
-      return chosen;
-    } catch (error) {
-      verdict.classList.add("error");
-      verdict.textContent =
-        error instanceof SyntaxError ? `The metadata file is not JSON: ${error.message}` : error.message;
+  function sayVerdict(text, refused) {
+    verdict.classList.toggle("error", refused);
+    verdict.textContent = text;
+  }
+
+  // The service's verdict on the upload the form describes (upload-url's dry run), shown in
+  // its words: the upload described, or null when there is none or the service refuses it.
+  // A question still waiting when another is asked is dropped.
+  let asking = null;
+  let askTimer = 0;
+  async function askService() {
+    clearTimeout(askTimer);
+    asking?.abort();
+    if (!allFiles().length) {
+      sayVerdict("Pick or drop a folder: the service then checks the upload, its metadata included.", false);
       return null;
     }
+    let upload;
+    try {
+      upload = described();
+    } catch (error) {
+      sayVerdict(error.message, true);
+      return null;
+    }
+    const controller = new AbortController();
+    asking = controller;
+    verdict.setAttribute("aria-busy", "true");
+    try {
+      const answer = await checkUpload({ ...upload, signal: controller.signal });
+      sayVerdict(answer.rankCount === null ? "No rank count declared." : `Rank count: ${answer.rankCount}`, false);
+      return upload;
+    } catch (error) {
+      if (controller.signal.aborted || isAbort(error)) return null;
+      sayVerdict(error instanceof ApiError ? error.message : String(error?.message ?? error), true);
+      return null;
+    } finally {
+      if (asking === controller) {
+        asking = null;
+        verdict.removeAttribute("aria-busy");
+      }
+    }
   }
+  const askSoon = () => {
+    clearTimeout(askTimer);
+    askTimer = setTimeout(askService, ASK_AFTER_MS);
+  };
 
   const showSource = () => {
     formFields.hidden = fromFile.checked;
     fileFields.hidden = !fromFile.checked;
-    check();
+    askSoon();
   };
   fromFile.addEventListener("change", showSource);
   fromForm.addEventListener("change", showSource);
-  formFields.addEventListener("input", check);
+  formFields.addEventListener("input", askSoon);
+  nameInput.addEventListener("input", askSoon);
   metadataFile.addEventListener("change", async () => {
     const file = metadataFile.files?.[0];
     metadataText = null;
@@ -283,17 +344,17 @@ export function mountUploadView(container, { onUploaded } = {}) {
         metadataFileError = `${file.name} could not be read: ${error.message}`;
       }
     }
-    check();
+    askSoon();
   });
   folderInput.addEventListener("change", () => {
     primary = filesOfInput(folderInput.files ?? [], "primary");
     folderName = folderOfInput(folderInput.files ?? []);
     describePicked();
-    check();
+    askSoon();
   });
   supportingInput.addEventListener("change", () => {
     describePicked();
-    check();
+    askSoon();
   });
   drop.addEventListener("dragover", (event) => {
     event.preventDefault();
@@ -312,7 +373,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
       refusal.textContent = `The drop could not be read: ${error.message}`;
     }
     describePicked();
-    check();
+    askSoon();
   });
 
   form.addEventListener("submit", async (event) => {
@@ -322,32 +383,29 @@ export function mountUploadView(container, { onUploaded } = {}) {
       refusal.textContent = "An upload is already running; wait for it or stop it first";
       return;
     }
-    const files = allFiles();
-    if (!files.length) {
+    if (!allFiles().length) {
       refusal.textContent = "Nothing to upload: pick or drop a folder first";
       return;
     }
-    const chosen = check();
-    if (!chosen) {
-      refusal.textContent = verdict.textContent;
-      return;
-    }
-    const name = nameInput.value.trim() || folderName || "traceset";
     submit.disabled = true;
     try {
+      // Asked once more, for exactly what is sent: the service's verdict, before anything is created.
+      const upload = await askService();
+      if (!upload) {
+        refusal.textContent = verdict.textContent;
+        return;
+      }
       await run(
-        files,
+        upload.files,
         async (hooks) => {
           const { session, state } = await startUpload({
-            name,
-            files,
-            metadataText: chosen.text,
+            ...upload,
             signal: hooks.signal,
             onRetry: (attempt, delay) =>
               hooks.onWaiting(`Asking for upload URLs: no answer yet; trying again in ${(delay / 1000).toFixed(1)} s`),
           });
-          files.state = state;
-          return sendAndComplete({ session, files, state, ...hooks });
+          upload.files.state = state;
+          return sendAndComplete({ session, files: upload.files, state, ...hooks });
         },
         mainPlace,
       );
@@ -359,5 +417,5 @@ export function mountUploadView(container, { onUploaded } = {}) {
   mounted = { onUploaded, view };
   if (active) mainPlace.append(active.panel.root);
   showUnfinished();
-  check();
+  askService();
 }
