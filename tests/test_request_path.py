@@ -25,10 +25,10 @@ from tracestore.cli.serve import _listen
 from tracestore.server import admin, db, tracesets
 from tracestore.server.auth import Principal, TokenCache, create_tenant
 from tracestore.server.deps import Caller
+from tracestore.server.ids import new_request_id
 from tracestore.server.listing import pages
 from tracestore.server.listing.query import parse_list_query
 from tracestore.server.services import Services, build_services
-from tracestore.server.serving.request_context import new_request_id
 
 
 def _count(engine: Any, name: str) -> list[int]:
