@@ -37,6 +37,7 @@ from tracestore.cli.output import (
     wire,
 )
 from tracestore.errors import UploadIncomplete, ValidationError
+from tracestore.statuses import STATUSES
 
 if TYPE_CHECKING:  # the client (httpx, pydantic) loads when a command runs, not at start
     from tracestore.client import Client
@@ -193,7 +194,7 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
 
 @click.command("ls")
 @click.option("--workspace", "workspace_id", help="Only this workspace (and what it sees).")
-@click.option("--status", type=click.Choice(["uploading", "ready", "upload_failed", "deleted"]))
+@click.option("--status", type=click.Choice(STATUSES))
 @click.option("--scope", type=click.Choice(["workspace", "tenant", "public"]))
 @click.option("--search", help="Case-insensitive substring of the name.")
 @click.option("--sort", help="e.g. created:desc or name:asc,size:desc.")

@@ -59,6 +59,7 @@ from tracestore.schemas.uploads import (
 )
 from tracestore.schemas.wire import (
     NOT_UNICODE,
+    STATUSES,
     ErrorDetail,
     ErrorEnvelope,
     Health,
@@ -91,6 +92,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "NAME_PATTERN",
     "NOT_UNICODE",
+    "STATUSES",
     "ApiToken",
     "CompleteRequest",
     "CompletedFileInput",

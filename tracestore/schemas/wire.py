@@ -23,9 +23,10 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from tracestore.jsontext import lone_surrogate
+from tracestore.statuses import STATUSES as STATUSES
+from tracestore.statuses import Status as Status
 
 Role = Literal["primary", "supporting"]
-Status = Literal["uploading", "ready", "upload_failed", "deleted"]
 Scope = Literal["workspace", "tenant", "public"]
 MetadataStatus = Literal["pending", "complete", "failed"]
 

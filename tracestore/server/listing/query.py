@@ -28,7 +28,7 @@ from typing import Any
 
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
-from tracestore.schemas import lone_surrogate
+from tracestore.schemas import STATUSES, lone_surrogate
 
 # A cursor's form (``listing.encode_cursor``): its payload and signature, each base64url. The
 # OpenAPI description gives it; a cursor of this form that the service did not sign is
@@ -36,9 +36,6 @@ from tracestore.schemas import lone_surrogate
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 CURSOR_FORM = re.compile(CURSOR_PATTERN)
 
-# The reference's six status values. tracestore never sets processing or metadata_failed
-# (inspection runs after ready and never fails a traceset), so those two match nothing.
-STATUSES = ("uploading", "processing", "ready", "upload_failed", "metadata_failed", "deleted")
 SCOPES = ("workspace", "tenant", "public")
 SORT_FIELDS = ("created", "name", "status", "size", "rankCount")
 DEFAULT_LIMIT = 20

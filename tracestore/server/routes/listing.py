@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
-from tracestore.schemas import wire
+from tracestore.schemas import STATUSES, wire
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing import pages
@@ -16,7 +16,6 @@ from tracestore.server.listing.query import (
     MAX_WORKLOAD_FILTERS,
     SCOPES,
     SORT_FIELDS,
-    STATUSES,
     sort_pattern,
 )
 

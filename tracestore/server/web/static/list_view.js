@@ -6,7 +6,8 @@ import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
 import { bytes, when } from "/static/format.js";
 
-const STATUSES = ["uploading", "ready", "upload_failed", "deleted", "processing", "metadata_failed"];
+// The service's statuses, which the shell carries (web/__init__.py: schemas.STATUSES).
+const STATUSES = JSON.parse(document.querySelector('meta[name="tracestore-statuses"]').content);
 const SCOPES = ["workspace", "tenant", "public"];
 const SORTS = [
   ["created:desc", "Newest first"],
