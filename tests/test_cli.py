@@ -21,13 +21,13 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import TESTDATA, FakeClock
 from tests.httpserver import serving
+from tracestore.choices import STATUSES
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
 from tracestore.cli.output import NEXT_STEPS, with_url
 from tracestore.client import Client, RetryPolicy
 from tracestore.client.transfers import RetryWait
 from tracestore.errors import ERRORS_BY_CODE, NetworkError
-from tracestore.schemas import STATUSES
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tracestore.choices import SCOPES, STATUSES
 from tracestore.cli.common import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
@@ -37,7 +38,6 @@ from tracestore.cli.output import (
     wire,
 )
 from tracestore.errors import UploadIncomplete, ValidationError
-from tracestore.statuses import STATUSES
 
 if TYPE_CHECKING:  # the client (httpx, pydantic) loads when a command runs, not at start
     from tracestore.client import Client
@@ -195,7 +195,7 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
 @click.command("ls")
 @click.option("--workspace", "workspace_id", help="Only this workspace (and what it sees).")
 @click.option("--status", type=click.Choice(STATUSES))
-@click.option("--scope", type=click.Choice(["workspace", "tenant", "public"]))
+@click.option("--scope", type=click.Choice(SCOPES))
 @click.option("--search", help="Case-insensitive substring of the name.")
 @click.option("--sort", help="e.g. created:desc or name:asc,size:desc.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many (all by default).")

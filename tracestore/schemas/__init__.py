@@ -59,6 +59,7 @@ from tracestore.schemas.uploads import (
 )
 from tracestore.schemas.wire import (
     NOT_UNICODE,
+    SCOPES,
     STATUSES,
     ErrorDetail,
     ErrorEnvelope,
@@ -92,6 +93,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "NAME_PATTERN",
     "NOT_UNICODE",
+    "SCOPES",
     "STATUSES",
     "ApiToken",
     "CompleteRequest",

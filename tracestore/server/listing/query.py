@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+from tracestore.choices import SCOPES as SCOPES
+from tracestore.choices import STATUSES
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
-from tracestore.schemas import STATUSES, lone_surrogate
+from tracestore.schemas import lone_surrogate
 
 # A cursor's form (``listing.encode_cursor``): its payload and signature, each base64url. The
 # OpenAPI description gives it; a cursor of this form that the service did not sign is
@@ -36,7 +38,6 @@ from tracestore.schemas import STATUSES, lone_surrogate
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 CURSOR_FORM = re.compile(CURSOR_PATTERN)
 
-SCOPES = ("workspace", "tenant", "public")
 SORT_FIELDS = ("created", "name", "status", "size", "rankCount")
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
-from tracestore.schemas import STATUSES, wire
+from tracestore.choices import STATUSES
+from tracestore.schemas import wire
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing import pages
