@@ -4,8 +4,8 @@ A job is ``queued`` until a worker claims it (``running``, with ``lease_owner`` 
 ``lease_until``), and ends ``done`` or ``failed`` (its error kept). The worker renews its
 lease while it works (``keep_lease``); a job whose lease lapsed (its worker died) is
 claimable again, one more attempt counted. Claiming is ``SELECT … FOR UPDATE SKIP LOCKED``
-on PostgreSQL, so concurrent workers take different jobs (the lease itself is
-``db.leases``'); on SQLite the write transaction
+on PostgreSQL, so concurrent workers take different jobs (the lease's updates are
+``db.leases``); on SQLite the write transaction
 (``BEGIN IMMEDIATE``) makes claims one at a time. Ending a job is conditional on still
 holding its lease, so a worker that lost it cannot overwrite the new owner's result:
 ``finish`` and ``fail`` take the caller's session, and a result written in that session
