@@ -1,4 +1,4 @@
-"""The hot requests' lanes (``lanes.lane_of``): every request a lane takes is answered as
+"""The hot requests' lanes (``lanes.Lanes``): every request a lane takes is answered as
 FastAPI's route answers it, status, headers and body (but the request id); requests no
 lane should take (other methods, other shapes of path) still reach the router. The part
 PUT's lane has tests/test_part_lane.py."""
