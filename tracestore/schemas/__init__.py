@@ -59,6 +59,8 @@ from tracestore.schemas.uploads import (
 )
 from tracestore.schemas.wire import (
     NOT_UNICODE,
+    SCOPES,
+    STATUSES,
     ErrorDetail,
     ErrorEnvelope,
     Health,
@@ -91,6 +93,8 @@ __all__ = [
     "MAX_NAME_BYTES",
     "NAME_PATTERN",
     "NOT_UNICODE",
+    "SCOPES",
+    "STATUSES",
     "ApiToken",
     "CompleteRequest",
     "CompletedFileInput",
