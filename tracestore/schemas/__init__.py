@@ -60,6 +60,8 @@ from tracestore.schemas.uploads import (
 )
 from tracestore.schemas.wire import (
     NOT_UNICODE,
+    SCOPES,
+    STATUSES,
     ErrorDetail,
     ErrorEnvelope,
     Health,
@@ -92,6 +94,8 @@ __all__ = [
     "MAX_NAME_BYTES",
     "NAME_PATTERN",
     "NOT_UNICODE",
+    "SCOPES",
+    "STATUSES",
     "ApiToken",
     "CompleteRequest",
     "CompletedFileInput",
