@@ -37,6 +37,11 @@ _METADATA = [
     (400, re.escape("the parallelism product (dp × tp × sp × ep × pp)")),  # over 2**31 - 1
     (413, ""),  # the body, or the sum of the files' sizes, over its limit
 ]
+_UPLOAD = [
+    *_METADATA,
+    (400, "File names "),  # two names one directory tree cannot hold together
+    (400, "File name .* appears more than once$"),
+]
 RULES: dict[str, list[tuple[int, str]]] = {
     "GET /api/v1/tracesets": [*_CURSORS, *_SORT, (400, "createdAfter"), (400, "createdBefore")],
     "GET /api/v1/libraries": [*_CURSORS, *_SORT, (400, "createdAfter"), (400, "createdBefore")],
@@ -45,11 +50,8 @@ RULES: dict[str, list[tuple[int, str]]] = {
         (400, "supporting applies to a download of ranks"),
         (400, "Unknown rank"),  # ranks the traceset's files do not hold
     ],
-    "POST /api/v1/tracesets/upload-url": [
-        *_METADATA,
-        (400, "File names "),  # two names one directory tree cannot hold together
-        (400, "File name .* appears more than once$"),
-    ],
+    "POST /api/v1/tracesets/upload-url": _UPLOAD,
+    "POST /api/v1/tracesets/upload-url/check": _UPLOAD,  # its dry run: the same refusals
     "POST /api/v1/tracesets/upload-url/complete": [
         (400, ""),  # parts and files that do not match what was sent
         (410, ""),

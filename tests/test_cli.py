@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from tests.conftest import TESTDATA, FakeClock
 from tests.httpserver import serving
 from tests.tenancy import person
+from tracestore.choices import STATUSES
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
 from tracestore.cli.output import NEXT_STEPS, with_url
@@ -381,6 +382,19 @@ def test_ls_human_json_filters_and_limit(
     bad_sort = run("ls", "--sort", "color:asc")
     assert bad_sort.exit_code == 1
     assert "Invalid sort field: 'color'" in bad_sort.stderr
+
+
+def test_ls_takes_every_status_the_api_takes(run: Any, traces: Path, meta_file: Path) -> None:
+    """Issue 42: ``ls --status processing`` was refused by the command's own list of four
+    statuses while the API filters by all six; both now read ``schemas.STATUSES``."""
+    done = upload(run, traces, meta_file)
+    for status in STATUSES:
+        result = run("ls", "--json", "--status", status)
+        assert result.exit_code == 0, (status, result.output)
+        found = [item["id"] for item in json.loads(result.stdout)]
+        assert found == ([done["id"]] if status == "ready" else []), status
+    refused = run("ls", "--status", "nosuch")
+    assert refused.exit_code == 2 and "'processing'" in refused.stderr
 
 
 def test_promote(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> None:

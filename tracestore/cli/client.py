@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tracestore.choices import SCOPES, STATUSES
 from tracestore.cli.common import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
@@ -215,8 +216,8 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
 
 @click.command("ls")
 @click.option("--workspace", "workspace_id", help="Only this workspace (and what it sees).")
-@click.option("--status", type=click.Choice(["uploading", "ready", "upload_failed", "deleted"]))
-@click.option("--scope", type=click.Choice(["workspace", "tenant", "public"]))
+@click.option("--status", type=click.Choice(STATUSES))
+@click.option("--scope", type=click.Choice(SCOPES))
 @click.option("--search", help="Case-insensitive substring of the name.")
 @click.option("--sort", help="e.g. created:desc or name:asc,size:desc.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many (all by default).")

@@ -309,6 +309,13 @@ class ApiClient:
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
         return _answer(response, schemas.UploadUrlResponse)
 
+    def check_upload(self, request: schemas.TracesetUploadUrlRequest) -> schemas.UploadCheckAnswer:
+        """``POST /api/v1/tracesets/upload-url/check``: upload-url's checks of ``request``
+        without creating anything; raises the error upload-url would. Safe to retry."""
+        body = schemas.wire_dict(request, exclude_none=True)
+        response = self._call("POST", f"{API}/upload-url/check", body=body)
+        return _answer(response, schemas.UploadCheckAnswer)
+
     def resume_upload(
         self, upload_id: str, file: str | None = None, from_part: int = 1
     ) -> schemas.UploadSessionResponse:

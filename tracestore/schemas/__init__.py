@@ -55,6 +55,7 @@ from tracestore.schemas.uploads import (
     PartUploadUrl,
     ReceivedPart,
     TracesetUploadUrlRequest,
+    UploadCheckAnswer,
     UploadFileSpec,
     UploadSessionResponse,
     UploadUrlResponse,
@@ -62,6 +63,8 @@ from tracestore.schemas.uploads import (
 )
 from tracestore.schemas.wire import (
     NOT_UNICODE,
+    SCOPES,
+    STATUSES,
     ErrorDetail,
     ErrorEnvelope,
     Health,
@@ -94,6 +97,8 @@ __all__ = [
     "MAX_NAME_BYTES",
     "NAME_PATTERN",
     "NOT_UNICODE",
+    "SCOPES",
+    "STATUSES",
     "ApiToken",
     "Census",
     "Check",
@@ -139,6 +144,7 @@ __all__ = [
     "TracesetListItem",
     "TracesetPage",
     "TracesetUploadUrlRequest",
+    "UploadCheckAnswer",
     "UploadFileSpec",
     "UploadSessionResponse",
     "UploadUrlResponse",

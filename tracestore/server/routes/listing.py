@@ -1,12 +1,12 @@
-"""The listing and search of tracesets (the use case is ``pages.page_text``)."""
+"""The listing and search of tracesets (the use case is ``pages.list_page``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
+from tracestore.choices import STATUSES
 from tracestore.schemas import wire
-from tracestore.server.auth import Principal
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing import pages
@@ -17,11 +17,8 @@ from tracestore.server.listing.query import (
     MAX_WORKLOAD_FILTERS,
     SCOPES,
     SORT_FIELDS,
-    STATUSES,
-    parse_list_query,
     sort_pattern,
 )
-from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1")
 
@@ -121,12 +118,5 @@ _WORKLOAD_PARAMETERS = [
 async def list_tracesets(request: Request, caller: CallerDep) -> Response:
     """List and search the tracesets the caller may see, one page at a time (newest first by
     default); filter by status, scope, name, dates, rank count and workload metadata."""
-    answer = await caller.read(page, request.query_params.multi_items())
+    answer = await caller.read(pages.list_page, request.query_params.multi_items())
     return Response(answer, media_type="application/json")
-
-
-def page(services: Services, principal: Principal, parameters: list[tuple[str, str]]) -> str:
-    """The page a list request's query parameters ask for, as JSON text (also
-    ``lanes.read_lane``'s); parsed after the token is checked: a bad token is a 401
-    whatever the query says."""
-    return pages.page_text(services, principal, parse_list_query(parameters))

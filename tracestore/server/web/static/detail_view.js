@@ -8,8 +8,7 @@ import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
 import { bytes, plural, rangeList, rankList, when } from "/static/format.js";
-import { member, parseExact } from "/static/json_text.js";
-import { metadataTree } from "/static/metadata_tree.js";
+import { member, metadataTree, parseExact } from "/static/metadata_tree.js";
 import { actions, download } from "/static/traceset_actions.js";
 
 const INSPECTION_POLL_MS = 2000;

@@ -5,7 +5,6 @@ import { api } from "/static/api.js";
 import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { nextStep, waitingBanner } from "/static/errors.js";
-import { parseExact } from "/static/json_text.js";
 
 const NEXT_SCOPE = { workspace: "tenant", tenant: "public" };
 // What to do after a promotion's refusal, where the page's general next step would mislead.
@@ -46,7 +45,11 @@ export function actions(traceset, metadataText, reload) {
     event.target.disabled = true;
     show(validation, h("p", { class: "muted" }, "Re-reading every file and re-checking its SHA-256…"));
     try {
-      const answer = await api(`/tracesets/${id}/validate`, { method: "POST", onRetry: waitingBanner().onRetry });
+      const answer = await api(`/tracesets/${id}/validate`, {
+        method: "POST",
+        idempotent: true, // it only reads
+        onRetry: waitingBanner().onRetry,
+      });
       show(
         validation,
         h("p", { class: answer.valid ? "ok" : "bad", dataset: { valid: answer.valid } }, answer.valid ? "Valid." : "Not valid."),
@@ -132,7 +135,7 @@ function promotion(traceset, metadataText, reload) {
     let bodyText = `{"target":${JSON.stringify(target)}${forced}}`;
     if (replace.checked) {
       try {
-        parseExact(edited.value);
+        JSON.parse(edited.value); // one JSON value, or the body it goes in would not be JSON
       } catch (error) {
         problem.textContent = `The workloadMetadata is not JSON: ${error.message}.`;
         button.disabled = false;
@@ -144,6 +147,7 @@ function promotion(traceset, metadataText, reload) {
       const answer = await api(`/tracesets/${encodeURIComponent(traceset.id)}/promote`, {
         method: "POST",
         bodyText,
+        idempotent: true, // a promotion sent again answers "already": nothing changes twice
         onRetry: waitingBanner().onRetry,
       });
       const said = answer.promotionApplied
