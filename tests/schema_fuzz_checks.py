@@ -30,7 +30,7 @@ _CURSORS = [
     (400, re.escape(BAD_CURSOR))
 ]  # a cursor of the right form that the service did not sign
 _SORT = [(400, "Sort field")]  # a sort field given twice
-# The rules of the seed page the upload checks: a product, sizes, a rank count with primaries.
+# The reference's rules upload checks: a product, sizes, a rank count with primaries.
 _METADATA = [
     (400, re.escape(MISSING_RANK_COUNT_MESSAGE)),
     (400, "workloadMetadata"),

@@ -24,7 +24,7 @@ from tracestore.inspect.summary import MAX_DISTINCT_VALUES, SEARCH_FACTS
 from tracestore.server import db
 from tracestore.server.services import Services
 
-BOUND = 2_147_483_647  # shape.rankCount's largest value on the seed page
+BOUND = 2_147_483_647  # shape.rankCount's largest value in the rules
 
 # Ranks 0 and 5 of a world of 8 (each with its default process group of 8) and rank 3's
 # Chakra trace: three small files against 2³¹−1 expected ranks.

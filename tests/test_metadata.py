@@ -1,4 +1,4 @@
-"""The workloadMetadata rules, over dict literals taken from the seed page and SPEC 4 and 6."""
+"""The workloadMetadata rules, over dict literals taken from the reference's rules."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Property tests (hypothesis) of promotion's metadata rules against the model of them in
-tests/metadata_model.py (SPEC 6, then the rank-count guard). For arbitrary JSON as
+tests/metadata_model.py (promotion's, then the rank guard). For arbitrary JSON as
 workloadMetadata (tests/metadata_strategies.py) the service's verdict, error code and whole
 message equal the model's, and promoted metadata is stored as given: in the pure rules and
 through the promote route, on a fresh ready traceset holding no, 1 or 8 ranks. Fixed seed: the

@@ -1,4 +1,4 @@
-"""POST /api/v1/tracesets/{id}/promote (SPEC 6), through real HTTP on the real app.
+"""POST /api/v1/tracesets/{id}/promote (docs/api.md), through real HTTP on the real app.
 
 The first block has one test per promotion sentence of the reference API's page on workload
 metadata (not in this repository; tracestore.metadata words its rules); the rest pins the

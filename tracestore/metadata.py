@@ -61,16 +61,16 @@ def _shown(value: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Upload (SPEC 4)
+# Upload
 
 
 def metadata_size(metadata: object) -> int:
-    """Bytes of ``metadata`` as compact JSON with non-ASCII kept as UTF-8 (SPEC 4 rule 2)."""
+    """Bytes of ``metadata`` as compact JSON with non-ASCII kept as UTF-8."""
     return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def check_metadata_size(metadata: object) -> None:
-    """The size rule (SPEC 4 rule 2, which promotion applies too): at most
+    """The size rule (promotion's too): at most
     ``MAX_METADATA_BYTES`` serialized. Raises ``ValidationError`` naming the size."""
     try:
         size = metadata_size(metadata)
@@ -130,7 +130,7 @@ def _whole_number(path: str, value: object) -> int:
 def declared_rank_count(metadata: object) -> int | None:
     """The rank count ``metadata`` declares through ``shape.rankCount`` or the degrees.
 
-    Applies SPEC 4 rules 1, 3, 4, 5 and 6 (not the size rule, not the missing-declaration
+    Applies upload's rank rules (not the size rule, not the missing-declaration
     rule) and returns None when nothing is declared. Raises ``ValidationError`` naming the
     member and the value.
     """
@@ -164,7 +164,7 @@ def declared_rank_count(metadata: object) -> int | None:
 
 
 def check_upload_metadata(metadata: object, *, has_primary_files: bool) -> int | None:
-    """Check ``workloadMetadata`` of an upload (SPEC 4 rules 1 to 7, in order).
+    """Check ``workloadMetadata`` of an upload (upload's rules, in order).
 
     Returns the declared rank count (the traceset's ``rankCountDerived``) or None; raises
     ``ValidationError`` (400) for the first rule broken.
@@ -178,7 +178,7 @@ def check_upload_metadata(metadata: object, *, has_primary_files: bool) -> int |
 
 
 # ---------------------------------------------------------------------------------------
-# Promotion (SPEC 6)
+# Promotion (docs/api.md)
 
 _Whole = Annotated[int, Strict(), Field(ge=1)]
 _Text = Annotated[str, Strict()]
@@ -252,7 +252,7 @@ class PromotionParallelism(BaseModel):
 
 
 class PromotionMetadata(BaseModel):
-    """workloadMetadata as promotion reads it (SPEC 6): snake_case descriptive members.
+    """workloadMetadata as promotion reads it (docs/api.md): snake_case descriptive members.
 
     Unknown members (camelCase spellings such as ``workloadFamily`` included) are allowed
     and kept in ``model_extra``; JSON null counts as absent.
@@ -367,7 +367,7 @@ def _shown_key(key: str) -> str:
 def check_promotion_metadata(
     metadata: object, *, traceset_id: str, held_rank_count: int | None
 ) -> PromotionMetadata:
-    """Check the metadata a promotion would store (SPEC 6) and return its typed reading.
+    """Check the metadata a promotion would store (docs/api.md) and return its typed reading.
 
     The typed model's checks come first, then the rank-count guard: the count declared by
     the upload rules must equal ``held_rank_count`` (None for none). Raises

@@ -240,7 +240,7 @@ class ApiClient:
         force: bool = False,
     ) -> schemas.PromoteAnswer:
         """Widen a ready traceset's scope one step (``tenant``, then ``public``), optionally
-        replacing its workloadMetadata, description and tags (SPEC 6). A traceset that fails
+        replacing its workloadMetadata, description and tags (docs/api.md). A traceset that fails
         its census raises ``Conflict`` naming the failed checks, unless ``force``."""
         body: dict[str, Any] = {"target": target}
         if force:

@@ -1,6 +1,6 @@
 """The answers about tracesets: a traceset with its files, a page of the listing, a download URL,
-the validation and resolve answers (SPEC 5.6, 5.7), and promotion's request and answer
-(SPEC 6)."""
+the validation and resolve answers (docs/api.md), and promotion's request and answer
+(docs/api.md)."""
 
 from __future__ import annotations
 

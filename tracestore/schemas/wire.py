@@ -63,7 +63,7 @@ class RequestModel(WireModel):
 
 
 class SnakeWireModel(BaseModel):
-    """A wire model whose JSON members are snake_case (the resolve answer, SPEC 5.7)."""
+    """A wire model whose JSON members are snake_case (the resolve answer)."""
 
     model_config = ConfigDict(populate_by_name=True, defer_build=True)
 

@@ -1,6 +1,6 @@
-"""Use case: promote a traceset one scope up (SPEC 6).
+"""Use case: promote a traceset one scope up (docs/api.md).
 
-``workspace`` → ``tenant`` → ``public``. Checks run in the order the SPEC fixes, each failure
+``workspace`` → ``tenant`` → ``public``. Checks run in the reference's order, each failure
 with its own status: 404 (unknown, invisible, or not writable by the caller), 400 (the body),
 403 (``public`` without a tenant admin), 409 (not ``ready``), 410 (past its ``expiresAt``,
 as download answers, even before the sweeper deletes it), 412 (not one step up), 412 (no

@@ -1,4 +1,4 @@
-"""Use case: list and search tracesets (SPEC 5.6), one keyset-paginated page at a time.
+"""Use case: list and search tracesets (docs/api.md), one keyset-paginated page at a time.
 
 The SQL lives in ``listing.sql`` (its shape and values in ``listing.plan``), the parsing of
 the query string in ``listing_query``. Cursors are keyset positions (the last item's sort

@@ -1,4 +1,4 @@
-"""The query of ``GET /api/v1/tracesets`` (SPEC 5.6), parsed and checked.
+"""The query of ``GET /api/v1/tracesets`` (docs/api.md), parsed and checked.
 
 Every bad parameter is a ValidationError naming it; a parameter given twice is refused. A
 parameter that is not one of the known ones and is a dotted snake_case path
