@@ -1,5 +1,5 @@
 """A model of the upload and promotion metadata rules for the property tests, written here
-from the reference API's page on workload metadata and SPEC 4 and 6, deliberately
+from the reference API's page on workload metadata and its upload and promotion rules, deliberately
 simple and sharing no code with ``tracestore.metadata``. It words every message itself; a
 verdict is None when accepted, else (HTTP status, error code, message), and a response is
 read as one to compare."""
@@ -53,7 +53,7 @@ def whole(value: Any) -> bool:
 
 def model(metadata: Any, has_primary: bool) -> tuple[int | None, Refusal]:
     """(rank count, None) when the upload is accepted, (None, refusal) when it is refused:
-    the seed page's rules, in SPEC 4's order."""
+    the reference's rules, in upload's order."""
     if metadata is None:
         metadata = {}
     if type(metadata) is not dict:
@@ -83,7 +83,7 @@ def rank_count_model(
     shape: dict[str, Any], parallelism: dict[str, Any]
 ) -> tuple[int | None, str | None]:
     """The rank count the camelCase members declare, or the message saying why they
-    declare none validly (the seed page's rules 3 to 6)."""
+    declare none validly (the reference's rules 3 to 6)."""
     rank_count = shape.get("rankCount")
     if rank_count is not None and not whole(rank_count):
         return None, (
@@ -140,7 +140,7 @@ def numbers_refusal(member: str, value: Any, names: list[str]) -> str | None:
 
 def promotion_model(metadata: Any, held: int | None) -> Refusal:
     """None when promotion accepts ``metadata`` for traceset ts_x holding rank count
-    ``held``, else its refusal: SPEC 6's rules, member by member in the typed model's
+    ``held``, else its refusal: promotion's rules, member by member in the typed model's
     order, then the rank-count guard."""
     if type(metadata) is not dict:
         return unprocessable(f"workloadMetadata must be an object, got {shown(metadata)}")
@@ -189,9 +189,17 @@ def promotion_model(metadata: Any, held: int | None) -> Refusal:
     if declared_count != held:
         declares = "no rank count" if declared_count is None else f"rank count {declared_count}"
         holds = "no rank count" if held is None else str(held)
+        # The strategies' only near miss of a declaration member: shape.rank_count alone.
+        near = isinstance(shape, dict) and "rank_count" in shape and "rankCount" not in shape
+        meant = (
+            " (workloadMetadata.shape.rank_count is not read as a declaration of the rank"
+            " count: did you mean `rankCount`?)"
+            if near
+            else ""
+        )
         return unprocessable(
             f"workloadMetadata declares {declares}, but traceset ts_x holds {holds};"
-            " a rank count cannot be changed after upload"
+            f" a rank count cannot be changed after upload{meant}"
         )
     return None
 

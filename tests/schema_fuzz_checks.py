@@ -30,11 +30,17 @@ _CURSORS = [
     (400, re.escape(BAD_CURSOR))
 ]  # a cursor of the right form that the service did not sign
 _SORT = [(400, "Sort field")]  # a sort field given twice
-# The rules of the seed page the upload checks: a product, sizes, a rank count with primaries.
+# The reference's rules upload checks: a product, sizes, a rank count with primaries.
 _METADATA = [
     (400, re.escape(MISSING_RANK_COUNT_MESSAGE)),
     (400, "workloadMetadata"),
+    (400, re.escape("the parallelism product (dp × tp × sp × ep × pp)")),  # over 2**31 - 1
     (413, ""),  # the body, or the sum of the files' sizes, over its limit
+]
+_UPLOAD = [
+    *_METADATA,
+    (400, "File names "),  # two names one directory tree cannot hold together
+    (400, "File name .* appears more than once$"),
 ]
 RULES: dict[str, list[tuple[int, str]]] = {
     "GET /api/v1/tracesets": [*_CURSORS, *_SORT, (400, "createdAfter"), (400, "createdBefore")],
@@ -49,11 +55,8 @@ RULES: dict[str, list[tuple[int, str]]] = {
         (400, "ranks: rank .* is beyond"),
         (400, "ranks must list"),  # more pieces than MAX_PIECES
     ],
-    "POST /api/v1/tracesets/upload-url": [
-        *_METADATA,
-        (400, "File names "),  # two names one directory tree cannot hold together
-        (400, "File name .* appears more than once$"),
-    ],
+    "POST /api/v1/tracesets/upload-url": _UPLOAD,
+    "POST /api/v1/tracesets/upload-url/check": _UPLOAD,  # its dry run: the same refusals
     "POST /api/v1/tracesets/upload-url/complete": [
         (400, ""),  # parts and files that do not match what was sent
         (410, ""),

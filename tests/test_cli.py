@@ -21,6 +21,8 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import TESTDATA, FakeClock
 from tests.httpserver import serving
+from tests.tenancy import person
+from tracestore.choices import STATUSES
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
 from tracestore.cli.output import NEXT_STEPS, with_url
@@ -83,6 +85,16 @@ def test_upload_human_and_json(run: Any, traces: Path, meta_file: Path, tmp_path
     assert result.exit_code == 0, result.output
     traceset_id, status, *_ = result.stdout.split()
     assert traceset_id.startswith("ts_") and status == "ready"
+    # When it goes, and how to keep it, right at upload (issue 43, item 2).
+    shown = json.loads(run("show", traceset_id, "--json").stdout)
+    assert result.stdout.splitlines()[1] == (
+        f"{traceset_id} expires {shown['expiresAt']}, 7 days after its last use (a download "
+        f"counts); keep it: tracestore promote --url http://testserver {traceset_id}"
+    )
+    assert (
+        f"expires:     {shown['expiresAt']} (7 days after its last use; "
+        f"tracestore promote {traceset_id} keeps it)"
+    ) in run("show", traceset_id).stdout
     # The --url it was given is in the hint (a resume elsewhere would miss the service).
     assert (
         "resume with: tracestore upload --url http://testserver --resume upload_" in result.stderr
@@ -314,12 +326,20 @@ def test_ls_inspected_facts_and_world_size(
     assert ids("--min-world-size", "8", "--max-world-size", "8") == [dlrm["id"]]
     assert plain["id"] in ids()
     shown = run("show", dlrm["id"])
-    assert (
-        "ready for:   HTA yes, Chakra no, ASTRA-sim no, Perfetto yes (tracestore validate says why)"
-    ) in shown.stdout
+    # The traceset's own checks, then apart from them the tools it is (not) ready for.
+    assert "census:      ok (rank census, parallelism, process groups)" in shown.stdout
+    assert "ready for:   HTA, Perfetto" in shown.stdout
+    assert "not ready:   Chakra, ASTRA-sim (tracestore validate says why)" in shown.stdout
     checked = run("validate", dlrm["id"])
     assert checked.exit_code == 0, checked.output
-    assert "FAIL  chakra_ready: no host execution trace for ranks 0..7" in checked.stdout
+    assert "FAIL" not in checked.stdout  # a tool it is not ready for is no failed check
+    verdict = f"{dlrm['id']} is valid"
+    lines = checked.stdout.splitlines()
+    assert verdict in lines
+    after = lines[lines.index(verdict) + 1 :]
+    assert after[0] == "Which tools can read it (this does not make it invalid):"
+    assert after[1].startswith("  ready for HTA: 8 Kineto traces, one per rank")
+    assert after[2].startswith("  not ready for Chakra: no host execution trace for ranks 0..7")
     refused = run("ls", "--inspected", "gpu_model")
     assert refused.exit_code == 2 and "'gpu_model' is not FACT=VALUE" in refused.output
     unknown = run("ls", "--inspected", "gpu=H100")
@@ -364,9 +384,33 @@ def test_ls_human_json_filters_and_limit(
     assert "Invalid sort field: 'color'" in bad_sort.stderr
 
 
+def test_ls_takes_every_status_the_api_takes(run: Any, traces: Path, meta_file: Path) -> None:
+    """Issue 42: ``ls --status processing`` was refused by the command's own list of four
+    statuses while the API filters by all six; both now read ``schemas.STATUSES``."""
+    done = upload(run, traces, meta_file)
+    for status in STATUSES:
+        result = run("ls", "--json", "--status", status)
+        assert result.exit_code == 0, (status, result.output)
+        found = [item["id"] for item in json.loads(result.stdout)]
+        assert found == ([done["id"]] if status == "ready" else []), status
+    refused = run("ls", "--status", "nosuch")
+    assert refused.exit_code == 2 and "'processing'" in refused.stderr
+
+
 def test_promote(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> None:
-    data = upload(run, traces, meta_file)
-    human = run("promote", data["id"])
+    data = upload(run, traces, meta_file)  # two files without a rank: its census fails
+    shown = run("show", data["id"]).stdout
+    assert "census:      FAILED: rank census: 2 of 2 ranks missing: 0..1" in shown
+    refused = run("promote", data["id"])
+    assert refused.exit_code == 1
+    assert f"Error: Traceset '{data['id']}' fails its census: rank_census: 2 of 2" in (
+        refused.stderr
+    )
+    assert (
+        "  Check it with `tracestore validate --url http://testserver ID`: a traceset that is "
+        "not ready cannot be promoted; one that fails its census can, as it is, with --force."
+    ) in refused.stderr
+    human = run("promote", data["id"], "--force")
     assert human.exit_code == 0, human.output
     assert human.stdout.strip() == f"{data['id']} promoted to tenant"
     again = run("promote", data["id"], "--json")
@@ -456,9 +500,16 @@ def test_upload_warns_or_with_strict_refuses_when_local_ranks_disagree(
     assert warned.stderr.startswith("Warning: ")
 
     refused = run("upload", str(chakra), "--workload-metadata", str(eight), "--strict")
-    assert refused.exit_code == 2
-    assert "local inspection disagrees with the metadata (--strict)" in refused.stderr
-    assert "Uploading" not in refused.stderr
+    # A data problem, not a usage one: exit 1 as `inspect --strict`, one line per finding and
+    # one saying what was refused, no click Usage block (issue 43, item 9).
+    assert refused.exit_code == 1
+    lines = refused.stderr.splitlines()
+    assert all(line.startswith("Error: ") for line in lines), refused.stderr
+    assert lines[-1] == (
+        "Error: not uploaded: the local checks disagree with the metadata (--strict); "
+        "fix the files or the metadata, or upload without --strict"
+    )
+    assert "Usage:" not in refused.stderr and "Uploading" not in refused.stderr
 
 
 def test_resume_of_an_upload_that_completed_answers_its_traceset(
@@ -587,3 +638,55 @@ def test_the_python_client_on_a_url_where_nothing_answers_fails_within_seconds()
         client.get_traceset("ts_x")
     assert time.monotonic() - started < 5
     assert waits and not any(wait.reached for wait in waits)
+
+
+def test_a_member_promoting_to_public_is_told_who_may(
+    run: Any, services: Services, traces: Path, meta_file: Path
+) -> None:
+    member = person(services, "member", "default", ["default"])
+    data = upload(run, traces, meta_file)
+    assert run("promote", data["id"], "--force").exit_code == 0
+    refused = run("promote", data["id"], "--target", "public", token=member.token)
+    assert refused.exit_code == 1
+    # Not "you are not a member of that workspace" (they are), nor an admin-only command.
+    assert refused.stderr.splitlines()[:2] == [
+        "Error: Promotion to public needs a tenant admin",
+        "  Promotion to public needs a tenant admin of your tenant: ask one to promote it.",
+    ]
+    assert "workspace list" not in refused.stderr
+
+
+def test_upload_says_what_promotion_will_refuse_and_what_was_meant(
+    run: Any, tmp_path: Path
+) -> None:
+    chakra = TESTDATA / "chakra-allreduce-4ranks"
+    # The seed: upload stores descriptive members as given and checks only the rank count,
+    # so a string global_batch_size is accepted; promotion's typed model refuses it later.
+    meta = tmp_path / "meta.json"
+    meta.write_text('{"shape": {"rankCount": 4, "global_batch_size": "1024", "rank_cout": 4}}')
+    warned = run("upload", str(chakra), "--workload-metadata", str(meta), "--json")
+    assert warned.exit_code == 0, warned.output
+    stored = json.loads(warned.stdout)["workloadMetadata"]
+    assert stored["shape"]["global_batch_size"] == "1024"
+    assert warned.stderr.splitlines()[:2] == [
+        "Warning: workloadMetadata.shape.rank_cout is not a member the rules read: did you "
+        "mean `rank_count`?",
+        "Warning: stored as given, but promotion will refuse it: "
+        'workloadMetadata.shape.global_batch_size must be a whole number of at least 1, got "1024"',
+    ]
+    strict = run("upload", str(chakra), "--workload-metadata", str(meta), "--strict")
+    assert strict.exit_code == 1
+    assert "Error: stored as given, but promotion will refuse it: " in strict.stderr
+    assert "Uploading" not in strict.stderr
+
+    # The seed's own words when nothing is declared, then what was meant.
+    near = tmp_path / "near.json"
+    near.write_text('{"shape": {"rank_count": 4}}')
+    refused = run("upload", str(chakra), "--workload-metadata", str(near))
+    assert refused.exit_code == 2
+    assert (
+        "Uploads with primary trace files must declare a rank count: set "
+        "workloadMetadata.shape.rankCount, or workloadMetadata.parallelism degrees "
+        "(dp, tp, sp, ep, pp) (workloadMetadata.shape.rank_count is not read as a declaration "
+        "of the rank count: did you mean `rankCount`?)"
+    ) in " ".join(refused.stderr.split())

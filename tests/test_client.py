@@ -17,8 +17,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from tests.uploading import one_part_session
-from tracestore import errors, jsontext
+from tracestore import errors, jsontext, schemas
 from tracestore.client import Client, ProgressEvent, UploadInterrupted
+from tracestore.schemas import format_timestamp
 from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
@@ -92,6 +93,23 @@ def test_upload_directory_round_trip(
     assert traceset.status == "ready"
     assert traceset.name == "traces"
     assert traceset.rank_count_derived == 2
+    # The inspection is typed as everything else (issue 43, item 11).
+    inspection = client.get_traceset(traceset.id).inspection
+    assert isinstance(inspection, schemas.Inspection) and inspection.census is not None
+    assert inspection.census.checks["rankCountMatches"].passed is not None
+    assert inspection.readiness is not None and set(inspection.readiness) == {
+        "hta",
+        "chakra",
+        "astra",
+        "perfetto",
+    }
+    assert {f.name for f in inspection.files} == set(tree)
+    # The result says when it goes and how to keep it (issue 43, item 2).
+    assert traceset.expires_at is not None and traceset.ttl_days == 7
+    assert traceset.expiry == (
+        f"expires {format_timestamp(traceset.expires_at)}, 7 days after its last use "
+        "(a download counts); promote it to keep it"
+    )
     assert traceset.tags == ["a", "b"]
     got = {f.name: f for f in traceset.files}
     assert set(got) == {*tree, "config.yaml"}
@@ -384,3 +402,20 @@ def test_the_command_line_skips_httpx_s_own_command_line() -> None:
         "assert httpx.Client is not None and callable(httpx.main)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_inspection_model_keeps_what_the_server_adds_later() -> None:
+    recorded = {
+        "status": "complete",
+        "inspectedAt": "2026-01-01T00:00:00.000Z",
+        "census": {"ranksFound": [0], "later": {"x": 1}, "checks": {"new": {"passed": True}}},
+        "analysis": [1, 2],
+        "files": [{"name": "a.json", "format": "kineto_json", "newFact": "y"}],
+    }
+    inspection = schemas.Inspection.model_validate(recorded)
+    assert inspection.model_extra == {"analysis": [1, 2]}
+    assert inspection.census is not None and inspection.census.checks["new"].passed is True
+    assert inspection.files[0].model_extra == {"newFact": "y"}
+    # Written back as it was read: its members, in their order, and none it was not given.
+    assert inspection.model_dump(mode="json", by_alias=True) == recorded
+    assert list(inspection.model_dump(mode="json", by_alias=True)) == list(recorded)

@@ -61,7 +61,8 @@ def test_download_one_file_by_presigned_url_with_ranges_etag_and_sha256(
     answer = http.get(_api(ts["id"], "download"), params={"file": "rank_0.json"})
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert set(body) == {"url", "expiresAt", "file", "ranks"}
+    assert set(body) == {"url", "expiresAt", "file", "ranks", "wholeFiles"}
+    assert body["wholeFiles"] == []  # a ranks download's files that come whole
     assert body["file"] == "rank_0.json" and body["ranks"] is None
     assert body["expiresAt"].endswith("Z")
     data = files["rank_0.json"][0]
@@ -237,6 +238,9 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
         "rank_census",
         "parallelism_consistency",
         "process_groups",
+    ]
+    readiness = report.json()["readiness"]
+    assert [r["name"] for r in readiness] == [
         "hta_ready",
         "chakra_ready",
         "astra_ready",
@@ -261,6 +265,7 @@ def test_validate_passes_then_catches_corrupt_and_missing_blobs(
     for check in body["checks"][2:]:
         assert check["passed"] is None
         assert check["message"].startswith("Not evaluated yet")
+    assert [r["ready"] for r in body["readiness"]] == [None] * 4
 
     store = services.store
     assert isinstance(store, LocalBlobStore)

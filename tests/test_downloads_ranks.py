@@ -8,14 +8,17 @@ import json
 import tarfile
 import tracemalloc
 import zipfile
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from tests.inspect_fixtures import TESTDATA
 from tests.uploading import upload
+from tracestore.cli import main
 from tracestore.errors import ValidationError
 from tracestore.ranks import parse_ranks, ranks_text, within
 from tracestore.server.services import Services
@@ -47,6 +50,7 @@ def test_ranks_archive_holds_just_those_files_and_a_manifest(http: TestClient) -
     ts = _dlrm(http)
     answer = http.get(_api(ts["id"]), params={"ranks": "5, 0-2,1"}).json()
     assert answer["ranks"] == "0-2,5" and answer["file"] is None
+    assert answer["wholeFiles"] == []  # one rank per file: nothing more than asked for
     archive = _zip(http, answer["url"])
     worker = {int(p.name[6]): p for p in DLRM}
     assert archive.namelist() == [
@@ -198,3 +202,31 @@ def test_rank_lists_parse_merge_and_print() -> None:
     assert ranks_text(parse_ranks("0-0")) == "0"
     with pytest.raises(ValidationError, match="beyond the largest rank count"):
         parse_ranks("0-9999999999")
+
+
+def test_a_traceset_of_one_archive_says_it_sends_it_whole(
+    http: TestClient, tmp_path: Path, admin_token: str
+) -> None:
+    """``--ranks 1`` of a traceset that is one archive sent the whole archive without a word
+    (issue 43, item 11): the answer and the command say so."""
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as archive:
+        for path in DLRM:
+            archive.write(path, path.name)
+    ts = upload(http, {"traces.zip": (packed.getvalue(), "primary")}, {"shape": {"rankCount": 8}})
+    answer = http.get(_api(ts["id"]), params={"ranks": "1"}).json()
+    assert answer["wholeFiles"] == [{"name": "traces.zip", "ranks": "0-7"}]
+
+    result = CliRunner().invoke(
+        main,
+        [
+            *("download", ts["id"], "--ranks", "1", "-o", str(tmp_path)),
+            *("--url", "http://testserver", "--token", admin_token),
+        ],
+        obj={"http": http},
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == (
+        "Note: traces.zip holds ranks 0-7 and comes whole: a file is not split by rank"
+    )
+    assert (tmp_path / "traces.zip").read_bytes() == packed.getvalue()

@@ -364,7 +364,7 @@ def test_a_single_unranked_file_recording_its_world_size_is_one_rank_not_all() -
         "host.json records world_size 2 but no rank: it is one rank's trace, not a file "
         "holding all 2 declared ranks; 2 of 2 ranks missing: 0..1"
     )
-    # SPEC 5.5: the only primary file's rankRange is the declared range whatever it holds.
+    # The only primary file's rankRange is the declared range whatever it holds.
     assert census.rank_ranges == {"host.json": RankRange(0, 1)}
 
 

@@ -24,7 +24,7 @@ from tracestore.inspect.summary import MAX_DISTINCT_VALUES, SEARCH_FACTS
 from tracestore.server import db
 from tracestore.server.services import Services
 
-BOUND = 2_147_483_647  # shape.rankCount's largest value on the seed page
+BOUND = 2_147_483_647  # shape.rankCount's largest value in the rules
 
 # Ranks 0 and 5 of a world of 8 (each with its default process group of 8) and rank 3's
 # Chakra trace: three small files against 2³¹−1 expected ranks.
@@ -85,8 +85,8 @@ def test_the_only_file_of_the_largest_rank_count_holds_every_rank(http: TestClie
     assert traceset["files"][0]["rankRange"] == {"start": 0, "end": BOUND - 1}
     census = traceset["inspection"]["census"]
     assert census["checks"]["rankCountMatches"]["passed"] is True
-    checks = {check["name"]: check for check in answer["checks"]}
-    assert checks["hta_ready"]["message"] == (
+    readiness = {entry["name"]: entry for entry in answer["readiness"]}
+    assert readiness["hta_ready"]["message"] == (
         f"1 Kineto traces record no rank: all.json; no Kineto trace for ranks 0..{BOUND - 1}"
     )
 

@@ -1,4 +1,4 @@
-"""JWT access tokens (SPEC 2): keys the tests generate, a JWKS file (or URL), real HTTP.
+"""JWT access tokens (docs/api.md): keys the tests generate, a JWKS file (or URL), real HTTP.
 
 Claims carry the tenant's name and workspace names (see ``tracestore.server.jwt_auth``).
 """

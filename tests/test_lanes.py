@@ -1,4 +1,4 @@
-"""The hot requests' lanes (``lanes.lane_of``): every request a lane takes is answered as
+"""The hot requests' lanes (``lanes.Lanes``): every request a lane takes is answered as
 FastAPI's route answers it, status, headers and body (but the request id); requests no
 lane should take (other methods, other shapes of path) still reach the router. The part
 PUT's lane has tests/test_part_lane.py."""
@@ -20,11 +20,10 @@ from starlette.requests import ClientDisconnect
 
 from tests.laning import comparable, gone_mid_body, presigned_path, taken_by
 from tests.tenancy import person
-from tests.uploading import request_upload, upload
+from tests.uploading import UPLOAD_URL, request_upload, upload
 from tracestore.server import receiving, tracesets
 from tracestore.server.app import create_app
-from tracestore.server.routes import listing, web
-from tracestore.server.routes import tracesets as traceset_routes
+from tracestore.server.routes import web
 from tracestore.server.services import Services
 from tracestore.server.serving import lanes
 
@@ -164,22 +163,31 @@ def test_what_no_lane_takes_goes_to_the_router(
     assert comparable(ours) == comparable(theirs)
 
 
-def test_the_lanes_paths_are_the_only_routes_that_match_them(services: Services) -> None:
-    """A lane takes every GET of one segment under /api/v1/tracesets/: no other GET route
-    may claim one (the router would have sent it there). The web page's routes, the only
-    ones the document leaves out, live under their own prefix."""
+def test_each_lane_takes_its_routes_paths_and_no_other_routes(services: Services) -> None:
+    """A lane is declared by its route (``app._lanes``): it takes that route's method and
+    path, and no path of another route (the router would have sent it there). The web
+    page's routes, the only ones the document leaves out, are checked too."""
     app = create_app(services=services)
-    gets = {
-        path: operations["get"]["operationId"]
+    table: lanes.Lanes = app.state.lanes
+    assert sorted(table.routes) == [
+        ("GET", "/api/v1/tracesets"),
+        ("GET", "/api/v1/tracesets/{traceset_id}"),
+        ("POST", "/api/v1/tracesets/upload-url"),
+        ("PUT", "/blobs/parts/{upload_id}/{position}/{part_number}"),
+    ]
+    routes = [
+        (method.upper(), path)
         for path, operations in app.openapi()["paths"].items()
-        if "get" in operations
-    }
-    assert gets[lanes.LIST_PATH] == listing.list_tracesets.__name__
-    item = lanes.ITEM_PREFIX + "{traceset_id}"
-    assert gets[item] == traceset_routes.get_traceset.__name__
-    under = [path for path in gets if path.startswith(lanes.ITEM_PREFIX)]
-    assert [path for path in under if "/" not in path[len(lanes.ITEM_PREFIX) :]] == [item]
-    assert not any(route.path.startswith("/api/") for route in web.router.routes)  # type: ignore[attr-defined]
+        for method in operations
+    ]
+    page: list[Any] = web.router.routes
+    routes += [(method, route.path) for route in page for method in route.methods]
+    for method, path in routes:
+        # Each parameter as one segment, as the router matches {name}.
+        taken = table.match(method, re.sub(r"\{[^}]+\}", "x", path)) is not None
+        assert taken == ((method, path) in table.routes), (method, path)
+    assert len(routes) > 20 and set(table.routes) <= set(routes)
+    assert create_app(services=services, with_lanes=False).state.lanes.routes == []
 
 
 _IDS = re.compile(r"\b(ts|upload)_[0-9A-Za-z]{27}\b|signature=[0-9A-Za-z_-]+")
@@ -236,7 +244,7 @@ def test_the_upload_url_lane_answers_what_its_route_answers(
                 )
                 answers.append(
                     client.post(
-                        lanes.UPLOAD_PATH,
+                        UPLOAD_URL,
                         content=content,
                         headers={**header, "Content-Type": "application/json"},
                     )
@@ -259,7 +267,7 @@ def test_the_lanes_answer_a_client_gone_mid_body_as_their_routes(
 ) -> None:
     answer = request_upload(http, {"a.bin": (b"0123456789", "supporting")}).json()
     requests = [
-        ("POST", lanes.UPLOAD_PATH, [(b"authorization", f"Bearer {admin_token}".encode())]),
+        ("POST", UPLOAD_URL, [(b"authorization", f"Bearer {admin_token}".encode())]),
         (
             "PUT",
             presigned_path(answer["files"][0]["parts"][0]["url"]),

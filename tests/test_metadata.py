@@ -1,4 +1,4 @@
-"""The workloadMetadata rules, over dict literals taken from the seed page and SPEC 4 and 6."""
+"""The workloadMetadata rules, over dict literals taken from the reference's rules."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tracestore.metadata import (
     check_upload_metadata,
     declared_rank_count,
     metadata_size,
+    near_misses,
 )
 
 MEMBERS = ["shape.rankCount", *(f"parallelism.{degree}" for degree in DEGREES)]
@@ -398,7 +399,8 @@ def test_promotion_guard_reports_upload_rule_errors_as_422() -> None:
             {"shape": {"rank_count": 256}},
             256,
             "workloadMetadata declares no rank count, but traceset ts_x holds 256;"
-            " a rank count cannot be changed after upload",
+            " a rank count cannot be changed after upload (workloadMetadata.shape.rank_count is"
+            " not read as a declaration of the rank count: did you mean `rankCount`?)",
         ),
         (
             {"parallelism": {"dp": 8, "tp": 8}},
@@ -426,3 +428,63 @@ def test_promotion_rank_count_guard(
 )
 def test_promotion_accepts(metadata: dict[str, Any], held: int | None) -> None:
     check_promotion_metadata(metadata, traceset_id="ts_x", held_rank_count=held)
+
+
+# --- near misses (issue 43, item 9) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("metadata", "hints"),
+    [
+        (
+            {"shape": {"rank_count": 256}},
+            [
+                "workloadMetadata.shape.rank_count is not read as a declaration of the rank "
+                "count: did you mean `rankCount`?"
+            ],
+        ),
+        (
+            {"parallelism": {"DP": 32, "tp": 8}},
+            [
+                "workloadMetadata.parallelism.DP is not read as a declaration of the rank "
+                "count: did you mean `dp`?"
+            ],
+        ),
+        (
+            {"workloadFamily": "llm", "shape": {"global_batch_sise": 8}},
+            [
+                "workloadMetadata.workloadFamily is not a member the rules read: did you mean "
+                "`workload_family`?",
+                "workloadMetadata.shape.global_batch_sise is not a member the rules read: did "
+                "you mean `global_batch_size`?",
+            ],
+        ),
+        # Spelled as the rules read them, or both spellings given: nothing to say.
+        ({"shape": {"rankCount": 8, "rank_count": 8}, "parallelism": {"dp": 8}}, []),
+        ({"shape": {"rankCount": 8}, "workload_family": "llm", "lr": 0.1}, []),
+        ({"parallelism": {"cp": 2, "fsdp": 2}}, []),
+        (None, []),
+        ([1], []),
+        ({"shape": "wide"}, []),
+    ],
+)
+def test_near_misses_name_the_member_the_rules_read(metadata: Any, hints: list[str]) -> None:
+    assert near_misses(metadata) == hints
+
+
+def test_the_seeds_message_stays_the_seeds_with_a_near_miss() -> None:
+    with pytest.raises(ValidationError) as refused:
+        check_upload_metadata({"shape": {"rank_count": 256}}, has_primary_files=True)
+    assert refused.value.message == MISSING_RANK_COUNT_MESSAGE
+
+
+def test_promotions_guard_says_did_you_mean() -> None:
+    with pytest.raises(UnprocessableEntity) as refused:
+        check_promotion_metadata(
+            {"shape": {"rank_count": 256}}, traceset_id="ts_x", held_rank_count=256
+        )
+    assert refused.value.message == (
+        "workloadMetadata declares no rank count, but traceset ts_x holds 256; a rank count "
+        "cannot be changed after upload (workloadMetadata.shape.rank_count is not read as a "
+        "declaration of the rank count: did you mean `rankCount`?)"
+    )

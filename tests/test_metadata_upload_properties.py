@@ -1,5 +1,5 @@
 """Property tests (hypothesis) of the upload metadata rules against the model of them in
-tests/metadata_model.py (the seed page and SPEC 4). For arbitrary JSON as workloadMetadata
+tests/metadata_model.py (the upload rules). For arbitrary JSON as workloadMetadata
 (tests/metadata_strategies.py) the service's verdict, error code and whole message equal the
 model's, and an accepted upload's rank count and stored metadata are the model's too: in the
 pure rules and through the upload-url route. Fixed seed: the same cases every run. Promotion's

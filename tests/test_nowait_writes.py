@@ -1,5 +1,5 @@
 """upload-url's write on the event loop's own thread (``Database.writes_now``,
-``deps.short_write``): made there only when SQLite's write lock is free at once; when
+``Database.short_write``): made there only when SQLite's write lock is free at once; when
 another connection (another process, to SQLite) holds it, the use case runs in a worker
 thread that waits; when another thread of this process does, the loop waits for it without
 blocking; either way the loop keeps answering. The loop's commits leave the WAL's

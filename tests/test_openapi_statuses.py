@@ -26,6 +26,7 @@ from tracestore.server.storage.local import LocalBlobStore
 LIST = "/api/v1/tracesets"
 UPLOAD = "/api/v1/tracesets/upload-url"
 COMPLETE = "/api/v1/tracesets/upload-url/complete"
+CHECK = "/api/v1/tracesets/upload-url/check"
 BODY_LIMIT = 64 * 1024
 FAR = int(time.time()) + 10 * 365 * 86400  # a signature's expiry that outlives the test
 ONE_FILE = {"name": "x", "files": [{"name": "a", "size": 1, "role": "supporting"}]}
@@ -107,6 +108,7 @@ API_OPERATIONS: dict[str, tuple[str, str]] = {
     "create_traceset": ("POST", LIST),
     "request_upload_urls": ("POST", UPLOAD),
     "complete_upload": ("POST", COMPLETE),
+    "check_upload_url": ("POST", CHECK),
     "resume_upload": ("GET", f"{UPLOAD}/up_x"),
     "get_traceset": ("GET", f"{LIST}/ts_x"),
     "delete_traceset": ("DELETE", f"{LIST}/ts_x"),
@@ -242,6 +244,12 @@ DRIVERS: dict[tuple[str, int], Driver] = {
         json={**ONE_FILE, "workspaceId": "ws_other"},
     ),
     ("request_upload_urls", 413): lambda s: s.http.post(UPLOAD, json=TOO_BIG),
+    ("check_upload_url", 200): lambda s: s.http.post(CHECK, json=ONE_FILE),
+    ("check_upload_url", 400): lambda s: s.http.post(CHECK, json={"name": "x", "files": []}),
+    ("check_upload_url", 403): lambda s: s.http.post(
+        CHECK, json={**ONE_FILE, "workspaceId": "ws_other"}
+    ),
+    ("check_upload_url", 413): lambda s: s.http.post(CHECK, json=TOO_BIG),
     ("complete_upload", 201): _complete,
     ("complete_upload", 200): _complete_twice,
     ("complete_upload", 400): lambda s: s.http.post(COMPLETE, json={"files": []}),

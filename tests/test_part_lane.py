@@ -1,4 +1,4 @@
-"""The embedded store's part PUT and its lane (``lanes.part_lane_of``): every PUT the lane
+"""The embedded store's part PUT and its lane (``lanes.part``): every PUT the lane
 takes is answered as FastAPI's route answers it, status, headers and body (but the request
 id and the ETag, which each send of a part has of its own); what it does not take (a
 malformed path or query, another method) the route words."""

@@ -1,4 +1,4 @@
-"""POST /api/v1/tracesets/{id}/promote (SPEC 6), through real HTTP on the real app.
+"""POST /api/v1/tracesets/{id}/promote (docs/api.md), through real HTTP on the real app.
 
 The first block has one test per promotion sentence of the reference API's page on workload
 metadata (not in this repository; tracestore.metadata words its rules); the rest pins the
@@ -13,10 +13,15 @@ from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
-from tests.conftest import FakeClock
+from tests.conftest import TESTDATA, FakeClock
 from tests.tenancy import RANKS_256, person, start_upload, upload_ready
+from tests.uploading import upload
+from tracestore.server import db
 from tracestore.server.services import Services
+
+DDP = TESTDATA / "pytorch213-ddp-gloo-4ranks" / "ddp"
 
 
 def promote(http: httpx.Client, traceset_id: str, body: Any = None, **kw: Any) -> httpx.Response:
@@ -381,7 +386,13 @@ def test_openapi_documents_the_promote_route(http: TestClient) -> None:
     request = document["components"]["schemas"]["PromoteRequest"]
 
     assert {"200", "404", "409", "412", "422"} <= set(operation["responses"])
-    assert set(request["properties"]) == {"target", "workloadMetadata", "description", "tags"}
+    assert set(request["properties"]) == {
+        "target",
+        "workloadMetadata",
+        "description",
+        "tags",
+        "force",
+    }
 
 
 def test_concurrent_promotions_apply_once(http: TestClient) -> None:
@@ -417,4 +428,90 @@ def test_numbers_beyond_the_float_range_are_kept_as_written(http: TestClient) ->
     assert (
         '"workloadMetadata":{"y":-1e999,"shape":{"rankCount":256}}'
         in http.get(f"/api/v1/tracesets/{ts['id']}").text
+    )
+
+
+# --- the census (issue 43, item 8) ------------------------------------------------------
+
+
+def _validated(http: httpx.Client, traceset_id: str) -> dict[str, Any]:
+    answer = http.post(f"/api/v1/tracesets/{traceset_id}/validate")
+    assert answer.status_code == 200, answer.text
+    return {check["name"]: check for check in answer.json()["checks"]}
+
+
+def test_a_traceset_whose_census_fails_is_refused_unless_forced(http: TestClient) -> None:
+    # Two primary files that record no rank, for 2 declared ranks: 2 of 2 ranks missing.
+    blank = b'{"traceEvents": []}'
+    files = {"a.json": (blank, "primary"), "b.json": (blank, "primary")}
+    ts = upload(http, files, {"shape": {"rankCount": 2}})
+    census = _validated(http, ts["id"])["rank_census"]
+    assert census["passed"] is False
+
+    message = error(promote(http, ts["id"]), 409)
+
+    assert message.startswith(
+        f"Traceset '{ts['id']}' fails its census: rank_census: {census['message']}"
+    )
+    assert message.endswith("; fix its files or metadata, or promote it as it is with force: true")
+    after = stored(http, ts["id"])
+    assert (after["scope"], after["expiresAt"] is not None) == ("workspace", True)
+    # New metadata cannot mend a missing rank (the rank count is fixed): still refused.
+    assert error(promote(http, ts["id"], {"workloadMetadata": {"shape": {"rankCount": 2}}}), 409)
+    # A force that is not a JSON boolean is a malformed body.
+    assert error(promote(http, ts["id"], {"force": "yes"}), 400)
+
+    forced = promote(http, ts["id"], {"force": True})
+
+    assert forced.status_code == 200, forced.text
+    assert forced.json() == {"id": ts["id"], "scope": "tenant", "promotionApplied": True}
+    assert stored(http, ts["id"])["expiresAt"] is None
+
+
+def test_new_metadata_is_judged_on_the_checks_it_cannot_change(
+    http: TestClient, services: Services
+) -> None:
+    # The real 4-rank DDP set records one group of 4: tp=2 has no group of its size.
+    files = {p.name: (p.read_bytes(), "primary") for p in sorted(DDP.iterdir())}
+    wrong = {"shape": {"rankCount": 4}, "parallelism": {"dp": 2, "tp": 2}}
+    ts = upload(http, files, wrong)
+    checks = _validated(http, ts["id"])
+    assert checks["rank_census"]["passed"] is True
+    assert checks["process_groups"]["passed"] is False
+
+    refused = error(promote(http, ts["id"]), 409)
+    assert f"fails its census: process_groups: {checks['process_groups']['message']}" in refused
+
+    # Corrected degrees: the recorded group check judged the old ones, so it does not count.
+    mended = {"shape": {"rankCount": 4}, "parallelism": {"dp": 4}}
+    answer = promote(http, ts["id"], {"workloadMetadata": mended})
+    assert answer.status_code == 200, answer.text
+    # ... and the census is taken again against the new degrees.
+    services.wait_for_background()
+    assert _validated(http, ts["id"])["process_groups"]["passed"] is True
+
+
+def test_a_traceset_not_inspected_yet_is_promoted(http: TestClient, services: Services) -> None:
+    ts = upload_ready(http, RANKS_256)
+    with services.db.session() as session:
+        session.execute(
+            update(db.Traceset).where(db.Traceset.id == ts["id"]).values(inspection=None)
+        )
+    assert promote(http, ts["id"]).status_code == 200
+
+
+def test_a_string_global_batch_size_is_stored_at_upload_and_refused_at_promotion(
+    http: TestClient,
+) -> None:
+    """The seed: upload 'validates only the rank-count members' and stores descriptive
+    members 'as given, whatever their spelling'; promotion reads shape.global_batch_size
+    through its typed model (issue 43, item 8: the seed, not the issue, decides upload)."""
+    metadata = {"shape": {"rankCount": 256, "global_batch_size": "1024"}}
+    ts = upload_ready(http, metadata)
+    assert ts["workloadMetadata"] == metadata
+
+    message = error(promote(http, ts["id"]), 422)
+
+    assert message == (
+        'workloadMetadata.shape.global_batch_size must be a whole number of at least 1, got "1024"'
     )

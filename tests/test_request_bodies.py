@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 from tests.uploading import UPLOAD_URL
 from tracestore.server import uploads
 from tracestore.server.app import create_app
-from tracestore.server.routes.uploads import INLINE_BODY
 from tracestore.server.services import Services
 from tracestore.server.serving.request_context import SMALL_BODY, UPLOAD_FILE_BODY, BodyLimits
 from tracestore.server.settings import MIB
+from tracestore.server.uploads import INLINE_BODY
 
 
 def upload_body(size: int, files: int = 1) -> bytes:

@@ -20,15 +20,15 @@ from sqlalchemy import event, func, select
 
 from tests.conftest import TESTDATA
 from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
-from tracestore import schemas
+from tracestore import jsontext, schemas
 from tracestore.cli.serve import _listen
-from tracestore.server import admin, db, tracesets
+from tracestore.server import admin, db
 from tracestore.server.auth import Principal, TokenCache, create_tenant
 from tracestore.server.deps import Caller
+from tracestore.server.ids import new_request_id
 from tracestore.server.listing import pages
 from tracestore.server.listing.query import parse_list_query
 from tracestore.server.services import Services, build_services
-from tracestore.server.serving.request_context import new_request_id
 
 
 def _count(engine: Any, name: str) -> list[int]:
@@ -262,11 +262,66 @@ def test_a_window_of_zero_looks_every_token_up(http: TestClient, services: Servi
 # ---- the GET's answer, written straight from its rows (tracesets.answer_text) ----
 
 
+def _file_model(file: db.TracesetFile, primaries: int, rank_count: int | None) -> Any:
+    """A file as the API's rules have it: a primary file's rank range is every declared
+    rank when it is the only primary file, else what inspection found; its provenance is
+    a primary file's only."""
+    ranks = None
+    if file.role == "primary":
+        if primaries == 1 and rank_count is not None:
+            ranks = {"start": 0, "end": rank_count - 1}
+        elif file.rank_start is not None and file.rank_end is not None:
+            ranks = {"start": file.rank_start, "end": file.rank_end}
+    told = file.rank_provenance if file.role == "primary" else None
+    return schemas.FileResponse(
+        name=file.name,
+        size=file.size,
+        role=file.role,  # type: ignore[arg-type]
+        content_type=file.content_type,
+        hash=f"sha256:{file.sha256}" if file.sha256 else None,
+        metadata_status=file.metadata_status,  # type: ignore[arg-type]
+        rank_range=None if ranks is None else schemas.RankRange(**ranks),
+        rank_provenance=told if isinstance(told, str) else None,
+    )
+
+
 def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
+    """The oracle of the GET's answer: the traceset's ORM rows as ``schemas.Traceset``,
+    written by ``schemas.wire_json`` (its workloadMetadata as the exact text stored)."""
     with services.db.session(write=False) as session:
         row = session.get(db.Traceset, traceset_id)
         assert row is not None
-        return json.loads(tracesets.render_traceset(tracesets.traceset_view(session, row)))
+        files = list(
+            session.scalars(
+                select(db.TracesetFile)
+                .where(db.TracesetFile.traceset_id == row.id)
+                .order_by(db.TracesetFile.position)
+            )
+        )
+        primaries = sum(1 for f in files if f.role == "primary")
+        view = schemas.Traceset(
+            id=row.id,
+            name=row.name,
+            description=row.description,
+            tags=list(row.tags or []),
+            status=row.status,  # type: ignore[arg-type]
+            scope=row.scope,  # type: ignore[arg-type]
+            workspace_id=row.workspace_id,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            expires_at=row.expires_at,
+            ttl_days=row.ttl_days,
+            rank_count_derived=row.rank_count,
+            total_size=row.total_size,
+            file_count=row.file_count,
+            hash=row.hash,
+            workload_metadata=(
+                None if row.metadata_text is None else jsontext.RawJSON(row.metadata_text)
+            ),
+            files=[_file_model(f, primaries, row.rank_count) for f in files],
+            inspection=row.inspection,
+        )
+        return json.loads(schemas.wire_json(view))
 
 
 @pytest.mark.parametrize(

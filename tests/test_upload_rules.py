@@ -1,4 +1,4 @@
-"""The seed page's workloadMetadata rules, through real HTTP on POST upload-url.
+"""The reference's workloadMetadata rules, through real HTTP on POST upload-url.
 
 Every refused request must leave nothing behind: no traceset, session, file, blob or byte.
 Bodies are sent as raw JSON text so ``2.0`` and ``1e3`` reach the server as written.
@@ -221,7 +221,7 @@ def test_metadata_is_stored_and_returned_exactly_as_given(http: TestClient) -> N
 def test_the_size_limit_reads_numbers_as_python_json_does(
     http: TestClient, services: Services
 ) -> None:
-    # 1e3 serialises as 1000.0 in SPEC's json.dumps expression: two bytes longer.
+    # 1e3 serialises as 1000.0 in the size rule's json.dumps: two bytes longer.
     base = _sized_metadata(65_534)
     assert base.endswith('"}')
     text = base[:-1] + ',"n":1e3}'

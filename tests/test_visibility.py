@@ -1,4 +1,4 @@
-"""Who sees what (SPEC 2): three users, two tenants, three workspaces, every scope, every
+"""Who sees what (docs/api.md): three users, two tenants, three workspaces, every scope, every
 traceset route, each cell an exact status; once with API tokens, once with JWT access tokens.
 
 - owner: tenant acme, workspace ml, tenant admin; uploads the traceset into ml

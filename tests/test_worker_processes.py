@@ -205,8 +205,8 @@ def test_a_killed_workers_inspection_is_finished_by_another_while_the_api_answer
             after = client.get_traceset(made.id)
         assert after.files[0].metadata_status == "complete"
         assert after.inspection is not None
-        assert after.inspection["status"] == "complete"
-        assert after.inspection["census"]["ranksFound"] == [0]
+        assert after.inspection.status == "complete"
+        assert after.inspection.census is not None and after.inspection.census.ranks_found == [0]
 
     # Both replicas answered throughout, and showed pending until the second worker's end.
     assert watcher.problems == []
@@ -317,5 +317,5 @@ def test_a_job_that_kills_its_processes_is_given_up_after_the_crashes_allowed(
         (traceset,) = list(client.list_tracesets())
         after = client.get_traceset(traceset.id)
     assert after.files[0].metadata_status == "failed"
-    assert after.inspection is not None and after.inspection["status"] == "failed"
-    assert "its worker died while running it 2 times" in after.inspection["reason"]
+    assert after.inspection is not None and after.inspection.status == "failed"
+    assert "its worker died while running it 2 times" in (after.inspection.reason or "")

@@ -8,8 +8,10 @@ whose descriptive members are snake_case.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import (
@@ -59,16 +61,16 @@ def _shown(value: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Upload (SPEC 4)
+# Upload
 
 
 def metadata_size(metadata: object) -> int:
-    """Bytes of ``metadata`` as compact JSON with non-ASCII kept as UTF-8 (SPEC 4 rule 2)."""
+    """Bytes of ``metadata`` as compact JSON with non-ASCII kept as UTF-8."""
     return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def check_metadata_size(metadata: object) -> None:
-    """The size rule (SPEC 4 rule 2, which promotion applies too): at most
+    """The size rule (promotion's too): at most
     ``MAX_METADATA_BYTES`` serialized. Raises ``ValidationError`` naming the size."""
     try:
         size = metadata_size(metadata)
@@ -128,7 +130,7 @@ def _whole_number(path: str, value: object) -> int:
 def declared_rank_count(metadata: object) -> int | None:
     """The rank count ``metadata`` declares through ``shape.rankCount`` or the degrees.
 
-    Applies SPEC 4 rules 1, 3, 4, 5 and 6 (not the size rule, not the missing-declaration
+    Applies upload's rank rules (not the size rule, not the missing-declaration
     rule) and returns None when nothing is declared. Raises ``ValidationError`` naming the
     member and the value.
     """
@@ -162,7 +164,7 @@ def declared_rank_count(metadata: object) -> int | None:
 
 
 def check_upload_metadata(metadata: object, *, has_primary_files: bool) -> int | None:
-    """Check ``workloadMetadata`` of an upload (SPEC 4 rules 1 to 7, in order).
+    """Check ``workloadMetadata`` of an upload (upload's rules, in order).
 
     Returns the declared rank count (the traceset's ``rankCountDerived``) or None; raises
     ``ValidationError`` (400) for the first rule broken.
@@ -176,7 +178,7 @@ def check_upload_metadata(metadata: object, *, has_primary_files: bool) -> int |
 
 
 # ---------------------------------------------------------------------------------------
-# Promotion (SPEC 6)
+# Promotion (docs/api.md)
 
 _Whole = Annotated[int, Strict(), Field(ge=1)]
 _Text = Annotated[str, Strict()]
@@ -250,7 +252,7 @@ class PromotionParallelism(BaseModel):
 
 
 class PromotionMetadata(BaseModel):
-    """workloadMetadata as promotion reads it (SPEC 6): snake_case descriptive members.
+    """workloadMetadata as promotion reads it (docs/api.md): snake_case descriptive members.
 
     Unknown members (camelCase spellings such as ``workloadFamily`` included) are allowed
     and kept in ``model_extra``; JSON null counts as absent.
@@ -295,10 +297,77 @@ def _promotion_message(error: ErrorDetails) -> str:
     return f"{path} must be {expected}, got {_shown(error['input'])}"
 
 
+# ---------------------------------------------------------------------------------------
+# Near misses: members spelled near one the rules read (``shape.rank_count``, ``DP``)
+
+MAX_NEAR_MISSES = 5
+_DECLARATIONS = frozenset({"rankCount", *DEGREES})
+_READ_AT_TOP = ("workload_family", "workload_name", "model_name", "precision", "accelerator")
+_READ_IN_SHAPE: tuple[str, ...] = ("rankCount", "rank_count", "global_batch_size", "seq_len")
+_READ_IN_SHAPE += ("num_microbatches", "training_steps")
+_READ_IN_PARALLELISM = (*DEGREES, "cp", "fsdp")
+
+
+def _squashed(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def _near_member(key: str, read: Sequence[str], given: Mapping[str, Any]) -> str | None:
+    """The member of ``read`` that ``key`` looks like a misspelling of, absent from
+    ``given``: the same letters in another case or separation, else (names of 4 or more
+    letters) a close match. A member the rules read is a near miss only of a declaration
+    (``rank_count``, which promotion reads, is not upload's ``rankCount``)."""
+    absent = [m for m in read if m not in given and m != key]
+    same = [m for m in absent if _squashed(m) == _squashed(key)]
+    if key in read:
+        same = [m for m in same if m in _DECLARATIONS]
+        return same[0] if same else None
+    if same:
+        return same[0]
+    if len(key) < 4:
+        return None
+    close = difflib.get_close_matches(_squashed(key), [_squashed(m) for m in absent], 1, 0.85)
+    return next((m for m in absent if close and _squashed(m) == close[0]), None)
+
+
+def near_misses(metadata: object) -> list[str]:
+    """What a workloadMetadata spells near a member the rules read (the seed's declaration
+    members, promotion's snake_case members), in words: ``workloadMetadata.shape.rank_count
+    is not read as a declaration of the rank count: did you mean `rankCount`?``. At most
+    ``MAX_NEAR_MISSES``; nothing for a value that is no object."""
+    if not isinstance(metadata, dict):
+        return []
+    places: list[tuple[str, Mapping[str, Any], Sequence[str]]] = [
+        (_ROOT, metadata, (*_READ_AT_TOP, "shape", "parallelism"))
+    ]
+    for name, members in (("shape", _READ_IN_SHAPE), ("parallelism", _READ_IN_PARALLELISM)):
+        if isinstance(metadata.get(name), dict):
+            places.append((f"{_ROOT}.{name}", metadata[name], members))
+    hints: list[str] = []
+    for path, given, read in places:
+        for key in given:
+            meant = _near_member(key, read, given) if isinstance(key, str) else None
+            if meant is None:
+                continue
+            what = (
+                "is not read as a declaration of the rank count"
+                if meant in _DECLARATIONS
+                else "is not a member the rules read"
+            )
+            hints.append(f"{path}.{_shown_key(key)} {what}: did you mean `{meant}`?")
+            if len(hints) == MAX_NEAR_MISSES:
+                return hints
+    return hints
+
+
+def _shown_key(key: str) -> str:
+    return key if len(key) <= _SHOWN_CHARS else key[:_SHOWN_CHARS] + "…"
+
+
 def check_promotion_metadata(
     metadata: object, *, traceset_id: str, held_rank_count: int | None
 ) -> PromotionMetadata:
-    """Check the metadata a promotion would store (SPEC 6) and return its typed reading.
+    """Check the metadata a promotion would store (docs/api.md) and return its typed reading.
 
     The typed model's checks come first, then the rank-count guard: the count declared by
     the upload rules must equal ``held_rank_count`` (None for none). Raises
@@ -317,8 +386,10 @@ def check_promotion_metadata(
     if declared != held_rank_count:
         declares = "no rank count" if declared is None else f"rank count {declared}"
         holds = "no rank count" if held_rank_count is None else str(held_rank_count)
+        hints = [hint for hint in near_misses(metadata) if "declaration" in hint]
+        meant = f" ({'; '.join(hints)})" if hints else ""
         raise UnprocessableEntity(
             f"{_ROOT} declares {declares}, but traceset {traceset_id} holds {holds};"
-            " a rank count cannot be changed after upload"
+            f" a rank count cannot be changed after upload{meant}"
         )
     return model

@@ -118,3 +118,18 @@ def select_files(
         for name, role, _, _ in listed
         if name in chosen or (supporting and role == "supporting")
     ]
+
+
+def sent_whole(
+    files: Iterable[tuple[str, str, int | None, int | None]], runs: Runs
+) -> list[tuple[str, str]]:
+    """``(name, its ranks)`` of the primary files a download of ``runs`` holds that also hold
+    ranks not asked for (an archive of every rank, a file of several): each is sent whole."""
+    whole = []
+    for name, role, start, end in files:
+        if role != "primary" or start is None:
+            continue
+        end = start if end is None else end
+        if within(runs, start, end) and within(runs, start, end) != ((start, end),):
+            whole.append((name, ranks_text(((start, end),))))
+    return whole

@@ -1,7 +1,9 @@
 """A small OpenID Connect identity provider for the page's login tests, on a port of its own:
 ``/authorize`` approves at once (or refuses, when told to) and sends the browser back with a
 code; ``/token`` trades the code for a JWT access token signed by tests/idp.py's key, only
-with the PKCE verifier whose S256 challenge came with the code (RFC 7636)."""
+with the PKCE verifier whose S256 challenge came with the code (RFC 7636). One request a
+connection (HTTP/1.0), so Chromium never sends one again on its own (test_upload_recovery.py
+says when it does)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import base64
 import hashlib
 import json
 import secrets
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +32,7 @@ class Provider:
     jwks: Path
     claims: dict[str, Any] = field(default_factory=dict)  # of the tokens it gives
     refuse: str | None = None  # an error /authorize answers instead of a code
+    cut: bool = False  # /token takes the code, then closes the connection without an answer
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
     exchanges: list[dict[str, str]] = field(default_factory=list)  # /token forms received
 
@@ -97,6 +101,10 @@ def _handler(provider: Provider) -> type[BaseHTTPRequestHandler]:
             provider.exchanges.append(form)
             origin = self.headers.get("Origin")
             asked = provider.codes.pop(form.get("code", ""), None)  # a code works once
+            if provider.cut:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             if (
                 urlsplit(self.path).path != "/token"
                 or form.get("grant_type") != "authorization_code"

@@ -4,6 +4,7 @@ validate and promote (its refusal in the API's words)."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -105,7 +106,10 @@ def test_kineto_and_execution_trace_halves_show_per_rank(served: Served, page: P
     expect(cells.nth(1)).to_have_attribute(
         "aria-label", "rank 1: present; Kineto timeline absent, execution trace present"
     )
-    expect(page.locator('.check[data-check="chakra"]')).to_have_attribute("data-state", "failed")
+    # Not ready for a tool is said as such, never as a FAILED check (issue 43, item 7).
+    chakra = page.locator('.checks-panel .check[data-check="chakra_ready"]')
+    expect(chakra).to_have_attribute("data-state", "not-ready")
+    expect(chakra.locator(".check-state")).to_have_text("not ready")
     expect(page.locator("table.groups tbody tr").first).to_be_visible()
 
 
@@ -113,6 +117,10 @@ def test_promote_then_see_the_scope_change(served: Served, page: Page) -> None:
     traceset = upload(served, "to-promote", chakra_ranks(0, 1), '{"shape":{"rankCount":2}}')
     open_from_the_list(page, served, "to-promote")
     expect(page.locator("h1 [data-scope]")).to_have_text("workspace")
+    # Where an upload lands: when it goes, and how to keep it (issue 43, item 2).
+    expect(page.locator(".detail-head dl.head-facts")).to_contain_text(
+        "7 days after its last use (a download counts); promote it to keep it"
+    )
     page.get_by_role("button", name="Promote to tenant…").click()
     expect(page.get_by_text("Promote to tenant: everyone in your tenant")).to_be_visible()
     page.get_by_role("button", name="Promote to tenant", exact=True).click()
@@ -123,6 +131,26 @@ def test_promote_then_see_the_scope_change(served: Served, page: Page) -> None:
     expect(page.get_by_role("button", name="Promote to public…")).to_be_visible()
     assert get_traceset(served, traceset.id).json()["scope"] == "tenant"
     expect(page.locator(".detail-head dl.head-facts")).to_contain_text("Expiresnever")
+
+
+def test_a_promotion_refused_for_its_census_can_be_forced(served: Served, page: Page) -> None:
+    # Rank 2 of 3 is missing: the census fails, and promotion says so (issue 43, item 8).
+    traceset = upload(served, "two-of-three", chakra_ranks(0, 1), '{"shape":{"rankCount":3}}')
+    open_from_the_list(page, served, "two-of-three")
+    page.get_by_role("button", name="Promote to tenant…").click()
+    force = page.get_by_label("Promote it as it is, though its census fails")
+    expect(force).to_be_hidden()
+    with page.expect_response(lambda r: r.url.endswith("/promote")) as answered:
+        page.get_by_role("button", name="Promote to tenant", exact=True).click()
+    assert answered.value.status == 409
+    expect(page.locator(".promote-error")).to_have_text(answered.value.json()["error"]["message"])
+    expect(page.locator(".promote-error")).to_contain_text("rank_census: 1 of 3 ranks missing: 2")
+    expect(page.locator(".promote-next")).to_contain_text("census fails can be promoted as it is")
+    expect(page.locator("h1 [data-scope]")).to_have_text("workspace")
+    force.check()
+    page.get_by_role("button", name="Promote to tenant", exact=True).click()
+    expect(page.locator("h1 [data-scope]")).to_have_text("tenant")
+    assert get_traceset(served, traceset.id).json()["scope"] == "tenant"
 
 
 def test_a_refused_promotion_shows_the_apis_message_exactly(served: Served, page: Page) -> None:
@@ -166,6 +194,13 @@ def test_validate_and_the_three_downloads(served: Served, page: Page, tmp_path: 
     expect(page.locator('.validation [data-check="file_integrity"] .check-message')).to_have_text(
         "3 files present; sizes and SHA-256 re-verified (247 bytes)"
     )
+    # No red row under the green verdict: a tool the set is not ready for is said apart,
+    # as "not ready", not as a FAILED check of the traceset (issue 43, item 7).
+    expect(page.locator(".validation .check.failed")).to_have_count(0)
+    readiness = page.locator(".validation .readiness")
+    expect(readiness.locator('[data-check="astra_ready"] .check-state')).to_have_text("ready")
+    expect(readiness.locator('[data-check="hta_ready"] .check-state')).to_have_text("not ready")
+    expect(readiness.locator('[data-check="hta_ready"]')).to_have_class(re.compile("not-ready"))
 
     with page.expect_download() as one:
         page.get_by_role("button", name="Download all_reduce.1.et").click()

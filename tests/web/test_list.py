@@ -9,6 +9,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.test_e2e_serve import Served
 from tests.web.conftest import SCREENSHOTS
 from tests.web.seeding import chakra_ranks, sign_in, upload
+from tracestore.choices import SCOPES, STATUSES
 
 
 def names(page: Page) -> list[str]:
@@ -95,6 +96,10 @@ def test_every_kind_of_filter_round_trips_through_the_url(served: Served, page: 
     expect(page.get_by_label("Other workload filters (one path=value a line)")).to_have_value(
         "shape.global_batch_size=1024"
     )
+    # The status and scope choices are the service's own (the shell carries them).
+    options = page.get_by_label("Status", exact=True).locator("option")
+    expect(options).to_have_text(["any but deleted", *STATUSES])
+    expect(page.get_by_label("Scope", exact=True).locator("option")).to_have_text(["any", *SCOPES])
     # Applying the form unchanged gives the same query back.
     before = query(page)
     page.get_by_role("button", name="Apply filters").click()

@@ -128,3 +128,18 @@ def test_a_callback_is_single_use(with_login: Served, provider: Provider, page: 
     )
     assert len(provider.exchanges) == 1
     assert page.evaluate("sessionStorage.getItem('tracestore.token')") is None
+
+
+def test_a_code_exchange_cut_off_after_it_was_sent_is_not_sent_again(
+    with_login: Served, provider: Provider, page: Page
+) -> None:
+    """The code is single-use: sent again, the exchange would be refused, and the page would
+    say the login refused it (issue 42, item 5)."""
+    provider.cut = True
+    page.goto(with_login.url + "/")
+    page.get_by_role("button", name="Sign in with your organisation's login").click()
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("The login's token endpoint did not answer")
+    expect(alert).to_contain_text("Sign in again.")
+    assert len(provider.exchanges) == 1
+    assert page.evaluate("sessionStorage.getItem('tracestore.token')") is None

@@ -1,20 +1,22 @@
 """Uploading from the browser (issue 20, build item 4): a folder picked or dropped, the
-metadata checked with the service's own rules and words, parts sent with progress; the stored
+upload judged by the service as the form is filled in (upload-url's dry run, issue 42) and
+refused in its words, parts sent with progress, sizes read as in the other views; the stored
 files compared byte for byte through the API. When things go wrong: test_upload_recovery.py;
-the page's rules and SHA-256 against Python's: test_page_modules.py."""
+the page's SHA-256 against Python's: test_page_modules.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Request, expect
 
 from tests.test_e2e_serve import PART, Served
 from tests.web.seeding import sign_in
 from tests.web.upload_page import (
     fill_rank_count,
     make_folder,
+    mount_recording_view,
     open_upload_view,
     stored_matches,
     upload_done,
@@ -128,33 +130,65 @@ def test_a_dropped_folder_is_walked_and_named_relative_to_it(served: Served, pag
     assert names[-1] == "ranks/r149.json"
 
 
-# ---- the rules, before anything is sent; the service's answer as it words it ----
+# ---- the service's verdict, before anything is created; its refusal as it words it ----
+
+CHECK = "/api/v1/tracesets/upload-url/check"
 
 
-def test_metadata_that_breaks_a_rule_is_refused_with_the_services_words_before_any_request(
+def test_the_forms_verdict_is_the_services_and_nothing_is_created_until_it_passes(
     served: Served, page: Page, tmp_path: Path
 ) -> None:
+    """The form asks upload-url's dry run as it is filled in, and once more on Upload, and
+    shows the service's verdict in its words: those the API gives the same body."""
     folder = make_folder(tmp_path / "run", {"trace.json": 100})
-    asked: list[str] = []
-    page.on("request", lambda r: asked.append(r.url) if "upload-url" in r.url else None)
+    checked: list[str] = []
+    started: list[str] = []
+
+    def record(request: Request) -> None:
+        if request.url.endswith(CHECK):
+            checked.append(request.post_data or "")
+        elif request.url.endswith("/upload-url"):
+            started.append(request.post_data or "")
+
+    page.on("request", record)
     open_upload_view(page, served)
     page.get_by_label("Choose a folder").set_input_files(folder)
     expect(page.get_by_text(rules.MISSING_RANK_COUNT_MESSAGE)).to_be_visible()
     fill_rank_count(page, "4")
     page.get_by_label("dp", exact=True).fill("3")
-    expected = (
-        "workloadMetadata.shape.rankCount 4 differs from the parallelism product 3 "
-        "(dp × tp × sp × ep × pp)"
-    )
     page.get_by_role("button", name="Upload").click()
-    expect(page.get_by_role("alert").filter(has_text=expected)).to_be_visible()
+    refusal = page.get_by_role("alert").filter(has_text="differs from the parallelism product")
+    expect(refusal).to_be_visible()
+    answer = httpx.post(
+        served.url + CHECK,
+        content=checked[-1],  # what the page asked on Upload
+        headers={"Authorization": f"Bearer {served.token}", "Content-Type": "application/json"},
+    )
+    assert answer.status_code == 400
+    assert (
+        refusal.inner_text()
+        == answer.json()["error"]["message"]
+        == (
+            "workloadMetadata.shape.rankCount 4 differs from the parallelism product 3 "
+            "(dp × tp × sp × ep × pp)"
+        )
+    )
     page.get_by_label("dp", exact=True).fill("2.0")
     expect(
         page.get_by_text(
             "workloadMetadata.parallelism.dp must be a whole number of at least 1, got 2.0"
         )
     ).to_be_visible()
-    assert asked == []
+    assert started == []
+    with served.api() as api:
+        assert api.get("/api/v1/tracesets", params={"status": "uploading"}).json()["items"] == []
+
+    page.get_by_label("dp", exact=True).fill("4")
+    expect(page.get_by_text("Rank count: 4")).to_be_visible()
+    page.get_by_role("button", name="Upload").click()
+    traceset = upload_done(page)
+    assert traceset["rankCountDerived"] == 4
+    assert started == [checked[-1]]  # the body the service passed, sent once
 
 
 def test_a_refusal_by_the_service_is_shown_as_the_api_words_it(
@@ -185,3 +219,35 @@ def test_a_refusal_by_the_service_is_shown_as_the_api_words_it(
 
 
 # ---- network errors, reloads ----
+
+
+def test_sizes_in_the_upload_view_read_as_in_the_other_views(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    """One bytes formatter for every view (issue 42, item 4): the folder picked, the upload
+    done and an unfinished upload's card read 4,000 bytes as the list and the traceset do."""
+    folder = make_folder(tmp_path / "sized", {"rank0.json": 1_500, "rank1.json": 2_500})
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    picked = page.locator(".upload-picked")
+    expect(picked).to_have_text("2 files, 3.91 KiB from sized")
+    fill_rank_count(page, "2")
+    page.get_by_role("button", name="Upload").click()
+    traceset = upload_done(page)
+    expect(page.get_by_text("Uploaded sized: 2 files, 3.91 KiB, ready")).to_be_visible()
+    page.evaluate(
+        """() => localStorage.setItem('tracestore.uploads', JSON.stringify([{
+          uploadId: 'up_x', tracesetId: 'ts_x', name: 'cut', startedAt: new Date().toISOString(),
+          files: [{ name: 'a', size: 1500, lastModified: 0, role: 'primary' },
+                  { name: 'b', size: 2500, lastModified: 0, role: 'primary' }],
+          etags: {} }]))"""
+    )
+    mount_recording_view(page)
+    expect(page.locator(".upload-card p").first).to_contain_text("2 files, 3.91 KiB, 0 parts")
+
+    page.goto(f"{served.url}/tracesets/{traceset['id']}")
+    size = page.locator(".head-facts div").filter(has=page.locator("dt", has_text="Size"))
+    expect(size.locator("dd")).to_have_text("3.91 KiB")
+    page.goto(served.url + "/")
+    row = page.locator("tr").filter(has=page.get_by_role("link", name="sized", exact=True))
+    expect(row.locator('td[title="4000 bytes"]')).to_have_text("3.91 KiB")

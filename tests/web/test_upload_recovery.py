@@ -2,14 +2,21 @@
 retried while the view says it waits, expired part URLs signed afresh, refused parts shown in
 the API's words, an upload cut by a reload finished with only the parts the service lacks, a
 stopped one tried again in place, part URLs past the first page, an upload shown again (not
-sent twice) when its view comes back, and a page without ``crypto.subtle``."""
+sent twice) when its view comes back, an upload-url cut off after it was sent not sent again,
+and a page without ``crypto.subtle``."""
 
 from __future__ import annotations
 
+import dataclasses
+import socket
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import ClassVar
 
+import httpx
 from playwright.sync_api import Page, Route, expect
 
+from tests import httpserver
 from tests.test_e2e_serve import PART, Served, serving
 from tests.web.conftest import SCREENSHOTS
 from tests.web.upload_page import (
@@ -48,6 +55,77 @@ def test_a_network_error_is_retried_and_the_view_says_it_is_waiting(
     traceset = upload_done(page)
     assert failures["left"] == 0
     stored_matches(served, traceset["id"], folder, tmp_path)
+
+
+UPLOAD_PATH = "/api/v1/tracesets/upload-url"
+# Headers of one connection, not of the request or answer a proxy passes on.
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
+
+
+class CuttingProxy(BaseHTTPRequestHandler):
+    """A proxy in front of the service (``upstream``) that passes every request on, and
+    answers it, but for a POST of upload-url: that one reaches the service, which creates
+    the traceset (its id goes to ``cut``), and the connection is closed without an answer.
+
+    One request a connection (HTTP/1.0): Chromium itself sends a request again, whatever its
+    method, when a connection it kept alive from an earlier request closes without an answer
+    (a race it cannot tell from the server's idle timeout); what is tested here is the page's
+    own retrying, on a connection that was new."""
+
+    protocol_version = "HTTP/1.0"
+    upstream = ""
+    cut: ClassVar[list[str]] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def relay(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        answer = httpx.request(
+            self.command,
+            self.upstream + self.path,
+            headers=headers,
+            content=self.rfile.read(length) if length else None,
+            timeout=30,
+        )
+        if self.command == "POST" and self.path == UPLOAD_PATH:
+            self.cut.append(answer.json()["tracesetId"])
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.send_response(answer.status_code)
+        for key, value in answer.headers.items():
+            if key.lower() not in HOP_BY_HOP:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = relay
+
+
+def test_an_upload_url_cut_off_after_it_was_sent_is_not_sent_again(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    """upload-url creates a traceset: when no answer comes after it was sent, the page says
+    the service may have created it rather than send it again (issue 42, item 5)."""
+    folder = make_folder(tmp_path / "cut-run", {"trace.json": 500})
+    proxy: type[CuttingProxy] = type("Proxy", (CuttingProxy,), {"upstream": served.url, "cut": []})
+    with httpserver.serving(proxy) as url:
+        open_upload_view(page, dataclasses.replace(served, url=url))
+        upload_folder(page, folder)
+        alert = page.locator(".upload-progress .error")
+        expect(alert).not_to_be_empty(timeout=30_000)  # sent again, it would take longer
+    assert len(proxy.cut) == 1
+    expect(alert).to_contain_text("went out but no answer came back")
+    expect(alert).to_contain_text('may have created the traceset "cut-run"')
+    expect(alert).to_contain_text("did not send the request twice")
+    with served.api() as api:
+        made = api.get("/api/v1/tracesets", params={"status": "uploading"}).json()["items"]
+    assert [t["id"] for t in made] == proxy.cut
+    expect(page.get_by_role("button", name="Try again")).to_have_count(0)
+    assert page.evaluate("localStorage.getItem('tracestore.uploads')") in (None, "[]")
 
 
 def test_an_expired_part_url_is_signed_afresh_and_a_refused_part_shows_the_apis_message(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tracestore.choices import SCOPES, STATUSES
 from tracestore.cli.common import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
@@ -25,6 +26,7 @@ from tracestore.cli.common import (
     connection,
     given_url,
     json_option,
+    promotion_problems,
     read_metadata,
 )
 from tracestore.cli.output import (
@@ -34,7 +36,9 @@ from tracestore.cli.output import (
     list_rows,
     progress_bars,
     size_text,
+    timestamp,
     traceset_text,
+    validate_text,
     wire,
 )
 from tracestore.errors import UploadIncomplete, ValidationError
@@ -85,8 +89,8 @@ def reading_ahead(command: F) -> F:
 @click.option(
     "--strict",
     is_flag=True,
-    help="Refuse (do not just warn) when a local inspection "
-    "of the files disagrees with the declared rank count.",
+    help="Refuse (do not just warn) when a local inspection of the files disagrees with the "
+    "declared rank count, or promotion would refuse the metadata.",
 )
 @json_option
 @reading_ahead
@@ -114,17 +118,29 @@ def upload(
 
     workload_metadata = read_metadata(metadata_file)
     if resume_id is None:
+        meant = rules.near_misses(workload_metadata)
         try:
             declared = rules.check_upload_metadata(
                 workload_metadata, has_primary_files=role == "primary"
             )
         except ValidationError as exc:
-            raise click.UsageError(f"{metadata_file or 'no --workload-metadata'}: {exc}") from None
-        problems = census_problems(paths, role, workload_metadata, declared)
+            hint = f" ({'; '.join(meant)})" if meant else ""
+            raise click.UsageError(
+                f"{metadata_file or 'no --workload-metadata'}: {exc}{hint}"
+            ) from None
+        for hint in meant:
+            echo_shown(f"Warning: {hint}", err=True)
+        problems = promotion_problems(workload_metadata, declared)
+        problems += census_problems(paths, role, workload_metadata, declared)
         for problem in problems:
             echo_shown(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
-        if problems and strict:
-            raise click.UsageError("local inspection disagrees with the metadata (--strict)")
+        if problems and strict:  # a data problem, not a usage one: exit 1, as inspect does
+            click.echo(
+                "Error: not uploaded: the local checks disagree with the metadata (--strict); "
+                "fix the files or the metadata, or upload without --strict",
+                err=True,
+            )
+            sys.exit(EXIT_API_ERROR)
 
     try:
         with progress_bars() as report:
@@ -170,6 +186,13 @@ def upload(
             f"{traceset.id}  {traceset.status}  {traceset.file_count} files  "
             f"{size_text(traceset.total_size)}  {traceset.hash}"
         )
+        if traceset.expires_at is not None:  # said at once: it goes unless used or promoted
+            url = given_url()
+            keep = ["tracestore", "promote", *(["--url", url] if url else []), traceset.id]
+            echo_shown(
+                f"{traceset.id} expires {timestamp(traceset.expires_at)}, {traceset.ttl_days} "
+                f"days after its last use (a download counts); keep it: {shlex.join(keep)}"
+            )
 
 
 def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Path]) -> str:
@@ -194,8 +217,8 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
 
 @click.command("ls")
 @click.option("--workspace", "workspace_id", help="Only this workspace (and what it sees).")
-@click.option("--status", type=click.Choice(["uploading", "ready", "upload_failed", "deleted"]))
-@click.option("--scope", type=click.Choice(["workspace", "tenant", "public"]))
+@click.option("--status", type=click.Choice(STATUSES))
+@click.option("--scope", type=click.Choice(SCOPES))
 @click.option("--search", help="Case-insensitive substring of the name.")
 @click.option(
     "--sort", help="e.g. created:desc or name:asc,size:desc; step_time:desc (slowest first)."
@@ -340,6 +363,11 @@ def analysis(client: Client, traceset_id: str, ranks: str | None, top: int, as_j
 )
 @click.option("--description", help="Replace the description.")
 @click.option("--tag", "tags", multiple=True, help="Replace the tags; repeatable.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Promote even though the traceset fails its census (see `tracestore validate`).",
+)
 @json_option
 @connection
 def promote(
@@ -349,15 +377,18 @@ def promote(
     metadata_file: Path | None,
     description: str | None,
     tags: tuple[str, ...],
+    force: bool,
     as_json: bool,
 ) -> None:
-    """Widen who can see a ready traceset: workspace → tenant → public."""
+    """Widen who can see a ready traceset: workspace → tenant → public. A promoted traceset
+    no longer expires; one that fails its census is refused unless --force."""
     answer = client.promote_traceset(
         traceset_id,
         target=target,
         workload_metadata=read_metadata(metadata_file),
         description=description,
         tags=list(tags) if tags else None,
+        force=force,
     )
     if as_json:
         echo_json(wire(answer))
@@ -398,6 +429,27 @@ def download(
         raise click.UsageError("Give --file or --ranks, not both")
     if supporting and ranks is None:
         raise click.UsageError("--supporting goes with --ranks")
+    traceset = client.get_traceset(traceset_id)
+    if ranks is not None:
+        from tracestore.ranks import parse_ranks, sent_whole
+
+        try:
+            runs = parse_ranks(ranks)
+        except ValidationError as exc:
+            raise click.BadParameter(exc.message, param_hint="--ranks") from None
+        held = [
+            (
+                f.name,
+                f.role,
+                *((f.rank_range.start, f.rank_range.end) if f.rank_range else (None, None)),
+            )
+            for f in traceset.files
+        ]
+        for name, whole in sent_whole(held, runs):
+            echo_shown(
+                f"Note: {name} holds ranks {whole} and comes whole: a file is not split by rank",
+                err=True,
+            )
     try:
         with progress_bars() as report:
             written = client.download_traceset(
@@ -408,6 +460,7 @@ def download(
                 progress=report.progress,
                 ranks=ranks,
                 supporting=supporting,
+                traceset=traceset,
             )
     except KeyboardInterrupt:
         click.echo("\nInterrupted; run the same command again to resume.", err=True)
@@ -424,19 +477,13 @@ def download(
 @json_option
 @connection
 def validate(client: Client, traceset_id: str, as_json: bool) -> None:
-    """Re-verify a traceset on the service; exit 1 when a check fails."""
+    """Re-verify a traceset on the service; exit 1 when a check of the traceset fails (a
+    tool it is not ready for is said apart, and is no failure)."""
     answer = client.validate_traceset(traceset_id)
     if as_json:
         echo_json(wire(answer))
     else:
-        for check in answer.checks:
-            mark = (
-                "warn"
-                if check.warning
-                else {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
-            )
-            echo_shown(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
-        echo_shown(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
+        click.echo("\n".join(validate_text(traceset_id, answer)))
     if not answer.valid:
         sys.exit(EXIT_API_ERROR)
 

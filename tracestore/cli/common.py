@@ -165,7 +165,7 @@ def connection(command: F) -> F:
             try:
                 return command(client=client, **kwargs)
             except TracestoreError as exc:
-                for line in error_lines(exc, given_url()):
+                for line in error_lines(exc, given_url(), context.info_name):
                     click.echo(line, err=True)
                 sys.exit(EXIT_API_ERROR)
 
@@ -209,3 +209,20 @@ def census_problems(
         return [f"the local inspection failed ({type(exc).__name__}: {exc}); not checked"]
     checks = (census.rank_count_matches, census.parallelism_consistent)
     return [check.message for check in checks if not check.passed]
+
+
+def promotion_problems(metadata: Any, declared: int | None) -> list[str]:
+    """What promotion's typed model will refuse in an upload's workloadMetadata: upload
+    stores every member as given (the seed), so the CLI says so before sending."""
+    from tracestore import metadata as rules
+    from tracestore.errors import UnprocessableEntity
+
+    if not isinstance(metadata, dict):
+        return []
+    try:
+        rules.check_promotion_metadata(
+            metadata, traceset_id="(this upload)", held_rank_count=declared
+        )
+    except UnprocessableEntity as exc:
+        return [f"stored as given, but promotion will refuse it: {exc.message}"]
+    return []

@@ -30,8 +30,8 @@ NEXT_STEPS: dict[str, str] = {
     "VALIDATION_ERROR": "Fix what the message names and run the command again.",
     "UNAUTHORIZED": "Check the token: --token, TRACESTORE_TOKEN, or the server's "
     "<data-dir>/admin-token.",
-    "FORBIDDEN": "You are not a member of that workspace (or the URL expired); "
-    "see `tracestore workspace list` or ask its admin.",
+    "FORBIDDEN": "You are not a member of that workspace, or the link expired (ask for a "
+    "new one); the service's admin can add you to a workspace.",
     "NOT_FOUND": "Check the id with `tracestore ls` (another workspace's tracesets are not "
     "visible to you).",
     "METHOD_NOT_ALLOWED": "The service does not offer this operation; is it an older version?",
@@ -55,6 +55,14 @@ NEXT_STEPS: dict[str, str] = {
     "INTEGRITY_ERROR": "The bytes do not match what the service recorded; run the command "
     "again (downloads resume, mismatching ones start over).",
     "UPLOAD_INCOMPLETE": "Resume it with the command below once the cause is fixed.",
+}
+
+# Where one command's error of a code needs other words than NEXT_STEPS's.
+COMMAND_STEPS: dict[tuple[str, str], str] = {
+    ("promote", "FORBIDDEN"): "Promotion to public needs a tenant admin of your tenant: ask "
+    "one to promote it.",
+    ("promote", "CONFLICT"): "Check it with `tracestore validate ID`: a traceset that is not "
+    "ready cannot be promoted; one that fails its census can, as it is, with --force.",
 }
 
 
@@ -93,12 +101,17 @@ def with_url(text: str, url: str | None) -> str:
     return _CLIENT_COMMAND.sub(lambda m: f"{m.group(0)} --url {shlex.quote(url)}", text)
 
 
-def error_lines(exc: TracestoreError, url: str | None = None) -> list[str]:
-    """The error as the CLI prints it: the message, then the next step (its commands with
-    the ``url`` the command was given), then the request id."""
+def error_lines(
+    exc: TracestoreError, url: str | None = None, command: str | None = None
+) -> list[str]:
+    """The error as the CLI prints it: the message, then the next step (``command``'s own,
+    else its code's; its commands with the ``url`` the command was given), then the
+    request id."""
     code = exc.cause.code if isinstance(exc, UploadIncomplete) and exc.cause else exc.code
     lines = [f"Error: {shown(exc.message)}"]
-    step = NEXT_STEPS.get(code, NEXT_STEPS["INTERNAL_ERROR"])
+    step = COMMAND_STEPS.get((command or "", code)) or NEXT_STEPS.get(
+        code, NEXT_STEPS["INTERNAL_ERROR"]
+    )
     lines.append(f"  {with_url(step, url)}")
     if exc.request_id:
         lines.append(f"  (request id {shown(exc.request_id)})")
@@ -178,21 +191,80 @@ def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
     return table(headers, rows)
 
 
-_TOOLS = {"hta": "HTA", "chakra": "Chakra", "astra": "ASTRA-sim", "perfetto": "Perfetto"}
+_CENSUS_CHECKS = {
+    "rankCountMatches": "rank census",
+    "parallelismConsistent": "parallelism",
+    "processGroupsMatch": "process groups",
+}
 
 
-def readiness_line(inspection: Any) -> str | None:
-    """``HTA yes, Chakra no, ...`` from a traceset's recorded ``inspection.readiness``;
-    ``validate`` gives each check's message."""
-    recorded = inspection.get("readiness") if isinstance(inspection, dict) else None
-    if not isinstance(recorded, dict):
+def _complete(inspection: schemas.Inspection | None) -> schemas.Inspection | None:
+    return inspection if inspection is not None and inspection.status == "complete" else None
+
+
+def census_line(inspection: schemas.Inspection | None) -> str | None:
+    """The traceset's own checks from its recorded census: ``ok (...)``, or ``FAILED``
+    with the message of each failed one."""
+    census = (done := _complete(inspection)) and done.census
+    if not census or not census.checks:
         return None
-    words = [
-        f"{tool} {'yes' if recorded[key].get('passed') else 'no'}"
-        for key, tool in _TOOLS.items()
-        if isinstance(recorded.get(key), dict)
+    held = [
+        (words, census.checks[key]) for key, words in _CENSUS_CHECKS.items() if key in census.checks
     ]
-    return ", ".join(words) + " (tracestore validate says why)" if words else None
+    failed = [f"{words}: {check.message}" for words, check in held if check.passed is False]
+    if failed:
+        return "FAILED: " + "; ".join(failed)
+    warned = (
+        " with a warning (tracestore validate says why)"
+        if any(check.warning for _, check in held)
+        else ""
+    )
+    return f"ok ({', '.join(words for words, _ in held)}){warned}"
+
+
+def readiness_lines(inspection: schemas.Inspection | None) -> list[str]:
+    """``ready for:`` and ``not ready:`` the tools of a traceset's recorded
+    ``inspection.readiness``; ``validate`` gives each one's message."""
+    from tracestore.inspect.readiness import READINESS_TOOLS
+
+    recorded = (done := _complete(inspection)) and done.readiness
+    if not recorded:
+        return []
+    held = [(tool, recorded[key]) for key, tool in READINESS_TOOLS.items() if key in recorded]
+    ready = [tool for tool, check in held if check.passed]
+    not_ready = [tool for tool, check in held if not check.passed]
+    lines = [f"ready for:   {', '.join(ready)}"] if ready else []
+    if not_ready:
+        lines.append(f"not ready:   {', '.join(not_ready)} (tracestore validate says why)")
+    return lines
+
+
+def validate_text(traceset_id: str, answer: schemas.ValidateAnswer) -> list[str]:
+    """``tracestore validate``: the traceset's checks and its verdict, then, apart, which
+    tools can read it (which does not make it invalid)."""
+    lines = []
+    for check in answer.checks:
+        mark = (
+            "warn" if check.warning else {True: "ok  ", False: "FAIL", None: "--  "}[check.passed]
+        )
+        lines.append(f"{mark}  {check.name}" + (f": {check.message}" if check.message else ""))
+    lines.append(f"{traceset_id} is {'valid' if answer.valid else 'NOT valid'}")
+    if answer.readiness:
+        lines.append("Which tools can read it (this does not make it invalid):")
+    for entry in answer.readiness:
+        state = {True: "ready for", False: "not ready for", None: "not evaluated yet:"}
+        told = f": {entry.message}" if entry.message else ""
+        lines.append(f"  {state[entry.ready]} {entry.tool}{told}")
+    return [shown(line) for line in lines]
+
+
+def _expires_text(ts: schemas.Traceset) -> str:
+    if ts.expires_at is None:
+        return "never"
+    return (
+        f"{timestamp(ts.expires_at)} ({ts.ttl_days} days after its last use; "
+        f"tracestore promote {shown(ts.id)} keeps it)"
+    )
 
 
 def traceset_text(ts: schemas.Traceset) -> str:
@@ -208,7 +280,7 @@ def traceset_text(ts: schemas.Traceset) -> str:
         f"size:        {size_text(ts.total_size)} in {ts.file_count} files",
         f"hash:        {shown(ts.hash or '-')}",
         f"created:     {timestamp(ts.created_at)}",
-        f"expires:     {timestamp(ts.expires_at) if ts.expires_at else 'never'}",
+        f"expires:     {_expires_text(ts)}",
     ]
     if ts.description:
         lines.append(f"description: {shown(ts.description)}")
@@ -216,8 +288,9 @@ def traceset_text(ts: schemas.Traceset) -> str:
         lines.append(f"tags:        {', '.join(shown(tag) for tag in ts.tags)}")
     if ts.workload_metadata is not None:
         lines.append(f"metadata:    {shown(jsontext.dumps(ts.workload_metadata))}")
-    if ready := readiness_line(ts.inspection):
-        lines.append(f"ready for:   {ready}")
+    if census := census_line(ts.inspection):
+        lines.append(f"census:      {shown(census)}")
+    lines += readiness_lines(ts.inspection)
     rows = [
         [
             f.name,

@@ -261,10 +261,14 @@ class ApiClient:
         workload_metadata: Any = None,
         description: str | None = None,
         tags: Sequence[str] | None = None,
+        force: bool = False,
     ) -> schemas.PromoteAnswer:
         """Widen a ready traceset's scope one step (``tenant``, then ``public``), optionally
-        replacing its workloadMetadata, description and tags (SPEC 6)."""
+        replacing its workloadMetadata, description and tags (docs/api.md). A traceset that fails
+        its census raises ``Conflict`` naming the failed checks, unless ``force``."""
         body: dict[str, Any] = {"target": target}
+        if force:
+            body["force"] = True
         if workload_metadata is not None:
             body["workloadMetadata"] = workload_metadata
         if description is not None:
@@ -328,6 +332,13 @@ class ApiClient:
         body = schemas.wire_dict(request, exclude_none=True)
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
         return _answer(response, schemas.UploadUrlResponse)
+
+    def check_upload(self, request: schemas.TracesetUploadUrlRequest) -> schemas.UploadCheckAnswer:
+        """``POST /api/v1/tracesets/upload-url/check``: upload-url's checks of ``request``
+        without creating anything; raises the error upload-url would. Safe to retry."""
+        body = schemas.wire_dict(request, exclude_none=True)
+        response = self._call("POST", f"{API}/upload-url/check", body=body)
+        return _answer(response, schemas.UploadCheckAnswer)
 
     def resume_upload(
         self, upload_id: str, file: str | None = None, from_part: int = 1

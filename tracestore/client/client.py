@@ -104,12 +104,15 @@ class Client(ApiClient):
         progress: ProgressCallback | None = None,
         ranks: str | None = None,
         supporting: bool = False,
+        traceset: schemas.Traceset | None = None,
     ) -> list[Path]:
         """Download every file (or those named in ``files``, or the files holding ``ranks``
         such as ``"0-7,12"``, with the supporting files when ``supporting``) under
         ``directory``, keeping the traceset's relative names; each is verified against its
-        recorded SHA-256. An unknown rank is a ValidationError naming it."""
-        traceset = self.get_traceset(traceset_id)
+        recorded SHA-256. An unknown rank is a ValidationError naming it. A file holding
+        ranks not asked for (an archive of every rank) comes whole (``ranks.sent_whole``
+        names them). ``traceset``, when the caller has it, spares asking for it again."""
+        traceset = traceset or self.get_traceset(traceset_id)
         if ranks is not None:
             files = select_files(
                 (

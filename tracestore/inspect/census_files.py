@@ -1,5 +1,5 @@
 """What the census says about each primary file: its rank range, where that comes from, and
-whether the traceset's only file is taken to hold every declared rank (SPEC 5.5)."""
+whether the traceset's only file is taken to hold every declared rank (one file: all)."""
 
 from __future__ import annotations
 

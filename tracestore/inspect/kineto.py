@@ -5,7 +5,11 @@ The rank lives in the top-level ``distributedInfo`` object (``rank``, ``world_si
 after it; the one-pass scan finds it in either place. ``quick`` mode stops as soon as
 ``distributedInfo`` is read, and on a seekable file looks at the tail before reading the
 whole event list in search of it. The process id is the ``pid`` of the first host-side event
-(CPU ops, annotations, runtime calls); GPU events carry the device as theirs.
+(CPU ops, annotations, runtime calls); GPU events carry the device as theirs. A trace whose
+``distributedInfo`` names no rank (or that has none) takes the rank its ``record_param_comms``
+events record (``Rank`` in their ``args``), else the one a profiler's file name holds
+(``worker1.<ts>.pt.trace.json``, ``rank3.kineto.json``; not a bare ``rank_0.json``), each with
+its provenance.
 """
 
 from __future__ import annotations
@@ -26,15 +30,25 @@ from tracestore.inspect.jsonscan import (
     number_pattern,
 )
 from tracestore.inspect.model import Draft, InspectionError, ProcessGroup
+from tracestore.inspect.param_comms import RankVote, kineto_comm_row
 from tracestore.inspect.streams import BinaryReader
 
 QUICK_CHUNK_SIZE = 1024 * 1024
+# The most record_param_comms events read for a rank: a row on the default group decides it.
+MAX_COMM_ROWS = 4096
 TAIL_SIZE = 8 * 1024 * 1024
 
 _INFO_RE = key_pattern("distributedInfo")
 _SCHEMA_RE = number_pattern("schemaVersion")
 _BASE_TIME_RE = number_pattern("baseTimeNanoseconds")
 _DEVICES_RE = key_pattern("deviceProperties")
+_COMM_ARGS_RE = re.compile(rb'"record_param_comms"[^{}]{0,4096}?"args"\s*:\s*(\{[^{}]{0,16384}\})')
+# A profiler's trace name holding the rank: worker1.<ts>.pt.trace.json, rank3.kineto.json,
+# eg.rank_0.pt.trace.json (the digits end at a dot: worker-0_4242 is a host and a process).
+# Only a name the profiler's writers give (.pt.trace.json, kineto): a bare rank_0.json may
+# hold every rank (an only file holds all the declared ones).
+_RANK_NAME_RE = re.compile(r"(?:^|[._-])(?:rank|worker)[-_]?(\d{1,9})\.", re.IGNORECASE)
+_PROFILER_NAME_RE = re.compile(r"\.pt\.trace\.json|kineto", re.IGNORECASE)
 _STEP_RE = re.compile(rb'"name"\s*:\s*"ProfilerStep#(\d{1,12})"')
 # The CPU process id: the pid of host-side events (GPU events use the device as their pid).
 _HOST_CATEGORIES = rb'"(?:cpu_op|user_annotation|python_function|cuda_runtime|cuda_driver)"'
@@ -55,13 +69,17 @@ def scan(
     """Fill ``draft`` from a Kineto trace; ``seekable`` allows the quick tail look-up.
     A full scan hands ``tap`` every byte once, in order (a window the scan holds back for
     ``distributedInfo`` comes round again: its bytes are not handed twice)."""
+    comms = CommRanks()
     if quick:
         draft.scan = "quick"
-        _quick_scan(stream, draft, seekable)
+        try:
+            _quick_scan(stream, draft, seekable, comms)
+        finally:
+            rank_without_info(draft, comms)
         return
     chunks = ChunkedScan(stream, draft)
     times = TimeSpanScan()
-    comms = CollectiveScan()
+    collectives = CollectiveScan()
     info_found = False
     base_ns: int | None = None
     steps: set[bytes] = set()
@@ -88,13 +106,60 @@ def scan(
                 text = match[1]
                 base_ns = int(text) if text.isdigit() else int(float(text))
             times.feed(window.buf, end)
+            collectives.feed(window.buf, end)
             comms.feed(window.buf, end)
         chunks.check_closed("Kineto")
     finally:
         base_us = 0 if not base_ns else base_ns / 1000 if base_ns % 1000 else base_ns // 1000
         draft.time_span = times.result(base_us)
-        comms.store(draft)
+        collectives.store(draft)
         draft.profiler_steps = len(steps) if steps else None
+        rank_without_info(draft, comms)
+
+
+class CommRanks:
+    """The rank votes of a trace's ``record_param_comms`` events (``param_comms``)."""
+
+    def __init__(self) -> None:
+        self.vote = RankVote()
+        self.rows = 0
+
+    @property
+    def done(self) -> bool:
+        return self.vote.decided or self.rows >= MAX_COMM_ROWS
+
+    def feed(self, buf: bytes, end: int) -> None:
+        """Vote with the events of ``buf[:end]`` (an event cut by the window is skipped)."""
+        if self.done or buf.find(b"record_param_comms", 0, end) < 0:
+            return
+        for match in _COMM_ARGS_RE.finditer(buf, 0, end):
+            try:
+                row = kineto_comm_row(json.loads(match[1]))
+            except ValueError:
+                continue
+            if row is not None:
+                self.vote.add(row)
+                self.rows += 1
+            if self.done:
+                return
+
+
+def rank_without_info(draft: Draft, comms: CommRanks) -> None:
+    """A trace whose ``distributedInfo`` names no rank: the rank its ``record_param_comms``
+    events record, else the one its conventional file name holds."""
+    if draft.rank is not None:
+        return
+    comms.vote.store(draft, kind="record_param_comms event")
+    if draft.rank is not None:
+        return
+    base = draft.name.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    match = _RANK_NAME_RE.search(base) if _PROFILER_NAME_RE.search(base) else None
+    if match is None:
+        return
+    draft.rank = int(match[1])
+    draft.rank_source = "memberName" if draft.nested else "filename"
+    what = "archive member name" if draft.nested else "file name"
+    draft.rank_provenance = f"{what} {draft.name} (rank<N> or worker<N> in the name)"
 
 
 def _hand_on(tap: Tap, window: Window, tapped: int) -> int:
@@ -206,7 +271,7 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _quick_scan(stream: BinaryReader, draft: Draft, seekable: bool) -> None:
+def _quick_scan(stream: BinaryReader, draft: Draft, seekable: bool, comms: CommRanks) -> None:
     chunks = ChunkedScan(stream, draft, QUICK_CHUNK_SIZE)
     tail_tried = False
     for window in chunks:
@@ -214,7 +279,10 @@ def _quick_scan(stream: BinaryReader, draft: Draft, seekable: bool) -> None:
             gpu_models(window, window.end, draft)
         if draft.pid is None:
             host_pid(window.buf, window.end, draft)
-        if _read_info(window, chunks, draft)[0]:
+        if _read_info(window, chunks, draft)[0] and draft.rank is not None:
+            return
+        comms.feed(window.buf, window.end)
+        if comms.vote.decided:
             return
         if seekable and not tail_tried and b'"traceEvents"' in window.buf:
             tail_tried = True

@@ -16,12 +16,14 @@ the largest group recorded, mapped to a global rank through the group's start an
 when they are recorded; a group-local rank on a smaller group never replaces it. Rows that
 record no group size (the seven slots) are read last, on the group whose rank is highest:
 a rank within a group (its members sorted, as ``new_group`` keeps them) is never above the
-rank in the world.
+rank in the world. Kineto traces record the same call in a ``record_param_comms`` event's
+``args`` (``kineto_comm_row``), read for a trace whose ``distributedInfo`` names no rank.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +47,7 @@ class CommRow:
     group_size: int | None
     global_start: int | None = None
     global_stride: int | None = None
+    listed_global: int | None = None  # the world rank a recorded member list gives
 
     @property
     def on_default_group(self) -> bool:
@@ -55,6 +58,8 @@ class CommRow:
     def global_rank(self) -> int:
         """The rank in the world: the group-local rank through the group's start and stride
         when the row records them, else the recorded rank."""
+        if self.listed_global is not None:
+            return self.listed_global
         if self.on_default_group or self.global_start is None or self.global_stride is None:
             return self.rank
         if self.global_start < 0 or self.global_stride < 1:
@@ -113,6 +118,53 @@ def comm_row(values: Any, node_id: int | None = None) -> CommRow | None:
             global_stride=stride,
         )
     return None
+
+
+MAX_LISTED_RANKS = 64 * 1024  # a Process Group Ranks text longer than this is not parsed
+
+
+def _whole(value: Any) -> int | None:
+    """An int, or a decimal text of one (Kineto writes some arguments as text)."""
+    if isinstance(value, str) and value.isdecimal() and len(value) <= 10:
+        return int(value)
+    return _int(value)
+
+
+def kineto_comm_row(args: Any) -> CommRow | None:
+    """The row in a Kineto ``record_param_comms`` event's ``args`` (PyTorch's profiler writes
+    ``Rank``, the caller's rank in the group, with ``Collective name``, ``Group size``,
+    ``Process Group Name``/``Description`` and ``Process Group Ranks``, the members as text
+    ``"[0, 1]"``, through which a group's rank maps to the world's), or None."""
+    if not isinstance(args, dict):
+        return None
+    rank, name = _whole(args.get("Rank")), args.get("Collective name")
+    if rank is None or rank < 0 or not isinstance(name, str):
+        return None
+    description = args.get("Process Group Description")
+    group_name = args.get("Process Group Name")
+    size = _whole(args.get("Group size"))
+    members = args.get("Process Group Ranks")
+    if isinstance(members, str) and len(members) <= MAX_LISTED_RANKS:
+        try:
+            members = json.loads(members)
+        except ValueError:
+            members = None
+    listed = None
+    if isinstance(members, list) and rank < len(members):
+        listed = _int(members[rank])
+    return CommRow(
+        node_id=None,
+        collective=name,
+        rank=rank,
+        group_name=str(group_name) if group_name not in (None, "") else None,
+        group_description=description
+        if isinstance(description, str) and description not in ("", "undefined")
+        else None,
+        group_size=size if size is not None and size >= 1 else None,
+        global_start=_whole(args.get("Global rank start")),
+        global_stride=_whole(args.get("Global rank stride")),
+        listed_global=listed if listed is not None and listed >= 0 else None,
+    )
 
 
 @dataclass

@@ -35,6 +35,8 @@ READINESS_CHECK_NAMES = {
     "astra": "astra_ready",
     "perfetto": "perfetto_ready",
 }
+# The tool each check is about, as validate, ``show`` and the page name it.
+READINESS_TOOLS = {"hta": "HTA", "chakra": "Chakra", "astra": "ASTRA-sim", "perfetto": "Perfetto"}
 MAX_MAP_SHOWN = 8
 
 
@@ -217,9 +219,18 @@ def readiness(files: Sequence[tuple[str, FileInspection]], census: RankCensus) -
 
 
 def readiness_checks(recorded: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A recorded ``inspection.readiness`` as validate checks ``[{name, passed, message}]``."""
-    return [
-        {"name": name, **recorded[key]}
-        for key, name in READINESS_CHECK_NAMES.items()
-        if isinstance(recorded.get(key), Mapping)
-    ]
+    """A recorded ``inspection.readiness`` as validate reports it, apart from the traceset's
+    own checks: ``[{name, tool, ready, message}]`` (``ready`` null where not recorded)."""
+    entries = []
+    for key, name in READINESS_CHECK_NAMES.items():
+        check = recorded.get(key)
+        held = check if isinstance(check, Mapping) else {}
+        entries.append(
+            {
+                "name": name,
+                "tool": READINESS_TOOLS[key],
+                "ready": held.get("passed"),
+                "message": held.get("message"),
+            }
+        )
+    return entries

@@ -1,6 +1,6 @@
 """The answers about tracesets: a traceset with its files, a page of the listing, a download URL,
-the validation and resolve answers (SPEC 5.6, 5.7), and promotion's request and answer
-(SPEC 6)."""
+the validation and resolve answers (docs/api.md), and promotion's request and answer
+(docs/api.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+from tracestore.schemas.inspection import Inspection
 from tracestore.schemas.wire import (
     NUL_FREE,
     MetadataStatus,
@@ -20,6 +21,7 @@ from tracestore.schemas.wire import (
     Text,
     Timestamp,
     WireModel,
+    format_timestamp,
     without_nul,
 )
 from tracestore.schemas.workload import MetadataField
@@ -63,7 +65,18 @@ class Traceset(WireModel):
     hash: str | None
     workload_metadata: MetadataField = None
     files: list[FileResponse]
-    inspection: dict[str, Any] | None = None
+    inspection: Inspection | None = None
+
+    @property
+    def expiry(self) -> str:
+        """When the traceset goes and how to keep it, in words (``never expires`` once
+        promoted): every traceset but a promoted one expires ``ttl_days`` after its last use."""
+        if self.expires_at is None:
+            return "never expires"
+        return (
+            f"expires {format_timestamp(self.expires_at)}, {self.ttl_days} days after its last "
+            "use (a download counts); promote it to keep it"
+        )
 
 
 class WorkloadSummary(SnakeWireModel):
@@ -94,6 +107,13 @@ class TracesetPage(WireModel):
     pagination: Pagination
 
 
+class WholeFile(WireModel):
+    """A file a ranks download sends whole, though it holds ranks not asked for."""
+
+    name: str
+    ranks: str = Field(description="All the ranks the file holds (0-7)")
+
+
 class DownloadAnswer(WireModel):
     """Body of ``GET /api/v1/tracesets/{id}/download``: a presigned GET URL."""
 
@@ -102,6 +122,11 @@ class DownloadAnswer(WireModel):
     file: str | None = Field(default=None, description="The file's name; null for the ZIP")
     ranks: str | None = Field(
         default=None, description="The ranks of a ranks download (0-7,12); null otherwise"
+    )
+    whole_files: list[WholeFile] = Field(
+        default_factory=list,
+        description="A ranks download's files that hold ranks not asked for, sent whole (an "
+        "archive of every rank cannot be split by rank); an extension",
     )
 
 
@@ -116,11 +141,23 @@ class ValidationCheck(WireModel):
     )
 
 
+class ToolReadiness(WireModel):
+    """Whether a tool that consumes traces can read the traceset (an extension)."""
+
+    name: str = Field(description="hta_ready, chakra_ready, astra_ready or perfetto_ready")
+    tool: str = Field(description="The tool, in words: HTA, Chakra, ASTRA-sim, Perfetto")
+    ready: bool | None = Field(description="null when inspection has not reported yet")
+    message: str | None = None
+
+
 class ValidateAnswer(WireModel):
-    """Body of ``POST /api/v1/tracesets/{id}/validate``."""
+    """Body of ``POST /api/v1/tracesets/{id}/validate``: ``valid`` and ``checks`` judge the
+    traceset itself; ``readiness`` (an extension) says which tools can read it, and does not
+    make it invalid."""
 
     valid: bool
     checks: list[ValidationCheck]
+    readiness: list[ToolReadiness] = Field(default_factory=list)
 
 
 class ResolvedFile(SnakeWireModel):
@@ -164,6 +201,12 @@ class PromoteRequest(RequestModel):
     tags: (
         list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] | None
     ) = Field(default=None, max_length=64, description="Replace the tags on success")
+
+    force: bool = Field(
+        default=False,
+        description="Promote even though the traceset fails its census (an extension): "
+        "without it, such a promotion answers 409 naming the failed checks",
+    )
 
     _texts_without_nul = field_validator("description", "tags")(without_nul)
 

@@ -133,6 +133,16 @@ class UploadUrlResponse(WireModel):
     files: list[FileUploadUrls]
 
 
+class UploadCheckAnswer(WireModel):
+    """Answer of ``POST /api/v1/tracesets/upload-url/check``: upload-url would accept the
+    body (its refusals are the same errors upload-url answers)."""
+
+    valid: Literal[True] = True
+    rank_count: int | None = Field(
+        description="The rank count the workloadMetadata declares (rankCountDerived), or null"
+    )
+
+
 class UploadSessionResponse(UploadUrlResponse):
     """The resume view of an upload session."""
 

@@ -22,11 +22,13 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from tracestore.choices import SCOPES as SCOPES
+from tracestore.choices import STATUSES as STATUSES
+from tracestore.choices import Scope as Scope
+from tracestore.choices import Status as Status
 from tracestore.jsontext import lone_surrogate
 
 Role = Literal["primary", "supporting"]
-Status = Literal["uploading", "ready", "upload_failed", "deleted"]
-Scope = Literal["workspace", "tenant", "public"]
 MetadataStatus = Literal["pending", "complete", "failed"]
 
 
@@ -61,7 +63,7 @@ class RequestModel(WireModel):
 
 
 class SnakeWireModel(BaseModel):
-    """A wire model whose JSON members are snake_case (the resolve answer, SPEC 5.7)."""
+    """A wire model whose JSON members are snake_case (the resolve answer)."""
 
     model_config = ConfigDict(populate_by_name=True, defer_build=True)
 

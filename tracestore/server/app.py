@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from anyio import to_thread
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -43,6 +43,7 @@ from tracestore.server.routes import (
 )
 from tracestore.server.services import Services, build_services, stores_bytes_locally
 from tracestore.server.serving import lanes
+from tracestore.server.serving.lanes import Lanes
 from tracestore.server.serving.process_tuning import freeze_startup_heap, keep_heap_warm
 from tracestore.server.serving.request_context import (
     BodyLimits,
@@ -158,6 +159,36 @@ def _operation_id(route: APIRoute) -> str:
     return route.name
 
 
+def _route_of(routers: Sequence[APIRouter], endpoint: Callable[..., Any]) -> APIRoute:
+    """The one route of ``routers`` (those the app includes as they are) that ``endpoint``
+    answers."""
+    (route,) = (
+        r
+        for router in routers
+        for r in router.routes
+        if isinstance(r, APIRoute) and r.endpoint is endpoint
+    )
+    return route
+
+
+def _lanes(routers: Sequence[APIRouter], *, part_lane: bool) -> Lanes:
+    """Each laned route's taker on that route's own method and path (``serving.lanes``):
+    declared once, here, by the route's handler."""
+    takers: dict[Callable[..., Any], lanes.Taker] = {
+        listing.list_tracesets: lanes.tracesets_page,
+        tracesets.get_traceset: lanes.traceset,
+        uploads.request_upload_urls: lanes.upload_url,
+    }
+    if part_lane:  # as local_store_router is mounted
+        takers[blobs.put_part] = lanes.part
+    laned = []
+    for endpoint, taker in takers.items():
+        route = _route_of(routers, endpoint)
+        (method,) = cast(set[str], route.methods)
+        laned.append((method, route.path, taker))
+    return Lanes(laned)
+
+
 def create_app(
     settings: Settings | None = None, *, services: Services | None = None, with_lanes: bool = True
 ) -> FastAPI:
@@ -221,19 +252,24 @@ def create_app(
     app.state.services = services
     install_error_handlers(app)
     # Included in the order of the OpenAPI document's paths.
-    resources = (listing, uploads, tracesets, analysis, promotion, downloads, libraries, blobs)
-    for resource in resources:
-        app.include_router(resource.router)
+    routers = [
+        r.router
+        for r in (listing, uploads, tracesets, analysis, promotion, downloads, libraries, blobs)
+    ]
     if stores_bytes_locally(settings):  # an object store answers its own part and blob URLs
-        app.include_router(blobs.local_store_router)
-    app.include_router(health.router)
-    app.include_router(web.router)
+        routers.append(blobs.local_store_router)
+    routers += [health.router, web.router]
+    for router in routers:
+        app.include_router(router)
     app.mount(STATIC_URL, StaticModules(directory=STATIC_DIR), name="static")
     app.openapi = _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(
-        RequestContext,
-        limits=BodyLimits.of(settings),
-        lanes=with_lanes,
-        part_lane=stores_bytes_locally(settings),  # as local_store_router is mounted
+    limits = BodyLimits.of(
+        settings,
+        upload_url_path=_route_of(routers, uploads.request_upload_urls).path,
+        complete_path=_route_of(routers, uploads.complete_upload).path,
     )
+    local = stores_bytes_locally(settings)
+    laned = _lanes(routers, part_lane=local) if with_lanes else Lanes(())
+    app.state.lanes = laned
+    app.add_middleware(RequestContext, limits=limits, lanes=laned)
     return app

@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -26,6 +24,7 @@ from tracestore.errors import (
 )
 from tracestore.server import db
 from tracestore.server.auth import Principal
+from tracestore.server.db import leases
 from tracestore.server.inspection import queue_inspection, run_inspection
 from tracestore.server.services import Services
 from tracestore.server.storage.blobs import (
@@ -92,11 +91,7 @@ def complete_upload(
     with services.db.session() as session:
         done = session.execute(
             update(db.UploadSession)
-            .where(
-                db.UploadSession.id == upload.id,
-                db.UploadSession.lease_owner == owner,
-                db.UploadSession.state == "completing",
-            )
+            .where(leases.held(db.UploadSession, upload.id, owner, _COMPLETING))
             .values(state="completed", completed_at=services.now(), lease_until=None)
         )
         if done.rowcount != 1:  # type: ignore[attr-defined]
@@ -159,31 +154,17 @@ def _check_request(
     return etags, declared
 
 
+_COMPLETING = db.UploadSession.state == "completing"
+
+
 def _take_lease(services: Services, upload_id: str, owner: str) -> bool:
+    """The completion's lease, of an open session or one whose completer's lease lapsed."""
     now = services.now()
+    free = (db.UploadSession.state == "open") | (_COMPLETING & (db.UploadSession.lease_until < now))
+    until = now + services.settings.completion_lease
     with services.db.session() as session:
-        result = session.execute(
-            update(db.UploadSession)
-            .where(
-                db.UploadSession.id == upload_id,
-                (db.UploadSession.state == "open")
-                | ((db.UploadSession.state == "completing") & (db.UploadSession.lease_until < now)),
-            )
-            .values(
-                state="completing",
-                lease_owner=owner,
-                lease_until=now + services.settings.completion_lease,
-            )
-        )
-        return result.rowcount == 1  # type: ignore[attr-defined, no-any-return]
-
-
-def _renew_lease(services: Services, upload_id: str, owner: str) -> None:
-    with services.db.session() as session:
-        session.execute(
-            update(db.UploadSession)
-            .where(db.UploadSession.id == upload_id, db.UploadSession.lease_owner == owner)
-            .values(lease_until=services.now() + services.settings.completion_lease)
+        return leases.take(
+            session, db.UploadSession, upload_id, free, owner, until, state="completing"
         )
 
 
@@ -191,11 +172,7 @@ def _release_lease(services: Services, upload_id: str, owner: str) -> None:
     with services.db.session() as session:
         session.execute(
             update(db.UploadSession)
-            .where(
-                db.UploadSession.id == upload_id,
-                db.UploadSession.lease_owner == owner,
-                db.UploadSession.state == "completing",
-            )
+            .where(leases.held(db.UploadSession, upload_id, owner, _COMPLETING))
             .values(state="open", lease_owner=None, lease_until=None)
         )
 
@@ -251,12 +228,20 @@ def _commit_files(
                     f"Part {number} of file '{file.name}' has {part.size} bytes; "
                     f"{expected} expected"
                 )
-    lease = _LeaseKeeper(services, upload_id, owner)
+    # Renewed a few times per lease period as files are sealed and placed, not per file.
+    lease = leases.Renewal(
+        services.db,
+        db.UploadSession,
+        leases.held(db.UploadSession, upload_id, owner),
+        services.settings.completion_lease,
+        services.now,
+        every=services.settings.completion_lease / 4,
+    )
 
     def seal(file: db.TracesetFile) -> CommittedBlob:
         try:
             blob = store.seal_file(
-                stages[file.position], etags[file.position], heartbeat=lease.renew
+                stages[file.position], etags[file.position], heartbeat=lease.beat
             )
         except FileLargerThanDeclared as exc:
             raise PayloadTooLarge(
@@ -269,12 +254,12 @@ def _commit_files(
                 f"SHA-256 of file '{file.name}' is {blob.sha256}, not the {expected} "
                 "the client declared; re-send its parts"
             )
-        lease.renew()
+        lease.beat()
         return blob
 
     def place(file: db.TracesetFile, blob: CommittedBlob) -> None:
-        store.place_file(stages[file.position], blob, heartbeat=lease.renew)
-        lease.renew()
+        store.place_file(stages[file.position], blob, heartbeat=lease.beat)
+        lease.beat()
 
     # Hashing releases the GIL: files are sealed on as many threads as there are cores.
     # Every blob is pinned (one transaction) before any is placed (BlobStore.place_file).
@@ -283,25 +268,6 @@ def _commit_files(
         _pin_blobs(services, {blob.sha256: blob.size for blob in sealed})
         list(pool.map(place, files, sealed))
     return {file.position: blob.sha256 for file, blob in zip(files, sealed, strict=True)}
-
-
-class _LeaseKeeper:
-    """Renews a completion's lease, at most a few times per lease period (not per file)."""
-
-    def __init__(self, services: Services, upload_id: str, owner: str) -> None:
-        self._services = services
-        self._upload_id = upload_id
-        self._owner = owner
-        self._every = services.settings.completion_lease.total_seconds() / 4
-        self._last = time.monotonic()
-        self._lock = threading.Lock()
-
-    def renew(self) -> None:
-        with self._lock:
-            if time.monotonic() - self._last < self._every:
-                return
-            self._last = time.monotonic()
-        _renew_lease(self._services, self._upload_id, self._owner)
 
 
 # Blobs pinned per statement; well under any engine's limit on bound parameters.

@@ -4,17 +4,15 @@ responses routes document (``error_responses``).
 
 A route that calls a use case takes ``CallerDep`` and ``await caller.run(use_case, ...)``:
 the token is checked and the use case runs in one worker thread, their reads on one
-database session (``caller.read`` for a short read, which on SQLite needs no thread).
+database session (``caller.read`` for a short read and ``caller.write`` for a short write,
+which the database drives as it can: ``Database.short_read``, ``Database.short_write``).
 Every other dependency here is async: resolving it costs no thread."""
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
-import weakref
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from ipaddress import IPv4Network, IPv6Network
 from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from fastapi import Depends, Request
@@ -30,15 +28,8 @@ from tracestore.server.auth import (
     authenticate_api_token,
     hash_token,
 )
-from tracestore.server.db.loop_writes import WriterBusy
-from tracestore.server.presigned import RequestOrigin, request_base_url
-from tracestore.server.services import Services, stores_bytes_locally
-from tracestore.server.settings import Settings
-
-# How often the loop looks again for this process's writer to end (doubling to the most):
-# a checkpoint holds it ~5 ms, a worker thread's write about as long.
-_WRITER_POLL = 0.000_25
-_WRITER_POLL_MAX = 0.008
+from tracestore.server.presigned import request_base_url, request_origin
+from tracestore.server.services import Services
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -86,15 +77,13 @@ class Caller:
         **kwargs: P.kwargs,
     ) -> T:
         """Like ``run``, for a use case that only reads the database, a bounded amount, and
-        does no other I/O (a traceset by id, a page of the list). On SQLite with an API
-        token it runs on the event loop's own thread: a worker thread gives the GIL up at
-        every statement and waits to take it back from the loop (the GIL convoy: a GET
-        answered 2.5-4 x fewer requests per second so, bench/load.py). WAL readers never
-        wait for a writer, so nothing blocks there. A server database's round trips and
-        a JWT check (which may fetch the signing keys) keep to a worker thread."""
+        does no other I/O (a traceset by id, a page of the list): a short read, which the
+        database drives (``Database.short_read``: on SQLite on the event loop's thread). A
+        JWT's check may fetch the identity provider's keys: not short, a worker thread."""
         if self._is_jwt():
             return await self.run(use_case, *args, **kwargs)
-        return await short_read(self.services, lambda: self.call(use_case, *args, **kwargs))
+        work = functools.partial(self.call, use_case, *args, **kwargs)
+        return await self.services.db.short_read(work)
 
     async def write(
         self,
@@ -103,12 +92,14 @@ class Caller:
         **kwargs: P.kwargs,
     ) -> T:
         """Like ``run``, for a use case whose one write session is its only side effect
-        before the end, a short one, and whose other I/O is local (upload-url's start). On
-        SQLite with the embedded blob store and an API token it runs on the event loop's
-        own thread if the write lock is free at once (``short_write``)."""
+        before the end, a short one, and whose other I/O is local (upload-url's start on
+        the embedded store): a short write, which the database drives
+        (``Database.short_write``: on SQLite on the event loop's thread if the write lock
+        is free at once). A JWT's check is not short: a worker thread."""
         if self._is_jwt():
             return await self.run(use_case, *args, **kwargs)
-        return await short_write(self.services, lambda: self.call(use_case, *args, **kwargs))
+        work = functools.partial(self.call, use_case, *args, **kwargs)
+        return await self.services.db.short_write(work)
 
     def call(
         self,
@@ -124,61 +115,6 @@ class Caller:
 
     def _is_jwt(self) -> bool:
         return self.services.jwt_verifier is not None and self.token.count(".") == 2
-
-
-async def short_read(
-    services: Services, read: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-) -> T:
-    """``read(*args, **kwargs)``, a short read of the database (and of nothing slower than
-    a local file), on the event loop's own thread when the database allows it
-    (``Database.reads_inline``: SQLite), else in a worker thread (``Caller.read`` says
-    why)."""
-    if services.db.reads_inline:
-        with services.db.inline_reads():
-            return read(*args, **kwargs)
-    return await run_in_threadpool(read, *args, **kwargs)
-
-
-async def short_write(services: Services, write: Callable[[], T]) -> T:
-    """``write()`` on the event loop's own thread if the database allows it and its write
-    lock is free at once (``Database.writes_now``), else in a worker thread that waits for
-    the lock: a write run again there did nothing here (``nowait.WriterBusy``). While a
-    thread of this process holds the lock, the loop's writes wait for it in turn (first
-    come, first written), answering others meanwhile. The loop's writes leave the WAL
-    checkpoint to a worker thread, every so often."""
-    nowait = services.db.nowait
-    if nowait is not None and stores_bytes_locally(services.settings):
-        async with _loop_writers():
-            delay = _WRITER_POLL
-            while True:
-                while nowait.writer_held():
-                    await asyncio.sleep(delay)
-                    delay = min(2 * delay, _WRITER_POLL_MAX)
-                try:
-                    with services.db.writes_now():
-                        result = write()
-                except WriterBusy as busy:
-                    if busy.here:  # taken since writer_held looked; write() did not run
-                        continue
-                    break
-                if nowait.checkpoint_due():
-                    asyncio.get_running_loop().run_in_executor(None, nowait.checkpoint)
-                return result
-    return await run_in_threadpool(write)
-
-
-def _loop_writers() -> asyncio.Lock:
-    """The running loop's queue of writes (an asyncio lock is its loop's alone)."""
-    loop = asyncio.get_running_loop()
-    lock = _LOOP_WRITERS.get(loop)
-    if lock is None:
-        lock = _LOOP_WRITERS[loop] = asyncio.Lock()
-    return lock
-
-
-_LOOP_WRITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -217,42 +153,9 @@ def authenticated(caller: Annotated[Caller, Depends(caller_of)]) -> Principal:
 
 
 async def base_url_of(request: Request, services: Annotated[Services, Depends(services_of)]) -> str:
-    """``base_url`` of the request, as a dependency."""
-    return base_url(request, services.settings)
-
-
-def base_url(request: Request, settings: Settings) -> str:
-    """Where the caller reaches the service: TRACESTORE_PUBLIC_URL when set, else the
-    request's own scheme and Host (X-Forwarded-* only from a trusted proxy); ValidationError
-    for a malformed Host or X-Forwarded-* header."""
-    if settings.public_url:
-        return settings.public_url
-    peer = request.client.host if request.client else None
-    server = request.scope.get("server")
-    origin = RequestOrigin(
-        scheme=str(request.scope.get("scheme", "http")),  # request.url's (not built for it)
-        host=request.headers.get("host"),
-        local=(str(server[0]), int(server[1])) if server and server[1] is not None else None,
-        forwarded_proto=_first(request.headers.get("x-forwarded-proto")),
-        forwarded_host=_first(request.headers.get("x-forwarded-host")),
-        trusted=_is_trusted(peer, settings.trusted_proxies),
-    )
-    return request_base_url(origin)
-
-
-def _first(value: str | None) -> str | None:
-    # A chain of proxies appends; the first value is what the client sent to the first.
-    return value.split(",")[0].strip() or None if value else None
-
-
-def _is_trusted(peer: str | None, networks: Sequence[IPv4Network | IPv6Network]) -> bool:
-    if peer is None or not networks:
-        return False
-    try:
-        address = ipaddress.ip_address(peer)
-    except ValueError:
-        return False
-    return any(address in network for network in networks)
+    """Where the caller reaches the service (``presigned.request_base_url``), as a
+    dependency; ValidationError for a malformed Host or X-Forwarded-* header."""
+    return request_base_url(request_origin(request.scope, services.settings))
 
 
 ServicesDep = Annotated[Services, Depends(services_of)]

@@ -19,12 +19,18 @@ from sqlalchemy.orm import Session
 
 from tracestore import schemas
 from tracestore.errors import Conflict, Gone, NotFound, ValidationError, quoted
-from tracestore.inspect.readiness import READINESS_CHECK_NAMES
-from tracestore.ranks import Runs, parse_ranks, ranks_text, select_files, within
+from tracestore.ranks import (
+    Runs,
+    parse_ranks,
+    ranks_text,
+    select_files,
+    sent_whole,
+    within,
+)
 from tracestore.server import db
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
-from tracestore.server.inspection import stored_census_checks
+from tracestore.server.inspection import stored_census_checks, stored_readiness
 from tracestore.server.integrity import file_integrity
 from tracestore.server.lifecycle import record_use
 from tracestore.server.services import Services
@@ -70,14 +76,19 @@ def download_url(
         traceset = _ready(session, principal, traceset_id, "downloaded")
         if ranks is not None:
             runs = parse_ranks(ranks)
-            rank_selection(files_of(session, traceset_id), runs, traceset_id, supporting)
+            chosen = rank_selection(files_of(session, traceset_id), runs, traceset_id, supporting)
+            whole = sent_whole(((f.name, f.role, f.rank_start, f.rank_end) for f in chosen), runs)
             selection = _selection(runs, supporting)
             url = archive_url(
                 services, traceset_id, int(expires_at.timestamp()), base_url, selection
             )
             record_use(session, traceset, now)
             return schemas.DownloadAnswer(
-                url=url, expires_at=expires_at, file=None, ranks=ranks_text(runs)
+                url=url,
+                expires_at=expires_at,
+                file=None,
+                ranks=ranks_text(runs),
+                whole_files=[schemas.WholeFile(name=n, ranks=r) for n, r in whole],
             )
         if file_name is None:
             url = archive_url(services, traceset_id, int(expires_at.timestamp()), base_url)
@@ -300,6 +311,7 @@ def validate_traceset(
         files = files_of(session, traceset_id)
         rank_count = traceset.rank_count
         recorded = stored_census_checks(traceset) or []
+        ready = stored_readiness(traceset)
     integrity = file_integrity(
         services.store,
         files,
@@ -312,13 +324,12 @@ def validate_traceset(
         files,
         rank_count,
         inspected=[schemas.ValidationCheck(**check) for check in recorded],
+        readiness=[schemas.ToolReadiness(**entry) for entry in ready],
     )
 
 
-# The checks inspection reports, in the order validate lists them; the readiness checks say
-# which tools can read the set, and do not make it invalid.
-READINESS_CHECKS = tuple(READINESS_CHECK_NAMES.values())
-INSPECTION_CHECKS = ("rank_census", "parallelism_consistency", "process_groups", *READINESS_CHECKS)
+# The checks inspection reports, in the order validate lists them.
+INSPECTION_CHECKS = ("rank_census", "parallelism_consistency", "process_groups")
 
 
 def validate_checks(
@@ -327,13 +338,14 @@ def validate_checks(
     rank_count: int | None,
     *,
     inspected: Sequence[schemas.ValidationCheck] = (),
+    readiness: Sequence[schemas.ToolReadiness] = (),
 ) -> schemas.ValidateAnswer:
     """The validate answer, after ``integrity`` (``integrity.file_integrity``'s check).
     ``inspected`` are inspection's verdicts; a check of
     ``INSPECTION_CHECKS`` it does not hold (inspection has not finished, or ran before the
     check existed) is reported as not evaluated (``passed: null``), which does not make the
-    traceset invalid; neither does a warning, nor a failed readiness check (``hta_ready``
-    ...: which tools can read the set)."""
+    traceset invalid; neither does a warning. ``readiness`` (which tools can read the set)
+    is answered apart from the checks and never makes it invalid."""
     by_name = {check.name: check for check in inspected}
     checks = [
         integrity,
@@ -345,10 +357,9 @@ def validate_checks(
         ),
     ]
     return schemas.ValidateAnswer(
-        valid=all(
-            check.passed is not False for check in checks if check.name not in READINESS_CHECKS
-        ),
+        valid=all(check.passed is not False for check in checks),
         checks=checks,
+        readiness=list(readiness),
     )
 
 

@@ -1,7 +1,10 @@
-"""Identifiers: a prefix and 27 base62 characters, sortable by creation time (KSUID-like)."""
+"""Identifiers: a prefix and 27 base62 characters, sortable by creation time (KSUID-like);
+request ids (``new_request_id``)."""
 
 from __future__ import annotations
 
+import os
+import random
 import secrets
 import time
 from datetime import UTC, datetime
@@ -20,6 +23,17 @@ def new_id(prefix: str, *, now: float | None = None) -> str:
         value, digit = divmod(value, 62)
         chars.append(_ALPHABET[digit])
     return f"{prefix}_{''.join(reversed(chars))}"
+
+
+# Request ids need to be unique, not unguessable: drawn from a PRNG seeded from the OS (a
+# token_hex per request was a getrandom(2) call each), reseeded in a forked child.
+_request_ids = random.Random()
+os.register_at_fork(after_in_child=_request_ids.seed)
+
+
+def new_request_id() -> str:
+    """``req_`` and 24 hex digits: a request's id (``X-Request-Id``, every error envelope)."""
+    return f"req_{_request_ids.getrandbits(96):024x}"
 
 
 def created_at(identifier: str) -> datetime | None:

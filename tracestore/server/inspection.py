@@ -276,16 +276,26 @@ def inspection_view(
     }
 
 
-def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
-    """The census and readiness checks recorded for a traceset as ``validate`` reports them,
-    or None when its inspection has not finished."""
+def _complete_inspection(traceset: db.Traceset) -> dict[str, Any] | None:
     inspection = traceset.inspection
     if not isinstance(inspection, dict) or inspection.get("status") != "complete":
         return None
+    return inspection
+
+
+def stored_census_checks(traceset: db.Traceset) -> list[dict[str, Any]] | None:
+    """The census checks recorded for a traceset as ``validate`` reports them, or None when
+    its inspection has not finished."""
+    inspection = _complete_inspection(traceset)
+    return None if inspection is None else validation_checks(inspection["census"])
+
+
+def stored_readiness(traceset: db.Traceset) -> list[dict[str, Any]]:
+    """Which tools can read the traceset, as ``validate`` reports it (``ready`` null for
+    each when its inspection has not finished)."""
+    inspection = _complete_inspection(traceset) or {}
     recorded = inspection.get("readiness")
-    return validation_checks(inspection["census"]) + readiness_checks(
-        recorded if isinstance(recorded, dict) else {}
-    )
+    return readiness_checks(recorded if isinstance(recorded, dict) else {})
 
 
 def give_up_inspection(services: Services, job: ClaimedJob, why: str) -> None:

@@ -4,7 +4,8 @@ A job is ``queued`` until a worker claims it (``running``, with ``lease_owner`` 
 ``lease_until``), and ends ``done`` or ``failed`` (its error kept). The worker renews its
 lease while it works (``keep_lease``); a job whose lease lapsed (its worker died) is
 claimable again, one more attempt counted. Claiming is ``SELECT … FOR UPDATE SKIP LOCKED``
-on PostgreSQL, so concurrent workers take different jobs; on SQLite the write transaction
+on PostgreSQL, so concurrent workers take different jobs (the lease's updates are
+``db.leases``); on SQLite the write transaction
 (``BEGIN IMMEDIATE``) makes claims one at a time. Ending a job is conditional on still
 holding its lease, so a worker that lost it cannot overwrite the new owner's result:
 ``finish`` and ``fail`` take the caller's session, and a result written in that session
@@ -29,6 +30,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from tracestore.server import db
+from tracestore.server.db import leases
 from tracestore.server.db.database import Database
 from tracestore.server.ids import new_id
 from tracestore.server.services import Services
@@ -39,7 +41,6 @@ INSPECT = "inspect"
 TRACE_FILE = "trace_file"  # one stored file read once: inspected and analysed (analysis.py)
 ASSEMBLE = "assemble"  # a traceset's census and analysis summary, once its files are read
 SWEEP = "sweep"
-LIVE = ("queued", "running")
 
 
 class LeaseLost(Exception):
@@ -156,35 +157,40 @@ def claim(
         ).first()
         if row is None:
             return None
+        error, crashes = row.error, row.crashes or 0
         if row.state == "running":
-            row.error = f"its worker {row.lease_owner} stopped before finishing (the lease lapsed)"
-            row.crashes = (row.crashes or 0) + 1
-        row.state = "running"
-        row.lease_owner = owner
-        row.lease_until = now + lease
-        row.attempts += 1
-        row.updated_at = now
+            error = f"its worker {row.lease_owner} stopped before finishing (the lease lapsed)"
+            crashes += 1
+        attempts = row.attempts + 1
+        # The row is locked (SQLite: the write transaction is ours): the update takes it.
+        if not leases.take(
+            session,
+            db.Job,
+            row.id,
+            condition,
+            owner,
+            now + lease,
+            state="running",
+            updated_at=now,
+            attempts=attempts,
+            error=error,
+            crashes=crashes,
+        ):
+            return None
         return ClaimedJob(
             id=row.id,
             kind=row.kind,
             subject=row.subject,
-            attempts=row.attempts,
+            attempts=attempts,
             owner=owner,
-            error=row.error,
-            crashes=row.crashes or 0,
+            error=error,
+            crashes=crashes,
         )
 
 
 def renew(database: Database, job: ClaimedJob, now: datetime, lease: timedelta) -> bool:
     """Extend the lease; False when ``job.owner`` no longer holds it."""
-    with database.session() as session:
-        result = session.execute(
-            update(db.Job)
-            .where(_held(job))
-            .values(lease_until=now + lease, updated_at=now)
-            .execution_options(synchronize_session=False)
-        )
-        return int(result.rowcount) == 1  # type: ignore[attr-defined]
+    return leases.renew(database, db.Job, _held(job), now + lease, updated_at=now)
 
 
 def finish(
@@ -246,14 +252,7 @@ def _end(session: Session, job: ClaimedJob, now: datetime, values: dict[str, obj
 
 
 def _held(job: ClaimedJob) -> ColumnElement[bool]:
-    return and_(db.Job.id == job.id, db.Job.lease_owner == job.owner, db.Job.state == "running")
-
-
-def live_job(session: Session, dedupe_key: str) -> db.Job | None:
-    """The queued or running job of ``dedupe_key``, if any."""
-    return session.scalars(
-        select(db.Job).where(db.Job.dedupe_key == dedupe_key, db.Job.state.in_(LIVE))
-    ).first()
+    return leases.held(db.Job, job.id, job.owner, db.Job.state == "running")
 
 
 def prune_done(database: Database, before: datetime) -> int:

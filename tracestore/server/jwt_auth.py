@@ -1,4 +1,4 @@
-"""JWT access tokens from an external OpenID Connect / OAuth2 provider (SPEC 2).
+"""JWT access tokens from an external OpenID Connect / OAuth2 provider (docs/api.md).
 
 A token is accepted when it is signed with an asymmetric algorithm of ``jwt_algorithms``
 (RS256/ES256 family) by a key of the JWKS (``jwks_file`` or ``jwks_url``), names the

@@ -50,7 +50,7 @@ SORT_FIELDS = ("created", "total_size", "reference_count")
 KNOWN_PARAMETERS = tuple(
     ["workspaceId", "scope", "search", "sort", "limit", "next", "createdAfter", "createdBefore"]
 )
-_SCOPE_RANK = {scope: rank for rank, scope in enumerate(SCOPES)}
+_SCOPE_RANK: dict[str, int] = {scope: rank for rank, scope in enumerate(SCOPES)}
 _HEX = re.compile(r"[0-9a-f]+")
 
 

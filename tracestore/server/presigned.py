@@ -3,7 +3,8 @@ part PUT and content GET, and the archive GET of a traceset (whatever the store:
 store cannot zip). Their paths and HMAC-SHA256 signatures are here and nowhere else; the
 routes that answer them are ``routes/blobs.py``. The host in front (``base_url``) is where
 the caller reaches the service: ``TRACESTORE_PUBLIC_URL`` when set, else the request's own
-scheme and host (``request_base_url``), which the route layer hands down.
+scheme and host (``request_base_url`` of the request's ``request_origin``), which the route
+layer hands down.
 
 The keys are shared by every process of a service through the database (``signing_keys``,
 ``rotate_signing_key``), so a URL minted by one replica is honoured by any other; a
@@ -22,10 +23,12 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 from sqlalchemy import delete, select
@@ -34,6 +37,7 @@ from sqlalchemy.exc import IntegrityError
 from tracestore.errors import Forbidden, ValidationError
 from tracestore.server.db import SigningKey
 from tracestore.server.db.database import Database, serialize
+from tracestore.server.settings import Settings
 
 log = logging.getLogger("tracestore.presigned")
 
@@ -239,7 +243,8 @@ class RequestOrigin:
     ``host`` is the Host header (None when absent), ``local`` the address and port the
     connection reached (the socket's own, never a wildcard), ``forwarded_proto`` and
     ``forwarded_host`` the first X-Forwarded-Proto/-Host values, believed only when the
-    peer is ``trusted`` (a configured proxy)."""
+    peer is ``trusted`` (a configured proxy); ``public_url``, TRACESTORE_PUBLIC_URL, is the
+    base whatever the request says."""
 
     scheme: str
     host: str | None
@@ -247,6 +252,44 @@ class RequestOrigin:
     forwarded_proto: str | None = None
     forwarded_host: str | None = None
     trusted: bool = False
+    public_url: str | None = None
+
+
+def request_origin(scope: Mapping[str, Any], settings: Settings) -> RequestOrigin:
+    """The origin of the request of an ASGI ``scope``, its headers read as Starlette's
+    ``Request.headers.get`` reads them (the first of a name); plain data, which a use case
+    hands to ``request_base_url`` in its own thread (after the token's check: a bad token
+    is a 401 whatever the Host says)."""
+    if settings.public_url:
+        return RequestOrigin(scheme="", host=None, local=None, public_url=settings.public_url)
+    wanted = {b"host": None, b"x-forwarded-proto": None, b"x-forwarded-host": None}
+    for key, value in scope.get("headers", ()):
+        if key in wanted and wanted[key] is None:
+            wanted[key] = value.decode("latin-1")
+    client, server = scope.get("client"), scope.get("server")
+    return RequestOrigin(
+        scheme=str(scope.get("scheme", "http")),
+        host=wanted[b"host"],
+        local=(str(server[0]), int(server[1])) if server and server[1] is not None else None,
+        forwarded_proto=_first(wanted[b"x-forwarded-proto"]),
+        forwarded_host=_first(wanted[b"x-forwarded-host"]),
+        trusted=_is_trusted(client[0] if client else None, settings.trusted_proxies),
+    )
+
+
+def _first(value: str | None) -> str | None:
+    # A chain of proxies appends; the first value is what the client sent to the first.
+    return value.split(",")[0].strip() or None if value else None
+
+
+def _is_trusted(peer: str | None, networks: Sequence[IPv4Network | IPv6Network]) -> bool:
+    if peer is None or not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
 
 
 def request_base_url(origin: RequestOrigin) -> str:
@@ -254,6 +297,8 @@ def request_base_url(origin: RequestOrigin) -> str:
     back work from where it stands. A wildcard (``0.0.0.0``, ``::``) is replaced by the
     address the connection actually reached. Raises ValidationError on a malformed
     Host or X-Forwarded-* header."""
+    if origin.public_url:
+        return origin.public_url
     scheme, host = origin.scheme, origin.host
     if origin.trusted and origin.forwarded_proto:
         scheme = origin.forwarded_proto.strip().lower()

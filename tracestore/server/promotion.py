@@ -1,12 +1,14 @@
-"""Use case: promote a traceset one scope up (SPEC 6).
+"""Use case: promote a traceset one scope up (docs/api.md).
 
-``workspace`` → ``tenant`` → ``public``. Checks run in the order the SPEC fixes, each failure
+``workspace`` → ``tenant`` → ``public``. Checks run in the reference's order, each failure
 with its own status: 404 (unknown, invisible, or not writable by the caller), 400 (the body),
 403 (``public`` without a tenant admin), 409 (not ``ready``), 410 (past its ``expiresAt``,
 as download answers, even before the sweeper deletes it), 412 (not one step up), 412 (no
 workloadMetadata anywhere), 422 (the typed model and the rank-count guard of
-``tracestore.metadata``). Already at the target answers 200 with ``promotionApplied: false``
-and changes nothing, whatever else the body holds.
+``tracestore.metadata``), then 409 when the traceset fails its recorded census (unless the
+body says ``force: true``): a promoted traceset is shown to others and never expires, so an
+incomplete one is not promoted without a word. Already at the target answers 200 with
+``promotionApplied: false`` and changes nothing, whatever else the body holds.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from tracestore.errors import (
     PreconditionFailed,
     UnprocessableEntity,
     ValidationError,
+    shortened,
 )
+from tracestore.inspect import parallelism_degrees
+from tracestore.server import db, jobs
 from tracestore.server.auth import Principal
+from tracestore.server.inspection import stored_census_checks
 from tracestore.server.request_bodies import parse_json_body
 from tracestore.server.services import Services
 from tracestore.server.tracesets import find_writable, store_metadata
@@ -52,6 +58,32 @@ def _checked_new_metadata(given: Any, traceset_id: str, held: int | None) -> Non
         except ValidationError as exc:
             raise UnprocessableEntity(exc.message) from None
     metadata.check_promotion_metadata(given, traceset_id=traceset_id, held_rank_count=held)
+
+
+# The recorded checks that judge a traceset at promotion. New metadata in the body is
+# judged on rank_census alone: the others judged the degrees it replaces, and the rank count
+# the census counts against cannot change.
+CENSUS_GATE = ("rank_census", "parallelism_consistency", "process_groups")
+NEW_METADATA_GATE = ("rank_census",)
+# The most of each failed check's message a refusal repeats.
+MESSAGE_SHOWN = 400
+
+
+def census_refusal(traceset: db.Traceset, *, metadata_replaced: bool) -> Conflict | None:
+    """The 409 a promotion of ``traceset`` answers when its recorded census fails (not
+    yet inspected is no failure), naming each failed check with its message."""
+    judged = NEW_METADATA_GATE if metadata_replaced else CENSUS_GATE
+    failed = [
+        f"{check['name']}: {shortened(str(check.get('message')), MESSAGE_SHOWN)}"
+        for check in stored_census_checks(traceset) or []
+        if check["name"] in judged and check.get("passed") is False
+    ]
+    if not failed:
+        return None
+    return Conflict(
+        f"Traceset '{traceset.id}' fails its census: {'; '.join(failed)}; fix its files or "
+        "metadata, or promote it as it is with force: true"
+    )
 
 
 def promote_traceset(
@@ -101,7 +133,23 @@ def promote_traceset(
             )
         else:
             _checked_new_metadata(given, traceset.id, traceset.rank_count)
+        if not request.force:
+            refusal = census_refusal(traceset, metadata_replaced=given is not None)
+            if refusal is not None:
+                raise refusal
+        if given is not None:
+            reinspect = parallelism_degrees(given) != parallelism_degrees(
+                traceset.workload_metadata
+            )
             store_metadata(traceset, given)
+            if reinspect:  # the recorded census judged the degrees it replaces
+                jobs.enqueue(
+                    session,
+                    jobs.INSPECT,
+                    traceset.id,
+                    now,
+                    dedupe_key=f"{jobs.INSPECT}:{traceset.id}",
+                )
 
         if request.description is not None:
             traceset.description = request.description
@@ -110,4 +158,6 @@ def promote_traceset(
         traceset.scope = target
         traceset.expires_at = None
         traceset.updated_at = now
-        return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=True)
+    if given is not None:
+        services.wake_worker()
+    return schemas.PromoteAnswer(id=traceset.id, scope=target, promotion_applied=True)

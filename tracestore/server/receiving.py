@@ -1,6 +1,7 @@
 """Use case: receive the body of one part into the embedded store (S3 receives parts
-itself). ``open_part`` checks everything a part PUT can be refused for before a byte is
-written; ``receive_part`` writes the body as it arrives."""
+itself): ``put_part``, its route's and its lane's. ``open_part`` checks everything a part
+PUT can be refused for before a byte is written; ``receive_part`` writes the body as it
+arrives."""
 
 from __future__ import annotations
 
@@ -36,6 +37,25 @@ _PART_QUERY = (
     .join(_FILE, _FILE.c.traceset_id == _SESSION.c.traceset_id)
     .where(_SESSION.c.id == bindparam("upload"), _FILE.c.position == bindparam("position"))
 )
+
+
+async def put_part(
+    services: Services,
+    store: LocalBlobStore,
+    grant: PartGrant,
+    signature: str,
+    content_length: str | None,
+    body: AsyncIterator[bytes],
+    checksum: str | None,
+    into: ReceiveInto | None = None,
+) -> str:
+    """Receive one part (``open_part``'s check, a short read, then ``receive_part``); its
+    ETag, quoted as the answer's header carries it."""
+    writer = await services.db.short_read(
+        open_part, services, store, grant, signature, content_length
+    )
+    etag = await receive_part(writer, grant, body, checksum, into=into)
+    return f'"{etag}"'
 
 
 class LazyPartWriter:

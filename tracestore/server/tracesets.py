@@ -1,4 +1,4 @@
-"""Use cases on tracesets that exist: get, delete, and the view the API answers with."""
+"""Use cases on tracesets that exist: get (the API's answer, written from its rows), delete."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import Text, bindparam, cast, func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
-from tracestore import jsontext, schemas
+from tracestore import jsontext
 from tracestore.errors import NotFound
 from tracestore.server import db
 from tracestore.server.auth import Principal
@@ -105,47 +105,6 @@ def files_of(session: Session, traceset_id: str) -> list[db.TracesetFile]:
     )
 
 
-def traceset_view(session: Session, traceset: db.Traceset) -> schemas.Traceset:
-    """What the API answers for a traceset the session has loaded."""
-    return _view(traceset, files_of(session, traceset.id))
-
-
-def _view(traceset: db.Traceset, files: Sequence[db.TracesetFile]) -> schemas.Traceset:
-    return schemas.Traceset(
-        id=traceset.id,
-        name=traceset.name,
-        description=traceset.description,
-        tags=list(traceset.tags or []),
-        status=traceset.status,  # type: ignore[arg-type]
-        scope=traceset.scope,  # type: ignore[arg-type]
-        workspace_id=traceset.workspace_id,
-        created_at=traceset.created_at,
-        updated_at=traceset.updated_at,
-        expires_at=traceset.expires_at,
-        ttl_days=traceset.ttl_days,
-        rank_count_derived=traceset.rank_count,
-        total_size=traceset.total_size,
-        file_count=traceset.file_count,
-        hash=traceset.hash,
-        workload_metadata=(
-            None if traceset.metadata_text is None else jsontext.RawJSON(traceset.metadata_text)
-        ),
-        files=[
-            schemas.FileResponse.model_validate(answer)
-            for answer in _file_answers(
-                [tuple(getattr(f, name) for name in _FILE_COLUMNS) for f in files],
-                traceset.rank_count,
-            )
-        ],
-        inspection=traceset.inspection,
-    )
-
-
-def render_traceset(view: schemas.Traceset) -> str:
-    """The traceset as JSON text, its workloadMetadata exactly as it was given."""
-    return schemas.wire_json(view)
-
-
 # The GET's two queries: Core selects of only the columns the view reads (an ORM load of
 # every column parsed a JSON document per file that nobody is shown). Their rows are read
 # by position: a Row's attribute lookup misses its class first (~0.5 us each, ~80 a GET).
@@ -203,11 +162,11 @@ def traceset_text(services: Services, traceset_id: str, principal: Principal | N
 
 
 def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
-    """``render_traceset(_view(...))`` of the GET's rows (``_view_columns``,
-    ``_VIEW_FILES``), written straight from them: the models' construction cost more than
-    the queries. The inspection is spliced in as its stored JSON text, never parsed, as is
-    the workloadMetadata.
-    tests/test_request_path.py holds it equal to the models' rendering."""
+    """The API's traceset of the GET's rows (``_view_columns``, ``_VIEW_FILES``), written
+    straight from them: the models' construction cost more than the queries. The
+    inspection is spliced in as its stored JSON text, never parsed, as is the
+    workloadMetadata. tests/test_request_path.py holds it equal to what the models
+    (``schemas.Traceset``) write of the same traceset, its oracle."""
     (id_, _tenant_id, workspace_id, scope, name, description, tags, status) = traceset[:8]
     (created_at, updated_at, expires_at, ttl_days, rank_count) = traceset[8:13]
     (total_size, file_count, hash_, metadata_text, text) = traceset[13:]

@@ -3,9 +3,11 @@ completing ``completion.py``)."""
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from sqlalchemy import Table, insert
 
@@ -14,8 +16,9 @@ from tracestore.errors import Conflict, NotFound, PayloadTooLarge, ValidationErr
 from tracestore.server import db
 from tracestore.server.auth import Principal
 from tracestore.server.ids import new_id
+from tracestore.server.presigned import RequestOrigin, request_base_url
 from tracestore.server.request_bodies import parse_json_body
-from tracestore.server.services import Services
+from tracestore.server.services import Services, stores_bytes_locally
 from tracestore.server.storage.blobs import StagedFile
 from tracestore.server.tracesets import files_of, metadata_columns
 from tracestore.server.upload_sessions import (
@@ -24,6 +27,9 @@ from tracestore.server.upload_sessions import (
     staged_file,
     visible_session,
 )
+
+if TYPE_CHECKING:
+    from tracestore.server.deps import Caller
 
 # The inserts of the rows upload-url writes whole, with Core (see start_upload): made once,
 # their cache keys too (a new statement's key was computed every time).
@@ -42,11 +48,17 @@ def parse_upload_request(body: bytes) -> tuple[schemas.TracesetUploadUrlRequest,
     return request, rank_count
 
 
-def start_upload(
-    services: Services, principal: Principal, body: bytes, base_url: str
-) -> schemas.UploadUrlResponse:
-    """Check everything first, then create the traceset, its session and the part URLs
-    (on ``base_url``, where the caller reaches the service, for the embedded store)."""
+class CheckedUpload(NamedTuple):
+    """An upload-url body that passed every check: what the start writes from."""
+
+    request: schemas.TracesetUploadUrlRequest
+    rank_count: int | None
+    workspace_id: str
+
+
+def checked_upload(services: Services, principal: Principal, body: bytes) -> CheckedUpload:
+    """Every check upload-url makes before it creates anything, in its order: the body, its
+    workloadMetadata, the settings' limits, the workspace. Raises what upload-url answers."""
     request, rank_count = parse_upload_request(body)
     settings = services.settings
     if len(request.files) > settings.max_files_per_upload:
@@ -64,7 +76,25 @@ def start_upload(
     if workspace_id is None:
         raise ValidationError("workspaceId is required: the caller has no default workspace")
     principal.require_member(workspace_id)
+    return CheckedUpload(request, rank_count, workspace_id)
 
+
+def check_upload(
+    services: Services, principal: Principal, body: bytes
+) -> schemas.UploadCheckAnswer:
+    """upload-url's dry run: its checks of ``body`` and nothing else (nothing stored or
+    staged, no id drawn); the same error where upload-url would refuse the body."""
+    checked = checked_upload(services, principal, body)
+    return schemas.UploadCheckAnswer(rank_count=checked.rank_count)
+
+
+def start_upload(
+    services: Services, principal: Principal, body: bytes, base_url: str
+) -> schemas.UploadUrlResponse:
+    """Check everything first, then create the traceset, its session and the part URLs
+    (on ``base_url``, where the caller reaches the service, for the embedded store)."""
+    request, rank_count, workspace_id = checked_upload(services, principal, body)
+    settings = services.settings
     now = services.now()
     traceset_id = new_id("ts")
     upload_id = new_id("upload", now=now.timestamp())  # its time dates orphaned staging
@@ -141,6 +171,61 @@ def start_upload(
     except BaseException:
         services.store.discard_staging(staged)
         raise
+
+
+# Bodies up to this size are parsed where the start's one write runs (the event loop's thread
+# on SQLite, ``Caller.write``); larger ones in a worker thread, one at a time per process:
+# 16 MiB of JSON held the loop for seconds (issue 41), and its values take up to twenty
+# times its size in memory while parsed. Real uploads of a few hundred files are under it.
+INLINE_BODY = 64 * 1024
+
+
+async def upload_url_text(caller: Caller, body: bytes, origin: RequestOrigin) -> str:
+    """upload-url's answer to ``body`` (its route's and its lane's): a short write where
+    the start's other I/O is local (the embedded store stages files on disk), off the event
+    loop and one at a time when the body is larger than ``INLINE_BODY``."""
+    if len(body) > INLINE_BODY:
+        async with _big_bodies():
+            return await caller.run(start_upload_text, body, origin)
+    if stores_bytes_locally(caller.services.settings):
+        return await caller.write(start_upload_text, body, origin)
+    return await caller.run(start_upload_text, body, origin)
+
+
+async def upload_check_answer(caller: Caller, body: bytes) -> schemas.UploadCheckAnswer:
+    """upload-url's dry run of ``body`` (its route's): a short read, off the event loop and
+    one at a time when the body is larger than ``INLINE_BODY``, as upload-url parses it."""
+    if len(body) > INLINE_BODY:
+        async with _big_bodies():
+            return await caller.run(check_upload, body)
+    return await caller.read(check_upload, body)
+
+
+def _big_bodies() -> asyncio.Semaphore:
+    """The running loop's turn for a big body (an asyncio lock is its loop's alone); waiting
+    for it holds no thread."""
+    loop = asyncio.get_running_loop()
+    turn = _BIG_BODIES.get(loop)
+    if turn is None:
+        turn = _BIG_BODIES[loop] = asyncio.Semaphore(1)
+    return turn
+
+
+_BIG_BODIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def start_upload_text(
+    services: Services, principal: Principal, body: bytes, origin: RequestOrigin
+) -> str:
+    """``start_upload``'s answer as JSON text, its URLs on the base ``origin`` names."""
+    # The base URL after the token's check: a bad token is a 401 whatever the Host says.
+    answer = start_upload(services, principal, body, request_base_url(origin))
+    # Written here, in the request's thread, by pydantic's compiled serializer: FastAPI
+    # validated the returned model again and serialized it, on the event loop, a tenth of
+    # the request. The same text (tests/test_request_path.py).
+    return answer.model_dump_json(by_alias=True)
 
 
 def resume_upload(

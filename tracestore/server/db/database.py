@@ -1,4 +1,6 @@
-"""The database: the engine and sessions of one URL (``Database``), and migrating it.
+"""The database: the engine and sessions of one URL (``Database``), how a request's work is
+driven on it (``short_read``, ``short_write``: on the event loop's thread where the database
+allows it, else in a worker thread), and migrating it.
 
 The same tables (``db.py``) serve SQLite (embedded default, WAL mode) and PostgreSQL. Schema
 changes go through Alembic migrations in ``migrations/``; ``Database.migrate()`` applies them
@@ -13,19 +15,20 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
+from anyio import to_thread
 from sqlalchemy import create_engine, event, exc, inspect, make_url, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Insert
 
 from tracestore.server.db.held_reads import SHARED_READS, HeldReads, SharedReads
-from tracestore.server.db.loop_writes import NoWaitWrites, committed
+from tracestore.server.db.loop_writes import NoWaitWrites, WriterBusy, committed
 from tracestore.server.db.prepared import PreparedCache, Reads
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -37,6 +40,9 @@ STARTUP_LOCK = 0x7472637374_6F7265
 # request (a new SQLite connection costs its PRAGMAs); a few more for background work.
 POOL_SIZE = 40
 POOL_OVERFLOW = 10
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def shown_url(url: str) -> str:
@@ -120,10 +126,37 @@ class Database:
 
     @property
     def reads_inline(self) -> bool:
-        """Whether a short read may run on the event loop's thread (``deps.Caller.read``): a
+        """Whether a short read may run on the event loop's thread (``short_read``): a
         SQLite file in WAL mode, whose readers never wait; not a server database (a round
         trip there, or a slow query, would stall every request), nor an in-memory one."""
         return self.dialect == "sqlite" and ":memory:" not in self.url
+
+    async def short_read(self, read: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``read(*args, **kwargs)``: a read of this database, a bounded amount, and of
+        nothing slower than a local file (a traceset by id, a page of the list, a part
+        PUT's check). On the event loop's own thread where the database allows it
+        (``reads_inline``): a worker thread gives the GIL up at every statement and waits
+        to take it back from the loop (the GIL convoy: a GET answered 2.5-4 x fewer
+        requests per second so, bench/load.py); WAL readers never wait for a writer, so
+        nothing blocks there. A server database's round trips keep to a worker thread."""
+        if self.reads_inline:
+            with self.inline_reads():
+                return read(*args, **kwargs)
+        return await to_thread.run_sync(functools.partial(read, *args, **kwargs))
+
+    async def short_write(self, write: Callable[[], T]) -> T:
+        """``write()``: work whose one write session (or ``insert_rows``) is its only side
+        effect before the end, a short one, and whose other I/O is local (upload-url's
+        start on the embedded store). On a SQLite file on the event loop's own thread if
+        the write lock is free at once (``loop_writes``: this process's writers are waited
+        for without blocking the loop), else in a worker thread that waits for the lock:
+        a write sent there when another process held the lock did nothing on the loop."""
+        if self.nowait is not None:
+            try:
+                return await self.nowait.run(write)
+            except WriterBusy:
+                pass  # another process writes: wait for it where waiting blocks no one
+        return await to_thread.run_sync(write)
 
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:
@@ -241,7 +274,7 @@ class Database:
         """Within this block, this thread's SQLite reads (``read_connection``) run on a DBAPI
         connection the thread keeps, outside the pool: the pool's checkout and its reset on
         return cost ~12 us of a ~120 us GET. For the event loop's thread
-        (``deps.short_read``), whose reads run one at a time; a read block opened inside
+        (``short_read``), whose reads run one at a time; a read block opened inside
         another takes a pooled connection, as anywhere else."""
         self._held.inline(+1)
         try:
@@ -253,7 +286,7 @@ class Database:
     def writes_now(self) -> Iterator[None]:
         """Within this block, this thread's write session (one) begins at once or raises
         ``nowait.WriterBusy`` before any statement: for the event loop's thread, on SQLite
-        (``deps.short_write``; ``nowait`` says why and how)."""
+        (``short_write``; ``loop_writes`` says why and how)."""
         if self.nowait is None:
             raise RuntimeError("writes that do not wait are a SQLite file's")
         with self.nowait.block():

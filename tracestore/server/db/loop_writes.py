@@ -1,8 +1,8 @@
 """Writes that do not wait for SQLite's write lock, for the event loop's own thread
-(``Database.writes_now``, ``deps.short_write``).
+(``Database.short_write``, ``Database.writes_now``).
 
 A write handed to a worker thread costs the hop and, under load, the GIL's hand-offs at every
-statement (the convoy ``deps.Caller.read`` describes): a third of an upload-url's CPU
+statement (the convoy ``Database.short_read`` describes): a third of an upload-url's CPU
 (docs/benchmarks.md). A short write of a local SQLite file can run on the loop instead,
 provided it never waits there: so it takes this process's writer lock only if it is free
 at once, and begins on a connection whose busy timeout is 0. If either is taken it raises
@@ -18,12 +18,14 @@ here have filled enough of the log, and ``checkpoint`` (for a worker thread) cop
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
@@ -37,6 +39,13 @@ log = logging.getLogger("tracestore")
 # and the worker thread's share of upload-url's CPU fell from ~8% (every 24) to ~4%
 # (docs/benchmarks.md).
 CHECKPOINT_EVERY = 64
+
+# How often the loop looks again for this process's writer to end (doubling to the most):
+# a checkpoint holds it ~5 ms, a worker thread's write about as long.
+_WRITER_POLL = 0.000_25
+_WRITER_POLL_MAX = 0.008
+
+T = TypeVar("T")
 
 
 class WriterBusy(Exception):
@@ -67,6 +76,30 @@ class NoWaitWrites:
         self._lock = threading.Lock()
         self._commits = 0
         self._checkpointing = False
+
+    async def run(self, write: Callable[[], T]) -> T:
+        """``write()`` on the event loop's thread inside a ``block`` (``Database.writes_now``),
+        once this process's writer lock is free at once; ``WriterBusy`` (``here`` false)
+        when another process holds SQLite's, and ``write()`` did nothing. While a thread of
+        this process holds the lock, the loop's writes wait for it in turn (first come,
+        first written), answering others meanwhile. The loop's writes leave the WAL
+        checkpoint to a worker thread, every so often."""
+        async with _loop_writers():
+            delay = _WRITER_POLL
+            while True:
+                while self.writer_held():
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, _WRITER_POLL_MAX)
+                try:
+                    with self.block():
+                        result = write()
+                except WriterBusy as busy:
+                    if busy.here:  # taken since writer_held looked; write() did not run
+                        continue
+                    raise
+                if self.checkpoint_due():
+                    asyncio.get_running_loop().run_in_executor(None, self.checkpoint)
+                return result
 
     @property
     def active(self) -> bool:
@@ -226,6 +259,20 @@ class NoWaitWrites:
             if connection in self._kept:
                 self._kept.remove(connection)
         _close(connection)
+
+
+def _loop_writers() -> asyncio.Lock:
+    """The running loop's queue of writes (an asyncio lock is its loop's alone)."""
+    loop = asyncio.get_running_loop()
+    lock = _LOOP_WRITERS.get(loop)
+    if lock is None:
+        lock = _LOOP_WRITERS[loop] = asyncio.Lock()
+    return lock
+
+
+_LOOP_WRITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Use case: list and search tracesets (SPEC 5.6), one keyset-paginated page at a time.
+"""Use case: list and search tracesets (docs/api.md), one keyset-paginated page at a time.
 
 The SQL lives in ``listing.sql`` (its shape and values in ``listing.plan``), the parsing of
 the query string in ``listing_query``. Cursors are keyset positions (the last item's sort
@@ -23,7 +23,7 @@ from tracestore.server import db
 from tracestore.server.auth import Principal
 from tracestore.server.listing import plan as query_plan
 from tracestore.server.listing import sql
-from tracestore.server.listing.query import ListQuery, SortKey
+from tracestore.server.listing.query import ListQuery, SortKey, parse_list_query
 from tracestore.server.services import Services
 
 _CURSOR_VERSION = 1
@@ -166,6 +166,15 @@ def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
 
 
 # --- the use case ---
+
+
+def list_page(
+    services: Services, principal: Principal, parameters: Sequence[tuple[str, str]]
+) -> str:
+    """The page a list request's query parameters ask for, as JSON text (its route's and
+    its lane's answer); parsed after the token is checked: a bad token is a 401 whatever
+    the query says."""
+    return page_text(services, principal, parse_list_query(parameters))
 
 
 def page_text(services: Services, principal: Principal, query: ListQuery) -> str:

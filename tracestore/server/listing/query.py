@@ -1,4 +1,4 @@
-"""The query of ``GET /api/v1/tracesets`` (SPEC 5.6), parsed and checked.
+"""The query of ``GET /api/v1/tracesets`` (docs/api.md), parsed and checked.
 
 Every bad parameter is a ValidationError naming it; a parameter given twice is refused. A
 parameter that is not one of the known ones and is a dotted snake_case path
@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+from tracestore.choices import SCOPES as SCOPES
+from tracestore.choices import STATUSES
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
 from tracestore.schemas import lone_surrogate
@@ -40,10 +42,6 @@ from tracestore.schemas import lone_surrogate
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 CURSOR_FORM = re.compile(CURSOR_PATTERN)
 
-# The reference's six status values. tracestore never sets processing or metadata_failed
-# (inspection runs after ready and never fails a traceset), so those two match nothing.
-STATUSES = ("uploading", "processing", "ready", "upload_failed", "metadata_failed", "deleted")
-SCOPES = ("workspace", "tenant", "public")
 SORT_FIELDS = ("created", "name", "status", "size", "rankCount", "step_time")
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100

@@ -13,8 +13,7 @@ from fastapi.responses import FileResponse, StreamingResponse
 from starlette.responses import MalformedRangeHeader
 
 from tracestore.server import downloads, presigned, receiving
-from tracestore.server.deps import ServicesDep, error_responses, short_read
-from tracestore.server.services import Services
+from tracestore.server.deps import ServicesDep, error_responses
 from tracestore.server.serving.body_protocol import receive_into
 from tracestore.server.storage.blobs import content_disposition
 from tracestore.server.storage.local import LocalBlobStore
@@ -126,32 +125,17 @@ async def put_part(
 ) -> Response:
     """Receive one part of an upload, written to disk as it arrives."""
     grant = presigned.PartGrant(upload_id, position, part_number, size, part_size, expires)
-    return await part_answer(services, store, grant, signature, request, checksum)
-
-
-async def part_answer(
-    services: Services,
-    store: LocalBlobStore,
-    grant: presigned.PartGrant,
-    signature: str,
-    request: Request,
-    checksum: str | None,
-) -> Response:
-    """``put_part``'s answer (and its lane's, server/serving/lanes.py): the part received, or the
-    error that refused it."""
-    writer = await short_read(
-        services,
-        receiving.open_part,
+    etag = await receiving.put_part(
         services,
         store,
         grant,
         signature,
         request.headers.get("content-length"),
+        request.stream(),
+        checksum,
+        into=receive_into(request.scope),
     )
-    etag = await receiving.receive_part(
-        writer, grant, request.stream(), checksum, into=receive_into(request.scope)
-    )
-    return Response(status_code=200, headers={"ETag": f'"{etag}"'})
+    return Response(status_code=200, headers={"ETag": etag})
 
 
 class BlobResponse(FileResponse):

@@ -1,12 +1,12 @@
-"""The listing and search of tracesets (the use case is ``pages.page_text``)."""
+"""The listing and search of tracesets (the use case is ``pages.list_page``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
+from tracestore.choices import STATUSES
 from tracestore.schemas import wire
-from tracestore.server.auth import Principal
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
 from tracestore.server.listing import pages
@@ -18,11 +18,8 @@ from tracestore.server.listing.query import (
     PERCENT_PATTERN,
     SCOPES,
     SORT_FIELDS,
-    STATUSES,
-    parse_list_query,
     sort_pattern,
 )
-from tracestore.server.services import Services
 
 router = APIRouter(prefix="/api/v1")
 
@@ -139,12 +136,5 @@ async def list_tracesets(request: Request, caller: CallerDep) -> Response:
     default); filter by status, scope, name, dates, rank count, workload metadata, what
     inspection found and the analysis summary (idle and overlap percentages; sort by step
     time)."""
-    answer = await caller.read(page, request.query_params.multi_items())
+    answer = await caller.read(pages.list_page, request.query_params.multi_items())
     return Response(answer, media_type="application/json")
-
-
-def page(services: Services, principal: Principal, parameters: list[tuple[str, str]]) -> str:
-    """The page a list request's query parameters ask for, as JSON text (also
-    ``lanes.read_lane``'s); parsed after the token is checked: a bad token is a 401
-    whatever the query says."""
-    return pages.page_text(services, principal, parse_list_query(parameters))

@@ -29,7 +29,7 @@ _PROMOTE_ERRORS = error_responses(
     422,
     *API_ERRORS,
     s403="Promotion to public needs a tenant admin",
-    s409="The traceset is not ready",
+    s409="The traceset is not ready, or fails its census (give force to promote it anyway)",
     s410="The traceset has expired",
     s412="Not one step up, or no workloadMetadata at all",
     s422="workloadMetadata fails promotion's checks (typed model, rank-count guard)",

@@ -38,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from tracestore.errors import ServiceUnavailable
+from tracestore.server.ids import new_request_id
 
 log = logging.getLogger("tracestore")
 
@@ -335,8 +336,6 @@ class ConnectionRules(HttpToolsProtocol):
 
 def _refusal() -> bytes:
     """The 503 a connection over the cap gets before it is closed, with the error envelope."""
-    from tracestore.server.serving.request_context import new_request_id
-
     envelope = {
         "error": {
             "code": ServiceUnavailable.code,

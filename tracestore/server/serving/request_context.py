@@ -1,14 +1,12 @@
 """What every request passes through before its route: an id (in ``X-Request-Id`` and every
 error envelope), its route's body limit (``BodyLimits``: a JSON body past it is refused
-before it is read whole), ``GET /healthz`` and the hot requests' lanes (``lanes``), answered
-here in plain ASGI ahead of FastAPI's routing. ``create_app`` wraps the app in
-``RequestContext``."""
+before it is read whole), ``GET /healthz`` (``answer_alive``) and the hot requests' lanes
+(``lanes``), answered here in plain ASGI ahead of FastAPI's routing. ``create_app`` wraps
+the app in ``RequestContext``."""
 
 from __future__ import annotations
 
 import inspect
-import os
-import random
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,12 +15,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tracestore import schemas
 from tracestore.errors import PayloadTooLarge
 from tracestore.metadata import MAX_METADATA_BYTES
 from tracestore.schemas.filenames import MAX_NAME_BYTES
 from tracestore.server import presigned
-from tracestore.server.routes import health
-from tracestore.server.serving import lanes
+from tracestore.server.ids import new_request_id
+from tracestore.server.serving.lanes import Lane, Lanes
 from tracestore.server.settings import Settings
 
 Scope = MutableMapping[str, Any]
@@ -32,14 +31,17 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-# Request ids need to be unique, not unguessable: drawn from a PRNG seeded from the OS (a
-# token_hex per request was a getrandom(2) call each), reseeded in a forked child.
-_request_ids = random.Random()
-os.register_at_fork(after_in_child=_request_ids.seed)
+LIVENESS_PATH = "/healthz"
+ALIVE = schemas.Health(status="ok").model_dump_json(by_alias=True).encode()
 
 
-def new_request_id() -> str:
-    return f"req_{_request_ids.getrandbits(96):024x}"
+async def answer_alive(send: Send) -> None:
+    """The liveness answer in plain ASGI, sent for every ``GET /healthz`` ahead of the
+    framework's middleware and routing (routes/health.py describes it): a probe that load
+    balancers poll should cost what the server stack costs, not what a route does."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(ALIVE))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": ALIVE})
 
 
 def error_response(
@@ -75,30 +77,40 @@ _ESCAPED = 6
 SMALL_BODY = 16 * MAX_METADATA_BYTES
 # One file of upload-url at most: its name and content type escaped, the rest and whitespace.
 UPLOAD_FILE_BODY = _ESCAPED * (MAX_NAME_BYTES + 255) + 512
-COMPLETE_PATH = lanes.UPLOAD_PATH + "/complete"  # routes/uploads.py
 
 
 @dataclass(frozen=True)
 class BodyLimits:
     """The largest JSON body each route takes (413 above it), from the rules of its members:
     upload-url's grows with ``TRACESTORE_MAX_FILES_PER_UPLOAD``, completion's with the parts
-    an upload may have; the others are small. None passes ``TRACESTORE_MAX_JSON_BODY``."""
+    an upload may have; the others are small. None passes ``TRACESTORE_MAX_JSON_BODY``.
+    The two routes' paths are their routes' own (``create_app`` hands them over)."""
 
     upload_url: int
     complete: int
     other: int
+    upload_url_path: str = ""
+    complete_path: str = ""
 
     @classmethod
-    def of(cls, settings: Settings) -> BodyLimits:
+    def of(
+        cls, settings: Settings, *, upload_url_path: str = "", complete_path: str = ""
+    ) -> BodyLimits:
         most = settings.max_json_body
         files = SMALL_BODY + settings.max_files_per_upload * UPLOAD_FILE_BODY
-        return cls(upload_url=min(most, files), complete=most, other=min(most, SMALL_BODY))
+        return cls(
+            upload_url=min(most, files),
+            complete=most,
+            other=min(most, SMALL_BODY),
+            upload_url_path=upload_url_path,
+            complete_path=complete_path,
+        )
 
     def of_request(self, scope: Scope) -> int:
         path = scope.get("path")
-        if path == lanes.UPLOAD_PATH:
+        if path in (self.upload_url_path, self.upload_url_path + "/check"):
             return self.upload_url
-        return self.complete if path == COMPLETE_PATH else self.other
+        return self.complete if path == self.complete_path else self.other
 
 
 class RequestContext:
@@ -107,13 +119,10 @@ class RequestContext:
     exempt: their size is checked per part). Answers ``GET /healthz`` and the hot requests'
     lanes (``lanes.lane_of``) itself."""
 
-    def __init__(
-        self, app: ASGIApp, limits: BodyLimits, lanes: bool = True, part_lane: bool = False
-    ) -> None:
+    def __init__(self, app: ASGIApp, limits: BodyLimits, lanes: Lanes) -> None:
         self.app = app
         self.limits = limits
         self.lanes = lanes
-        self.part_lane = lanes and part_lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -131,11 +140,11 @@ class RequestContext:
             await send(message)
 
         path = str(scope.get("path", ""))
-        if path == health.LIVENESS_PATH and scope.get("method") == "GET":
-            await health.answer_alive(send_with_id)
+        if path == LIVENESS_PATH and scope.get("method") == "GET":
+            await answer_alive(send_with_id)
             return
         if path.startswith(presigned.PREFIX + "/"):
-            part = lanes.part_lane_of(scope, receive) if self.part_lane else None
+            part = self.lanes.lane_of(scope, receive)
             if part is not None:
                 await _answer_lane(part, scope, receive, send_with_id)
                 return
@@ -158,14 +167,14 @@ class RequestContext:
                     raise PayloadTooLarge(too_large(limit))
             return message
 
-        lane = lanes.lane_of(scope, limited_receive) if self.lanes else None
+        lane = self.lanes.lane_of(scope, limited_receive)
         if lane is not None:
             await _answer_lane(lane, scope, receive, send_with_id)
             return
         await self.app(scope, limited_receive, send_with_id)
 
 
-async def _answer_lane(lane: lanes.Lane, scope: Scope, receive: Receive, send: Send) -> None:
+async def _answer_lane(lane: Lane, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer as the lane's route would: its JSON (or its own response), or what the app's
     handler of its error answers (``handler_of``). An unexpected error goes on to
     Starlette's ServerErrorMiddleware, as a route's does: the app's handler answers and

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
+from tracestore.choices import SCOPES, STATUSES
 from tracestore.server.settings import Settings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -92,15 +93,18 @@ def docs_headers(page: str, *, inline_styles: bool = False) -> dict[str, str]:
 
 
 def shell_html(settings: Settings) -> str:
-    """index.html with the deployment's login, if any, in a ``<meta>`` for app.js."""
+    """index.html with the deployment's login, if any, in a ``<meta>`` for app.js, and the
+    traceset statuses and scopes (``tracestore.choices``) in two for the list's filters."""
     text = (STATIC_DIR / "index.html").read_text()
     config = login_config(settings)
-    meta = (
-        ""
-        if config is None
-        else f'<meta name="tracestore-login" content="{html.escape(json.dumps(config))}">'
-    )
+    meta = _meta("tracestore-statuses", list(STATUSES)) + _meta("tracestore-scopes", list(SCOPES))
+    if config is not None:
+        meta += _meta("tracestore-login", config)
     return text.replace(_CONFIG_MARK, meta)
+
+
+def _meta(name: str, value: object) -> str:
+    return f'<meta name="{name}" content="{html.escape(json.dumps(value))}">'
 
 
 # The modules' URLs carry no version, so a browser revalidates each one (a 304 while it is

@@ -1,6 +1,7 @@
 // The page's one way to call the JSON API: the token from this tab's sessionStorage as a
 // Bearer header, the error envelope turned into an ApiError carrying the API's own words, and
-// network failures retried with backoff (a restarting service answers again within seconds).
+// network failures of requests safe to send again retried with backoff (a restarting service
+// answers again within seconds).
 export const TOKEN_KEY = "tracestore.token";
 export const API = "/api/v1";
 
@@ -25,6 +26,10 @@ export class ApiError extends Error {
 // A network error (no answer at all) after every retry.
 export class NetworkError extends Error {}
 
+// No answer to a request that is not safe to send again, which may have reached the service:
+// it was not sent again, and the service may have acted on it.
+export class UnansweredError extends NetworkError {}
+
 const RETRY_DELAYS_MS = [250, 500, 1000, 2000, 4000, 8000];
 
 export function sleep(ms, signal) {
@@ -41,17 +46,32 @@ export function sleep(ms, signal) {
 // while a replica restarts); onRetry(attempt, delayMs) lets a view say it is waiting. send
 // replaces fetch (same arguments, a Response back): the upload sends with XMLHttpRequest,
 // the one browser API that reports how far a request body has gone.
-export async function fetchRetrying(url, init = {}, { onRetry, signal, send = fetch } = {}) {
+//
+// Only a request the service may get twice is sent again (idempotent; by default every
+// method but POST, as tracestore/client/api.py decides). A POST that is not (upload-url
+// creates a traceset, the login's code is single-use) is sent once: fetch() cannot tell a
+// connection refused from one cut after the request went, so its failure is an
+// UnansweredError, and a 502-504 answer is returned as it is.
+export async function fetchRetrying(url, init = {}, { onRetry, signal, send = fetch, idempotent } = {}) {
+  const again = idempotent ?? (init.method ?? "GET").toUpperCase() !== "POST";
   for (let attempt = 0; ; attempt++) {
     let answer;
     try {
       answer = await send(url, { ...init, signal });
     } catch (error) {
-      if (signal?.aborted || attempt >= RETRY_DELAYS_MS.length) {
-        throw signal?.aborted ? error : new NetworkError(`The service did not answer: ${error.message}`);
+      if (signal?.aborted) throw error;
+      if (!again) {
+        throw new UnansweredError(
+          `The request was sent and no answer came (${error.message}): the service may have ` +
+            "acted on it, so the page did not send it again",
+          { cause: error },
+        );
+      }
+      if (attempt >= RETRY_DELAYS_MS.length) {
+        throw new NetworkError(`The service did not answer: ${error.message}`);
       }
     }
-    if (answer && ![502, 503, 504].includes(answer.status)) return answer;
+    if (answer && (!again || ![502, 503, 504].includes(answer.status))) return answer;
     if (attempt >= RETRY_DELAYS_MS.length) return answer;
     onRetry?.(attempt + 1, RETRY_DELAYS_MS[attempt]);
     await sleep(RETRY_DELAYS_MS[attempt], signal);
@@ -70,11 +90,13 @@ export async function errorOf(answer) {
 }
 
 // Calls the API at API + path; query is an object (arrays repeat the key), body is sent as
-// JSON (bodyText instead: JSON text sent as written, so its numbers keep their spelling). Returns the parsed JSON answer (null for 204), or with as: "text" its text (for
-// json_text.js, which keeps numbers as written), or throws ApiError / NetworkError.
+// JSON (bodyText instead: JSON text sent as written, so its numbers keep their spelling);
+// idempotent as fetchRetrying takes it. Returns the parsed JSON answer (null for 204), or
+// with as: "text" its text (for metadata_tree.js, which keeps numbers as written), or throws
+// ApiError / NetworkError.
 export async function api(
   path,
-  { method = "GET", query, body, bodyText, signal, onRetry, auth, as } = {},
+  { method = "GET", query, body, bodyText, signal, onRetry, auth, as, idempotent } = {},
 ) {
   let url = API + path;
   if (query) {
@@ -97,7 +119,7 @@ export async function api(
   const answer = await fetchRetrying(
     url,
     { method, headers: checked, body: sent },
-    { onRetry, signal },
+    { onRetry, signal, idempotent },
   );
   if (!answer.ok) {
     const error = await errorOf(answer);

@@ -5,12 +5,11 @@
 import { analysisSection } from "/static/analysis_view.js";
 import { api } from "/static/api.js";
 import { censusGrid } from "/static/census_grid.js";
-import { checkList } from "/static/checks.js";
+import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
 import { bytes, plural, rangeList, rankList, when } from "/static/format.js";
-import { member, parseExact } from "/static/json_text.js";
-import { metadataTree } from "/static/metadata_tree.js";
+import { member, metadataTree, parseExact } from "/static/metadata_tree.js";
 import { actions, download } from "/static/traceset_actions.js";
 
 const INSPECTION_POLL_MS = 2000;
@@ -64,7 +63,12 @@ function header(traceset) {
     ["Workspace", h("code", {}, traceset.workspaceId)],
     ["Created", when(traceset.createdAt)],
     ["Updated", when(traceset.updatedAt)],
-    ["Expires", traceset.expiresAt ? `${when(traceset.expiresAt)} (TTL ${traceset.ttlDays} days)` : "never"],
+    [
+      "Expires",
+      traceset.expiresAt
+        ? `${when(traceset.expiresAt)}: ${plural(traceset.ttlDays, "day")} after its last use (a download counts); promote it to keep it`
+        : "never",
+    ],
     ["Hash", traceset.hash ? h("code", { class: "hash" }, traceset.hash) : "—"],
   ];
   return h(
@@ -123,7 +127,7 @@ function inspectionSections(traceset, metadataSection) {
       h("h3", {}, "The census"),
       checkList(Object.entries(census.checks ?? {})),
       h("h3", {}, "Which tools can read it"),
-      checkList(Object.entries(inspection.readiness ?? {})),
+      readinessList(Object.entries(inspection.readiness ?? {}).map(([key, entry]) => [`${key}_ready`, entry])),
     ),
     metadataSection,
     section("Process groups", "groups", groupsTable(census.processGroups ?? [])),

@@ -1,5 +1,5 @@
 // Errors as a person needs them: what happened (in the API's own words) and what to do next.
-import { ApiError, NetworkError } from "/static/api.js";
+import { ApiError, NetworkError, UnansweredError } from "/static/api.js";
 import { h } from "/static/dom.js";
 
 // What to do after each status, when the API's message says what happened.
@@ -32,12 +32,16 @@ export function isAbort(error) {
 }
 
 export function title(error) {
+  if (error instanceof UnansweredError) return "No answer: the service may have done it";
   if (error instanceof NetworkError) return "The service is not answering";
   if (error instanceof ApiError) return TITLES[error.status] ?? `The service answered ${error.status}`;
   return "Something went wrong in the page";
 }
 
 export function nextStep(error) {
+  if (error instanceof UnansweredError) {
+    return "Look at what the service holds now (reload the view) before you try again.";
+  }
   if (error instanceof NetworkError) {
     return "The page retried for about 15 seconds. Check your connection or ask whoever runs " +
       "the service whether it is up, then try again.";

@@ -6,8 +6,10 @@ import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
 import { bytes, when } from "/static/format.js";
 
-const STATUSES = ["uploading", "ready", "upload_failed", "deleted", "processing", "metadata_failed"];
-const SCOPES = ["workspace", "tenant", "public"];
+// The service's statuses and scopes, which the shell carries (tracestore/choices.py).
+const shellList = (name) => JSON.parse(document.querySelector(`meta[name="tracestore-${name}"]`).content);
+const STATUSES = shellList("statuses");
+const SCOPES = shellList("scopes");
 const SORTS = [
   ["created:desc", "Newest first"],
   ["created:asc", "Oldest first"],

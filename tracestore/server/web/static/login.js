@@ -79,9 +79,10 @@ export async function finishLogin(config) {
   });
   let response;
   try {
+    // A POST, so sent once (api.js): the code is single-use, a second exchange is refused.
     response = await fetchRetrying(config.tokenUrl, { method: "POST", body, headers: { Accept: "application/json" } });
   } catch (error) {
-    throw new Error(`The login's token endpoint did not answer (${error.message}).`);
+    throw new Error(`The login's token endpoint did not answer (${error.cause?.message ?? error.message}). Sign in again.`);
   }
   const tokens = await response.json().catch(() => null);
   if (!response.ok || !tokens?.access_token) {

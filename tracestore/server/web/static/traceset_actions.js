@@ -2,12 +2,16 @@
 // some ranks), validate, promote one scope up (optionally with corrected workloadMetadata,
 // sent as typed). Each answer, and each refusal, is shown in the API's words.
 import { api } from "/static/api.js";
-import { checkList } from "/static/checks.js";
+import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { nextStep, waitingBanner } from "/static/errors.js";
-import { parseExact } from "/static/json_text.js";
 
 const NEXT_SCOPE = { workspace: "tenant", tenant: "public" };
+// What to do after a promotion's refusal, where the page's general next step would mislead.
+const PROMOTE_NEXT = {
+  403: "Promotion to public needs a tenant admin of your tenant: ask one to promote it.",
+  409: "A traceset that is not ready cannot be promoted. One whose census fails can be promoted as it is: tick the box above and promote again.",
+};
 const SCOPE_MEANS = {
   tenant: "everyone in your tenant can see it, and it no longer expires",
   public: "every user of this service can see it (a tenant admin may do this)",
@@ -41,11 +45,17 @@ export function actions(traceset, metadataText, reload) {
     event.target.disabled = true;
     show(validation, h("p", { class: "muted" }, "Re-reading every file and re-checking its SHA-256…"));
     try {
-      const answer = await api(`/tracesets/${id}/validate`, { method: "POST", onRetry: waitingBanner().onRetry });
+      const answer = await api(`/tracesets/${id}/validate`, {
+        method: "POST",
+        idempotent: true, // it only reads
+        onRetry: waitingBanner().onRetry,
+      });
       show(
         validation,
         h("p", { class: answer.valid ? "ok" : "bad", dataset: { valid: answer.valid } }, answer.valid ? "Valid." : "Not valid."),
         checkList(answer.checks.map((check) => [check.name, check])),
+        h("h3", {}, "Which tools can read it (does not make it invalid)"),
+        readinessList((answer.readiness ?? []).map((entry) => [entry.name, entry])),
       );
     } catch (error) {
       show(validation, h("p", { class: "error", role: "alert" }, error.message), h("p", { class: "muted" }, nextStep(error)));
@@ -103,12 +113,16 @@ function promotion(traceset, metadataText, reload) {
   const replace = h("input", { type: "checkbox", name: "replace-metadata" });
   const edited = h("textarea", { name: "metadata", rows: 6, spellcheck: "false", class: "metadata-edit", hidden: true }, metadataText);
   replace.addEventListener("change", () => (edited.hidden = !replace.checked));
+  // Offered once the service refused the promotion because the census fails (409).
+  const force = h("input", { type: "checkbox", name: "force" });
+  const forcing = h("p", { class: "force", hidden: true }, h("label", {}, force, " Promote it as it is, though its census fails"));
   const confirm = h(
     "div",
     { class: "confirm", hidden: true },
     h("p", {}, `Promote to ${target}: ${SCOPE_MEANS[target]}.`),
     h("p", {}, h("label", {}, replace, " with this workloadMetadata instead of the stored one")),
     edited,
+    forcing,
     h("button", { type: "button", class: "confirm-promote", onclick: (event) => promote(event.target) }, `Promote to ${target}`),
     " ",
     h("button", { type: "button", class: "secondary", onclick: () => (confirm.hidden = true) }, "Cancel"),
@@ -117,21 +131,23 @@ function promotion(traceset, metadataText, reload) {
     button.disabled = true;
     problem.textContent = "";
     next.textContent = "";
-    let bodyText = JSON.stringify({ target });
+    const forced = force.checked ? ',"force":true' : "";
+    let bodyText = `{"target":${JSON.stringify(target)}${forced}}`;
     if (replace.checked) {
       try {
-        parseExact(edited.value);
+        JSON.parse(edited.value); // one JSON value, or the body it goes in would not be JSON
       } catch (error) {
         problem.textContent = `The workloadMetadata is not JSON: ${error.message}.`;
         button.disabled = false;
         return;
       }
-      bodyText = `{"target":${JSON.stringify(target)},"workloadMetadata":${edited.value.trim()}}`;
+      bodyText = `{"target":${JSON.stringify(target)}${forced},"workloadMetadata":${edited.value.trim()}}`;
     }
     try {
       const answer = await api(`/tracesets/${encodeURIComponent(traceset.id)}/promote`, {
         method: "POST",
         bodyText,
+        idempotent: true, // a promotion sent again answers "already": nothing changes twice
         onRetry: waitingBanner().onRetry,
       });
       const said = answer.promotionApplied
@@ -142,7 +158,8 @@ function promotion(traceset, metadataText, reload) {
     } catch (error) {
       // The API's own words, exactly: they say which member or rule refused it.
       problem.textContent = error.message;
-      next.textContent = nextStep(error);
+      next.textContent = PROMOTE_NEXT[error.status] ?? nextStep(error);
+      if (error.status === 409 && traceset.status === "ready") forcing.hidden = false;
       button.disabled = false;
     } finally {
       waitingBanner().done();

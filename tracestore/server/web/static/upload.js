@@ -4,7 +4,7 @@
 // order meanwhile, and the completion carries every part's ETag and each file's SHA-256 for
 // the service to verify. What was sent is kept in localStorage, so after a reload the same
 // files, picked again, finish with only the parts the service does not hold.
-import { api, ApiError, errorOf, fetchRetrying, sleep } from "/static/api.js";
+import { api, ApiError, errorOf, fetchRetrying, sleep, UnansweredError } from "/static/api.js";
 import { Sha256 } from "/static/sha256.js";
 
 export const PUT_CONCURRENCY = 4;
@@ -137,21 +137,47 @@ export function differences(state, files) {
 
 // ---- the flow ----
 
-// POST /tracesets/upload-url for the files with the metadata's JSON text as written; the
-// upload's state is saved before any part goes. Returns { session, state }.
-export async function startUpload({ name, files, metadataText, signal, onRetry }) {
-  const request = {
-    name,
-    files: files.map((f) => ({ name: f.name, size: f.size, role: f.role })),
-  };
+// The body of upload-url (and of its dry run) for the files, with the metadata's JSON text
+// as written (it must be one JSON value: JSON.parse it first).
+export function uploadRequestText({ name, files, metadataText }) {
+  const request = { name, files: files.map((f) => ({ name: f.name, size: f.size, role: f.role })) };
   const json = JSON.stringify(request);
-  const bodyText = metadataText ? `${json.slice(0, -1)},"workloadMetadata":${metadataText}}` : json;
-  const session = await api("/tracesets/upload-url", {
+  return metadataText ? `${json.slice(0, -1)},"workloadMetadata":${metadataText}}` : json;
+}
+
+// upload-url's dry run (POST /tracesets/upload-url/check) of what startUpload would send:
+// { valid, rankCount }, or the ApiError upload-url would answer. It creates nothing, so it
+// is retried like a read.
+export function checkUpload({ name, files, metadataText, signal, onRetry }) {
+  return api("/tracesets/upload-url/check", {
     method: "POST",
-    bodyText,
+    bodyText: uploadRequestText({ name, files, metadataText }),
+    idempotent: true,
     signal,
     onRetry,
   });
+}
+
+// POST /tracesets/upload-url: the upload's state is saved before any part goes. Returns
+// { session, state }. Sent once: a failure after it went may have created the traceset
+// (UnansweredError, worded here for the person who pressed Upload).
+export async function startUpload({ name, files, metadataText, signal, onRetry }) {
+  let session;
+  try {
+    session = await api("/tracesets/upload-url", {
+      method: "POST",
+      bodyText: uploadRequestText({ name, files, metadataText }),
+      signal,
+      onRetry,
+    });
+  } catch (error) {
+    if (!(error instanceof UnansweredError)) throw error;
+    throw new UnansweredError(
+      `The request to start the upload went out but no answer came back (${error.cause?.message}). ` +
+        `The service may have created the traceset ${JSON.stringify(name)} (status uploading): ` +
+        "look for it in the list before you upload again. The page did not send the request twice.",
+    );
+  }
   const state = {
     uploadId: session.uploadId,
     tracesetId: session.tracesetId,
@@ -406,6 +432,7 @@ async function complete(uploadId, etags, hashes, { signal, onRetry }) {
       return await api("/tracesets/upload-url/complete", {
         method: "POST",
         body: { uploadId, files },
+        idempotent: true, // a completed session answers its traceset again
         signal,
         onRetry,
       });

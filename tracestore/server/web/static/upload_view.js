@@ -1,17 +1,15 @@
 // The upload view: pick or drop a folder, describe the workload (a metadata file or a small
-// form checked with the service's own rules and words), watch each file go, and pick the same
-// folder again to finish an upload a reload cut short. mountUploadView is the seam the page's
-// router calls (docs/web.md, "Uploading from the browser").
+// form), see the service's verdict on the upload as you type (upload-url's dry run, in its
+// own words), watch each file go, and pick the same folder again to finish an upload a reload
+// cut short. mountUploadView is the seam the page's router calls (docs/web.md, "Uploading
+// from the browser").
 import { ApiError } from "/static/api.js";
+import { h } from "/static/dom.js";
+import { isAbort } from "/static/errors.js";
+import { bytes } from "/static/format.js";
+import { progressPanel } from "/static/upload_progress.js";
 import {
-  checkUploadMetadata,
-  DEGREES,
-  metadataFromFields,
-  parseJson,
-  RuleError,
-  writeJson,
-} from "/static/metadata_rules.js";
-import {
+  checkUpload,
   continueUpload,
   differences,
   filesOfDrop,
@@ -30,29 +28,33 @@ const CSS = "/static/upload.css";
 let active = null;
 // The view mounted last: where an upload that finishes reports.
 let mounted = null;
-const FORM_DEGREES = [...DEGREES, "cp", "fsdp"];
+// The form's degrees: the five whose product is the rank count, then cp and fsdp (stored).
+const FORM_DEGREES = ["dp", "tp", "sp", "ep", "pp", "cp", "fsdp"];
+const DESCRIPTIVE = ["workload_family", "workload_name", "precision"];
+// How long typing pauses before the service is asked for its verdict.
+const ASK_AFTER_MS = 300;
+const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?$/;
 
-function el(tag, attributes = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attributes)) {
-    if (value === false || value === undefined || value === null) continue;
-    if (key === "class") node.className = value;
-    else if (key === "text") node.textContent = value;
-    else node.setAttribute(key, value === true ? "" : value);
-  }
-  for (const child of children) if (child) node.append(child);
-  return node;
-}
-
-function sizeText(bytes) {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let value = bytes;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit++;
-  }
-  return unit ? `${value.toFixed(1)} ${units[unit]}` : `${bytes} B`;
+// The JSON text of the metadata the form's fields describe, or null: a degree or the rank
+// count as written when it is a JSON number (so 2.0 and 0 meet the service's rules as numbers,
+// 12345678901234567891 keeps its digits), any other text as a string, which the rules refuse
+// by name; the descriptive members (snake_case, as promotion and the list filters read them)
+// as strings. Empty fields are left out, and so are empty objects.
+export function formMetadataText(values) {
+  const filled = (names) => names.filter((name) => (values[name] ?? "").trim());
+  const member = (name, text) => `${JSON.stringify(name)}:${text}`;
+  const number = (name) => {
+    const text = values[name].trim();
+    return member(name, JSON_NUMBER.test(text) ? text : JSON.stringify(text));
+  };
+  const object = (members) => (members.length ? `{${members.join(",")}}` : null);
+  const shape = object(filled(["rankCount"]).map(number));
+  const parallelism = object(filled(FORM_DEGREES).map(number));
+  return object([
+    ...filled(DESCRIPTIVE).map((name) => member(name, JSON.stringify(values[name].trim()))),
+    ...(shape ? [member("shape", shape)] : []),
+    ...(parallelism ? [member("parallelism", parallelism)] : []),
+  ]);
 }
 
 function messageOf(error) {
@@ -64,72 +66,16 @@ function messageOf(error) {
 
 function ensureStylesheet() {
   if (!document.querySelector(`link[href="${CSS}"]`)) {
-    document.head.append(el("link", { rel: "stylesheet", href: CSS }));
+    document.head.append(h("link", { rel: "stylesheet", href: CSS }));
   }
-}
-
-// A progress area: one bar overall and one per file, a status line, and retry/stop buttons.
-function progressPanel(files) {
-  const overall = el("progress", { max: 1, value: 0, "aria-label": "Overall progress" });
-  const overallText = el("span", { class: "upload-numbers" });
-  const status = el("p", { class: "upload-status", role: "status" });
-  const error = el("p", { class: "error", role: "alert" });
-  const rows = new Map();
-  const list = el("ul", { class: "upload-files" });
-  for (const file of files) {
-    const bar = el("progress", { max: file.size || 1, value: 0, "aria-label": file.name });
-    const numbers = el("span", { class: "upload-numbers" });
-    list.append(el("li", {}, el("span", { class: "upload-name", text: file.name }), bar, numbers));
-    rows.set(file.name, { bar, numbers, size: file.size });
-  }
-  const actions = el("div", { class: "upload-actions" });
-  const root = el(
-    "section",
-    { class: "upload-progress", "aria-label": "Upload progress" },
-    el("div", { class: "upload-overall" }, el("strong", { text: "Overall" }), overall, overallText),
-    status,
-    error,
-    actions,
-    list,
-  );
-  let frame = 0;
-  let latest = null;
-  const paint = () => {
-    frame = 0;
-    const { files: perFile, done, total } = latest;
-    overall.max = total || 1;
-    overall.value = total ? done : 1;
-    overallText.textContent = `${sizeText(done)} of ${sizeText(total)}`;
-    for (const [name, p] of Object.entries(perFile)) {
-      const row = rows.get(name);
-      if (!row) continue;
-      row.bar.max = p.size || 1;
-      row.bar.value = p.size ? p.done : 1;
-      row.numbers.textContent = p.done >= p.size ? "sent" : `${sizeText(p.done)} of ${sizeText(p.size)}`;
-    }
-  };
-  return {
-    root,
-    actions,
-    progress(update) {
-      latest = update;
-      if (!frame) frame = requestAnimationFrame(paint);
-    },
-    status(text) {
-      status.textContent = text ?? "";
-    },
-    error(text) {
-      error.textContent = text ?? "";
-    },
-  };
 }
 
 export function mountUploadView(container, { onUploaded } = {}) {
   ensureStylesheet();
   container.replaceChildren();
-  const view = el("section", { class: "upload-view" }, el("h1", { text: "Upload a traceset" }));
+  const view = h("section", { class: "upload-view" }, h("h1", {}, "Upload a traceset"));
   container.append(view);
-  const unfinished = el("div", { class: "upload-unfinished" });
+  const unfinished = h("div", { class: "upload-unfinished" });
   view.append(unfinished);
 
   // Run an upload (start or continue) in a progress panel; offers to try again on failure.
@@ -138,8 +84,11 @@ export function mountUploadView(container, { onUploaded } = {}) {
     where.replaceChildren(panel.root);
     const controller = new AbortController();
     active = { panel, files: panelFiles };
-    const stop = el("button", { type: "button", text: "Stop" });
-    stop.addEventListener("click", () => controller.abort(new Error("Stopped; what was sent is kept")));
+    const stop = h(
+      "button",
+      { type: "button", onclick: () => controller.abort(new Error("Stopped; what was sent is kept")) },
+      "Stop",
+    );
     panel.actions.replaceChildren(stop);
     panel.status("Uploading…");
     try {
@@ -148,7 +97,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
         onWaiting: (text) => panel.status(text ?? "Uploading…"),
         signal: controller.signal,
       });
-      panel.status(`Uploaded ${traceset.name}: ${traceset.fileCount} files, ${sizeText(traceset.totalSize)}, ${traceset.status}`);
+      panel.status(`Uploaded ${traceset.name}: ${traceset.fileCount} files, ${bytes(traceset.totalSize)}, ${traceset.status}`);
       panel.actions.replaceChildren();
       // A continued upload's card goes with its saved state; its outcome stays in view.
       if (unfinished.contains(panel.root)) mainPlace.replaceChildren(panel.root);
@@ -160,8 +109,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
     } catch (error) {
       panel.status("");
       panel.error(messageOf(error));
-      const again = el("button", { type: "button", text: "Try again" });
-      again.addEventListener("click", () => retry());
+      const again = h("button", { type: "button", onclick: () => retry() }, "Try again");
       const resumable = savedUploads().some((s) => s.uploadId === panelFiles.state?.uploadId);
       panel.actions.replaceChildren(...(resumable ? [again] : []));
       showUnfinished();
@@ -189,32 +137,32 @@ export function mountUploadView(container, { onUploaded } = {}) {
   function unfinishedCard(state) {
     const sent = Object.values(state.etags ?? {}).reduce((n, parts) => n + Object.keys(parts).length, 0);
     const total = state.files.reduce((n, f) => n + f.size, 0);
-    const folder = el("input", { type: "file", webkitdirectory: true, "aria-label": `Folder for ${state.name}` });
+    const folder = h("input", { type: "file", webkitdirectory: true, "aria-label": `Folder for ${state.name}` });
     const hasSupporting = state.files.some((f) => f.role === "supporting");
-    const extra = el("input", { type: "file", multiple: true, "aria-label": `Supporting files for ${state.name}` });
-    const problem = el("p", { class: "error", role: "alert" });
-    const place = el("div");
-    const card = el(
-      "div",
-      { class: "upload-card" },
-      el("h2", { text: `Unfinished upload: ${state.name}` }),
-      el("p", {
-        text:
-          `${state.files.length} files, ${sizeText(total)}, ${sent} parts sent, started ` +
-          `${new Date(state.startedAt).toLocaleString()}. The browser cannot reopen files by ` +
-          "itself: pick the same folder again to send the rest.",
-      }),
-      el("label", {}, "Pick the folder again ", folder),
-      hasSupporting ? el("label", {}, " and its supporting files ", extra) : null,
-      problem,
-      place,
-    );
-    const forget = el("button", { type: "button", class: "secondary", text: "Forget it" });
-    forget.addEventListener("click", () => {
+    const extra = h("input", { type: "file", multiple: true, "aria-label": `Supporting files for ${state.name}` });
+    const problem = h("p", { class: "error", role: "alert" });
+    const place = h("div");
+    const forget = () => {
       forgetUpload(state.uploadId);
       card.remove();
-    });
-    card.append(forget);
+    };
+    const card = h(
+      "div",
+      { class: "upload-card" },
+      h("h2", {}, `Unfinished upload: ${state.name}`),
+      h(
+        "p",
+        {},
+        `${state.files.length} files, ${bytes(total)}, ${sent} parts sent, started ` +
+          `${new Date(state.startedAt).toLocaleString()}. The browser cannot reopen files by ` +
+          "itself: pick the same folder again to send the rest.",
+      ),
+      h("label", {}, "Pick the folder again ", folder),
+      hasSupporting && h("label", {}, " and its supporting files ", extra),
+      problem,
+      place,
+      h("button", { type: "button", class: "secondary", onclick: forget }, "Forget it"),
+    );
     const tryContinue = () => {
       const files = [
         ...filesOfInput(folder.files ?? [], "primary"),
@@ -240,25 +188,25 @@ export function mountUploadView(container, { onUploaded } = {}) {
 
   let primary = [];
   let folderName = "";
-  const drop = el("div", { class: "upload-drop" });
-  const folderInput = el("input", { type: "file", webkitdirectory: true, "aria-label": "Choose a folder" });
+  const drop = h("div", { class: "upload-drop" });
+  const folderInput = h("input", { type: "file", webkitdirectory: true, "aria-label": "Choose a folder" });
   drop.append(
-    el("p", { text: "Drop a folder here, or " }),
-    el("label", { class: "button-like" }, "Choose a folder", folderInput),
+    h("p", {}, "Drop a folder here, or "),
+    h("label", { class: "button-like" }, "Choose a folder", folderInput),
   );
-  const pickedText = el("p", { class: "upload-picked", role: "status" });
-  const supportingInput = el("input", { type: "file", multiple: true });
-  const nameInput = el("input", { name: "name", required: true, maxlength: 255 });
+  const pickedText = h("p", { class: "upload-picked", role: "status" });
+  const supportingInput = h("input", { type: "file", multiple: true });
+  const nameInput = h("input", { name: "name", required: true, maxlength: 255 });
 
-  const fromFile = el("input", { type: "radio", name: "metadataFrom", value: "file" });
-  const fromForm = el("input", { type: "radio", name: "metadataFrom", value: "form", checked: true });
-  const metadataFile = el("input", { type: "file", accept: ".json,application/json" });
+  const fromFile = h("input", { type: "radio", name: "metadataFrom", value: "file" });
+  const fromForm = h("input", { type: "radio", name: "metadataFrom", value: "form", checked: true });
+  const metadataFile = h("input", { type: "file", accept: ".json,application/json" });
   const fields = {};
   const field = (key, label, attributes = {}) => {
-    fields[key] = el("input", { name: key, inputmode: attributes.inputmode, autocomplete: "off" });
-    return el("label", {}, label, " ", fields[key]);
+    fields[key] = h("input", { name: key, inputmode: attributes.inputmode, autocomplete: "off" });
+    return h("label", {}, label, " ", fields[key]);
   };
-  const formFields = el(
+  const formFields = h(
     "div",
     { class: "upload-fields" },
     field("rankCount", "Rank count", { inputmode: "numeric" }),
@@ -267,23 +215,23 @@ export function mountUploadView(container, { onUploaded } = {}) {
     field("workload_name", "Workload name"),
     field("precision", "Precision"),
   );
-  const fileFields = el("div", { class: "upload-fields", hidden: true }, el("label", {}, "Metadata JSON file ", metadataFile));
-  const verdict = el("p", { class: "upload-verdict", role: "status" });
-  const refusal = el("p", { class: "error", role: "alert" });
-  const submit = el("button", { type: "submit", text: "Upload" });
-  const form = el(
+  const fileFields = h("div", { class: "upload-fields", hidden: true }, h("label", {}, "Metadata JSON file ", metadataFile));
+  const verdict = h("p", { class: "upload-verdict", role: "status" });
+  const refusal = h("p", { class: "error", role: "alert" });
+  const submit = h("button", { type: "submit" }, "Upload");
+  const form = h(
     "form",
     { class: "upload-form" },
     drop,
     pickedText,
-    el("label", {}, "Supporting files (optional) ", supportingInput),
-    el("label", {}, "Traceset name ", nameInput),
-    el(
+    h("label", {}, "Supporting files (optional) ", supportingInput),
+    h("label", {}, "Traceset name ", nameInput),
+    h(
       "fieldset",
       {},
-      el("legend", { text: "Workload metadata" }),
-      el("label", {}, fromForm, " Fill in"),
-      el("label", {}, fromFile, " From a JSON file"),
+      h("legend", {}, "Workload metadata"),
+      h("label", {}, fromForm, " Fill in"),
+      h("label", {}, fromFile, " From a JSON file"),
       formFields,
       fileFields,
       verdict,
@@ -291,7 +239,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
     refusal,
     submit,
   );
-  const mainPlace = el("div");
+  const mainPlace = h("div");
   view.append(mainPlace, form);
 
   let metadataText = null; // the file's text when a file is the source
@@ -299,53 +247,92 @@ export function mountUploadView(container, { onUploaded } = {}) {
 
   const supporting = () => filesOfInput(supportingInput.files ?? [], "supporting");
   const allFiles = () => [...primary, ...supporting()];
+  const uploadName = () => nameInput.value.trim() || folderName || "traceset";
 
   function describePicked() {
     const files = allFiles();
     const total = files.reduce((n, f) => n + f.size, 0);
     pickedText.textContent = files.length
-      ? `${files.length} files, ${sizeText(total)}${folderName ? ` from ${folderName}` : ""}`
+      ? `${files.length} files, ${bytes(total)}${folderName ? ` from ${folderName}` : ""}`
       : "";
     if (folderName && !nameInput.value) nameInput.value = folderName;
   }
 
-  // The metadata as { value, text } (text as it will be sent), or throws RuleError/SyntaxError.
-  function metadata() {
-    if (fromFile.checked) {
-      if (metadataFileError) throw new RuleError(metadataFileError);
-      if (metadataText === null) return { value: null, text: null };
-      return { value: parseJson(metadataText), text: metadataText.trim() };
+  // The upload the form describes now: { name, files, metadataText } (the metadata's JSON text
+  // as it will be sent, or null), or throws an Error saying why there is none to ask about.
+  function described() {
+    const files = allFiles();
+    if (!fromFile.checked) {
+      const values = Object.fromEntries(Object.entries(fields).map(([k, input]) => [k, input.value]));
+      return { name: uploadName(), files, metadataText: formMetadataText(values) };
     }
-    const values = Object.fromEntries(Object.entries(fields).map(([k, input]) => [k, input.value]));
-    const value = metadataFromFields(values);
-    return { value, text: value === null ? null : writeJson(value) };
+    if (metadataFileError) throw new Error(metadataFileError);
+    if (metadataText !== null) {
+      try {
+        JSON.parse(metadataText); // one JSON value: it goes into the request as written
+      } catch (error) {
+        throw new Error(`The metadata file is not JSON: ${error.message}`);
+      }
+    }
+    return { name: uploadName(), files, metadataText: metadataText?.trim() ?? null };
   }
 
-  // The rules' verdict as the service would give it; the metadata, or null when refused.
-  function check() {
-    const hasPrimary = allFiles().some((f) => f.role === "primary") || !allFiles().length;
-    try {
-      const chosen = metadata();
-      const rankCount = checkUploadMetadata(chosen.value, { hasPrimaryFiles: hasPrimary });
-      verdict.classList.remove("error");
-      verdict.textContent = rankCount === null ? "No rank count declared." : `Rank count: ${rankCount}`;
-      return chosen;
-    } catch (error) {
-      verdict.classList.add("error");
-      verdict.textContent =
-        error instanceof SyntaxError ? `The metadata file is not JSON: ${error.message}` : error.message;
+  function sayVerdict(text, refused) {
+    verdict.classList.toggle("error", refused);
+    verdict.textContent = text;
+  }
+
+  // The service's verdict on the upload the form describes (upload-url's dry run), shown in
+  // its words: the upload described, or null when there is none or the service refuses it.
+  // A question still waiting when another is asked is dropped.
+  let asking = null;
+  let askTimer = 0;
+  async function askService() {
+    clearTimeout(askTimer);
+    asking?.abort();
+    if (!allFiles().length) {
+      sayVerdict("Pick or drop a folder: the service then checks the upload, its metadata included.", false);
       return null;
     }
+    let upload;
+    try {
+      upload = described();
+    } catch (error) {
+      sayVerdict(error.message, true);
+      return null;
+    }
+    const controller = new AbortController();
+    asking = controller;
+    verdict.setAttribute("aria-busy", "true");
+    try {
+      const answer = await checkUpload({ ...upload, signal: controller.signal });
+      sayVerdict(answer.rankCount === null ? "No rank count declared." : `Rank count: ${answer.rankCount}`, false);
+      return upload;
+    } catch (error) {
+      if (controller.signal.aborted || isAbort(error)) return null;
+      sayVerdict(error instanceof ApiError ? error.message : String(error?.message ?? error), true);
+      return null;
+    } finally {
+      if (asking === controller) {
+        asking = null;
+        verdict.removeAttribute("aria-busy");
+      }
+    }
   }
+  const askSoon = () => {
+    clearTimeout(askTimer);
+    askTimer = setTimeout(askService, ASK_AFTER_MS);
+  };
 
   const showSource = () => {
     formFields.hidden = fromFile.checked;
     fileFields.hidden = !fromFile.checked;
-    check();
+    askSoon();
   };
   fromFile.addEventListener("change", showSource);
   fromForm.addEventListener("change", showSource);
-  formFields.addEventListener("input", check);
+  formFields.addEventListener("input", askSoon);
+  nameInput.addEventListener("input", askSoon);
   metadataFile.addEventListener("change", async () => {
     const file = metadataFile.files?.[0];
     metadataText = null;
@@ -357,17 +344,17 @@ export function mountUploadView(container, { onUploaded } = {}) {
         metadataFileError = `${file.name} could not be read: ${error.message}`;
       }
     }
-    check();
+    askSoon();
   });
   folderInput.addEventListener("change", () => {
     primary = filesOfInput(folderInput.files ?? [], "primary");
     folderName = folderOfInput(folderInput.files ?? []);
     describePicked();
-    check();
+    askSoon();
   });
   supportingInput.addEventListener("change", () => {
     describePicked();
-    check();
+    askSoon();
   });
   drop.addEventListener("dragover", (event) => {
     event.preventDefault();
@@ -386,7 +373,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
       refusal.textContent = `The drop could not be read: ${error.message}`;
     }
     describePicked();
-    check();
+    askSoon();
   });
 
   form.addEventListener("submit", async (event) => {
@@ -396,32 +383,29 @@ export function mountUploadView(container, { onUploaded } = {}) {
       refusal.textContent = "An upload is already running; wait for it or stop it first";
       return;
     }
-    const files = allFiles();
-    if (!files.length) {
+    if (!allFiles().length) {
       refusal.textContent = "Nothing to upload: pick or drop a folder first";
       return;
     }
-    const chosen = check();
-    if (!chosen) {
-      refusal.textContent = verdict.textContent;
-      return;
-    }
-    const name = nameInput.value.trim() || folderName || "traceset";
     submit.disabled = true;
     try {
+      // Asked once more, for exactly what is sent: the service's verdict, before anything is created.
+      const upload = await askService();
+      if (!upload) {
+        refusal.textContent = verdict.textContent;
+        return;
+      }
       await run(
-        files,
+        upload.files,
         async (hooks) => {
           const { session, state } = await startUpload({
-            name,
-            files,
-            metadataText: chosen.text,
+            ...upload,
             signal: hooks.signal,
             onRetry: (attempt, delay) =>
               hooks.onWaiting(`Asking for upload URLs: no answer yet; trying again in ${(delay / 1000).toFixed(1)} s`),
           });
-          files.state = state;
-          return sendAndComplete({ session, files, state, ...hooks });
+          upload.files.state = state;
+          return sendAndComplete({ session, files: upload.files, state, ...hooks });
         },
         mainPlace,
       );
@@ -433,5 +417,5 @@ export function mountUploadView(container, { onUploaded } = {}) {
   mounted = { onUploaded, view };
   if (active) mainPlace.append(active.panel.root);
   showUnfinished();
-  check();
+  askService();
 }
