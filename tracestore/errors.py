@@ -23,6 +23,11 @@ def quoted(value: str, limit: int = QUOTE_LIMIT) -> str:
     return shortened(repr(value), limit)
 
 
+# How the service's 404 for a path that no route serves begins (``No route GET /x``): the
+# client tells it from a 404 about a traceset or a file that does not exist.
+NO_ROUTE = "No route"
+
+
 class TracestoreError(Exception):
     """Base of every error tracestore reports; carries status, code, message, request id."""
 
@@ -183,6 +188,19 @@ class NetworkError(TracestoreError):
 
     status = 0
     code = "NETWORK_ERROR"
+
+
+class NoServiceAtUrl(NotFound):
+    """A 404 for a route every tracestore service has: nothing at the client's URL serves
+    the API (a wrong path, or another web server at that address)."""
+
+    code = "NO_SERVICE_AT_URL"
+
+
+class RouteNotOffered(NotFound):
+    """The service at the URL answers, but has no such route (an older version)."""
+
+    code = "ROUTE_NOT_OFFERED"
 
 
 class IntegrityError(TracestoreError):

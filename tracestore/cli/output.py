@@ -35,6 +35,9 @@ NEXT_STEPS: dict[str, str] = {
     "NOT_FOUND": "Check the id with `tracestore ls` (another workspace's tracesets are not "
     "visible to you).",
     "METHOD_NOT_ALLOWED": "The service does not offer this operation; is it an older version?",
+    "ROUTE_NOT_OFFERED": "The service does not offer this operation; is it an older version?",
+    "NO_SERVICE_AT_URL": "Check --url / TRACESTORE_URL: the service's root, as `tracestore "
+    "serve` prints it (for example http://127.0.0.1:8000), not a page or an API path.",
     "MULTIPLE_CHOICES": "The prefix matches several; give more characters or one of the ids "
     "the message names.",
     "CONFLICT": "The traceset is not in a state that allows this; check it with "

@@ -24,8 +24,17 @@ from tracestore.client.transfers import (
     api_error,
     body_text,
     network_error,
+    unreached_error,
 )
-from tracestore.errors import Conflict, InternalError, NetworkError, TracestoreError
+from tracestore.errors import (
+    NO_ROUTE,
+    Conflict,
+    InternalError,
+    NoServiceAtUrl,
+    NotFound,
+    RouteNotOffered,
+    TracestoreError,
+)
 
 API_PREFIX = "/api/v1"
 API = API_PREFIX + "/tracesets"
@@ -69,6 +78,17 @@ def _answer(response: httpx.Response, model: type[Answer]) -> Answer:
         ) from None
 
 
+def _unrouted(response: httpx.Response) -> bool:
+    """Whether a 404 says that no route matched (a tracestore's ``No route`` or no error
+    envelope at all: another web server), rather than that a traceset or file is missing."""
+    try:
+        error = response.json().get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+    except (ValueError, AttributeError):
+        message = None
+    return not isinstance(message, str) or message.startswith(NO_ROUTE)
+
+
 def _segment(value: str) -> str:
     """An id as one URL path segment (a stray ``/`` or ``..`` never changes the route)."""
     return quote(value, safe="")
@@ -99,9 +119,15 @@ def service_base_url(url: str) -> str:
     except (httpx.InvalidURL, TypeError, ValueError):
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        given = url.strip()
+        hint = (
+            f": did you mean http://{given}?"
+            if given and "://" not in given
+            else " (for example http://127.0.0.1:8000)"
+        )
         raise ValueError(
             f"The service URL must start with http:// or https:// and name a host, got "
-            f"{url!r} (for example http://127.0.0.1:8000)"
+            f"{url!r}{hint}"
         )
     base = str(parsed.copy_with(query=None, fragment=None)).rstrip("/")
     return base.removesuffix(API_PREFIX).rstrip("/")
@@ -176,6 +202,7 @@ class ApiClient:
             headers["Content-Type"] = "application/json"
         tries = self.retry.tries()
         while True:
+            began = time.monotonic()
             try:
                 response = self.http.request(
                     method,
@@ -184,7 +211,8 @@ class ApiClient:
                     content=content,
                     headers=headers,
                     # An injected client (a TestClient) keeps its own timeouts.
-                    timeout=timeout or self._timeout
+                    # An injected client (a TestClient) keeps its own timeouts.
+                    timeout=self._request_timeout(timeout)
                     if self._owns_http
                     else httpx.USE_CLIENT_DEFAULT,
                 )
@@ -195,18 +223,62 @@ class ApiClient:
                 if not (idempotent or connecting):
                     raise error from None
                 if connecting and not self.reached:
-                    error = NetworkError(
-                        f"{error.message}; nothing has answered at {self.base_url}"
-                    )
-                tries.failed(error, reached=self.reached or not connecting)
+                    error = unreached_error(exc, self.base_url)
+                tries.failed(
+                    error,
+                    reached=self.reached or not connecting,
+                    since=began if connecting else None,
+                )
                 continue
             self.reached = True
             if response.status_code < 400:
                 return response
             error = api_error(response)
+            if response.status_code == 404 and _unrouted(response):
+                raise self._unrouted_error(path, response)
             if not (idempotent and response.status_code in RETRY_STATUSES):
                 raise error
             tries.failed(error)
+
+    def _unrouted_error(self, path: str, response: httpx.Response) -> NotFound:
+        """A 404 that no route of the API answered: the URL has no tracestore API (the
+        listing, which every version serves, is not there either) or the service is an
+        older one without ``path``."""
+        asked = f"{response.request.method} {response.request.url.path}"
+        request_id = response.headers.get("x-request-id")
+        if path != API and self._serves_listing():
+            return RouteNotOffered(
+                f"The service at {self.base_url} does not offer {asked}", request_id=request_id
+            )
+        return NoServiceAtUrl(
+            f"No tracestore API at {self.base_url} ({asked} answered 404 Not Found)",
+            request_id=request_id,
+        )
+
+    def _serves_listing(self) -> bool:
+        """Whether a route every tracestore service has answers at ``base_url``."""
+        try:
+            probe = self.http.get(
+                self.base_url + API,
+                params={"limit": "1"},
+                headers=self._auth,
+                timeout=self._timeout if self._owns_http else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.TransportError:
+            return False
+        return not (probe.status_code == 404 and _unrouted(probe))
+
+    def _request_timeout(self, timeout: httpx.Timeout | None) -> httpx.Timeout:
+        """A request's timeouts: ``timeout`` or the client's, but connecting to a service
+        that has not answered yet takes no longer than the patience it gets (a connection
+        dropped without a word is a wrong address more likely than a slow one)."""
+        chosen = timeout or self._timeout
+        connect = max(1.0, self.retry.unreached_patience)
+        if self.reached or chosen.connect is None or chosen.connect <= connect:
+            return chosen
+        return httpx.Timeout(
+            connect=connect, read=chosen.read, write=chosen.write, pool=chosen.pool
+        )
 
     # --- tracesets ---
 

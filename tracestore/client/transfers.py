@@ -11,6 +11,7 @@ import hashlib
 import math
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -85,7 +86,7 @@ class RetryPolicy:
     base_delay: float = 0.25
     max_delay: float = 5.0
     patience: float = 60.0
-    unreached_patience: float = 3.0
+    unreached_patience: float = 2.5
     on_wait: Callable[[RetryWait], None] | None = field(default=None, compare=False)
 
     def delay(self, attempt: int) -> float:
@@ -139,10 +140,13 @@ class Retries:
     attempt: int = 0
     failing_since: float | None = None
 
-    def failed(self, error: TracestoreError, *, reached: bool = True) -> None:
+    def failed(
+        self, error: TracestoreError, *, reached: bool = True, since: float | None = None
+    ) -> None:
         """Wait before the next try, or raise ``error`` when the policy gives up (sooner
-        when the service was never ``reached``)."""
-        self.failing_since = self.failing_since or time.monotonic()
+        when the service was never ``reached``). ``since``: when the try that failed began,
+        for a try that failed all along (a connection that timed out)."""
+        self.failing_since = self.failing_since or since or time.monotonic()
         if self.policy.gives_up(self.attempt, self.failing_since, reached=reached):
             raise error from None
         left = self.policy.patience_left(self.failing_since, reached)
@@ -181,9 +185,38 @@ def api_error(response: httpx.Response) -> TracestoreError:
 
 
 def network_error(exc: httpx.TransportError, url: httpx.URL | str) -> NetworkError:
+    return NetworkError(f"Cannot reach {_origin(url)}: {exc or type(exc).__name__}")
+
+
+def unreached_error(exc: httpx.TransportError, base_url: str) -> NetworkError:
+    """The error for a service that never answered: what went wrong connecting to
+    ``base_url`` and, in the same line, what of the URL to check."""
+    cause = _os_error(exc)
+    if isinstance(cause, socket.gaierror):
+        host = httpx.URL(base_url).host
+        why = f"no host named {host} is known ({cause.strerror or cause}); check the host name"
+    elif isinstance(cause, ConnectionRefusedError):
+        why = "connection refused; check the port, and that the service is running"
+    elif isinstance(exc, httpx.ConnectTimeout):
+        why = "connecting timed out; check the host and the port (a firewall may drop them)"
+    else:
+        why = f"{exc or type(exc).__name__}; check the host and the port"
+    return NetworkError(f"Nothing has answered at {base_url}: {why}")
+
+
+def _origin(url: httpx.URL | str) -> str:
     where = httpx.URL(str(url))
-    target = f"{where.scheme}://{where.host}" + (f":{where.port}" if where.port else "")
-    return NetworkError(f"Cannot reach {target}: {exc or type(exc).__name__}")
+    return f"{where.scheme}://{where.host}" + (f":{where.port}" if where.port else "")
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The operating system's error under a transport error (httpx and httpcore wrap it)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 # --- local files ---

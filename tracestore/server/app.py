@@ -23,6 +23,7 @@ from starlette.routing import Match, Mount
 from tracestore import __version__, schemas
 from tracestore.errors import (
     ERRORS_BY_STATUS,
+    NO_ROUTE,
     InternalError,
     TracestoreError,
 )
@@ -73,7 +74,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         cls = ERRORS_BY_STATUS.get(exc.status_code, InternalError)
         if exc.status_code == 404:
-            message = f"No route {request.method} {request.url.path}"
+            message = f"{NO_ROUTE} {request.method} {request.url.path}"
         elif exc.status_code == 405:
             message = f"Method {request.method} is not allowed on {request.url.path}"
         else:
