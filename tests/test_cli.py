@@ -413,7 +413,7 @@ def test_promote(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> Non
     refused = run("promote", data["id"], "--target", "public", "--workload-metadata", str(wrong))
     assert refused.exit_code == 1
     assert "rank count 8" in refused.stderr
-    assert NEXT_STEPS["UNPROCESSABLE_ENTITY"] in refused.stderr
+    assert "--workload-metadata FILE` (whole numbers as JSON numbers" in refused.stderr
 
 
 def test_download(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> None:
@@ -650,6 +650,19 @@ def test_upload_says_what_promotion_will_refuse_and_what_was_meant(
         "Warning: stored as given, but promotion will refuse it: "
         'workloadMetadata.shape.global_batch_size must be a whole number of at least 1, got "1024"',
     ]
+    # Promotion refuses it naming the member, and the command says how to promote it.
+    promoted = run("promote", json.loads(warned.stdout)["id"])
+    assert promoted.exit_code == 1
+    lines = promoted.stderr.splitlines()
+    assert lines[0].startswith(
+        "Error: workloadMetadata.shape.global_batch_size must be a whole number of at least 1, "
+        'got "1024" (in the workloadMetadata stored at upload'
+    )
+    assert lines[1] == (
+        "  Promote with the metadata corrected: `tracestore promote --url http://testserver ID "
+        "--workload-metadata FILE` (whole numbers as JSON numbers, snake_case descriptive "
+        "members, the rank count of the upload)."
+    )
     strict = run("upload", str(chakra), "--workload-metadata", str(meta), "--strict")
     assert strict.exit_code == 1
     assert "Error: stored as given, but promotion will refuse it: " in strict.stderr

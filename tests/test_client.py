@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from sqlalchemy import func, select
 
 from tests.uploading import one_part_session
 from tracestore import errors, jsontext, schemas
-from tracestore.client import Client, ProgressEvent, UploadInterrupted
+from tracestore.client import Client, MetadataWarning, ProgressEvent, UploadInterrupted
 from tracestore.schemas import format_timestamp
 from tracestore.server import db
 from tracestore.server.app import create_app
@@ -419,3 +420,22 @@ def test_the_inspection_model_keeps_what_the_server_adds_later() -> None:
     # Written back as it was read: its members, in their order, and none it was not given.
     assert inspection.model_dump(mode="json", by_alias=True) == recorded
     assert list(inspection.model_dump(mode="json", by_alias=True)) == list(recorded)
+
+
+def test_metadata_the_service_warns_of_is_a_metadata_warning(
+    client: Client, tmp_path: Path
+) -> None:
+    # Issue 43, 8: a string global_batch_size was accepted without a word, then refused at
+    # promotion. Upload still accepts it (the seed), but the client says so.
+    path = write(tmp_path / "rank_0.json", b'{"traceEvents": []}')
+    metadata = {"shape": {"rankCount": 1, "global_batch_size": "256"}}
+    with pytest.warns(MetadataWarning) as warned:
+        traceset = client.upload_traceset(path, workload_metadata=metadata)
+    assert traceset.status == "ready"
+    assert [str(w.message) for w in warned] == [
+        "stored as given, but promotion will refuse it: workloadMetadata.shape."
+        'global_batch_size must be a whole number of at least 1, got "256"'
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # metadata promotion takes: no warning at all
+        client.upload_traceset(path, workload_metadata={"shape": {"rankCount": 1}})

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from tests.conftest import TESTDATA, FakeClock
-from tests.tenancy import RANKS_256, person, start_upload, upload_ready
+from tests.tenancy import RANKS_256, UPLOAD_URL, person, start_upload, upload_ready
 from tests.uploading import upload
 from tracestore.server import db
 from tracestore.server.services import Services
@@ -49,6 +49,12 @@ def stored(http: httpx.Client, traceset_id: str) -> dict[str, Any]:
 
 # --- one test per seed sentence on promotion -----------------------------------------
 
+# What a refusal of the metadata upload stored adds: where the member is, and the way on.
+STORED = (
+    " (in the workloadMetadata stored at upload, which keeps members as given); promote with"
+    " workloadMetadata in the request body that corrects it"
+)
+
 
 def test_cp_stored_unchecked_at_upload_makes_promotion_fail(http: TestClient) -> None:
     """'a member that upload stored without checking, such as a cp that is not a whole
@@ -59,8 +65,8 @@ def test_cp_stored_unchecked_at_upload_makes_promotion_fail(http: TestClient) ->
 
     message = error(promote(http, ts["id"]), 422)
 
-    assert (
-        message == "workloadMetadata.parallelism.cp must be a whole number of at least 1, got 2.5"
+    assert message == (
+        "workloadMetadata.parallelism.cp must be a whole number of at least 1, got 2.5" + STORED
     )
     after = stored(http, ts["id"])
     assert after["scope"] == "workspace"
@@ -77,6 +83,7 @@ def test_parallelism_without_any_of_the_five_degrees_is_refused(http: TestClient
 
     assert message == (
         'workloadMetadata.parallelism must hold at least one of dp, tp, sp, ep, pp, got {"cp":2}'
+        + STORED
     )
 
 
@@ -86,7 +93,7 @@ def test_fsdp_that_does_not_divide_dp_is_refused(http: TestClient) -> None:
 
     message = error(promote(http, ts["id"]), 422)
 
-    assert message == "workloadMetadata.parallelism.fsdp 3 must divide dp 8"
+    assert message == "workloadMetadata.parallelism.fsdp 3 must divide dp 8" + STORED
 
 
 def test_shape_rank_count_that_differs_from_the_product_is_refused(http: TestClient) -> None:
@@ -99,7 +106,7 @@ def test_shape_rank_count_that_differs_from_the_product_is_refused(http: TestCli
 
     assert message == (
         "workloadMetadata.shape.rank_count 255 differs from the parallelism product 256"
-        " (dp × tp × sp × ep × pp)"
+        " (dp × tp × sp × ep × pp)" + STORED
     )
 
 
@@ -156,7 +163,9 @@ def test_snake_case_descriptive_members_are_read_camel_case_ignored(http: TestCl
     refused = promote(http, snake["id"])
 
     assert applied.status_code == 200, applied.text
-    assert error(refused, 422) == "workloadMetadata.workload_family must be a string, got 7"
+    assert error(refused, 422) == (
+        "workloadMetadata.workload_family must be a string, got 7" + STORED
+    )
 
 
 # --- the contract ----------------------------------------------------------------------
@@ -507,11 +516,37 @@ def test_a_string_global_batch_size_is_stored_at_upload_and_refused_at_promotion
     members 'as given, whatever their spelling'; promotion reads shape.global_batch_size
     through its typed model (issue 43, item 8: the seed, not the issue, decides upload)."""
     metadata = {"shape": {"rankCount": 256, "global_batch_size": "1024"}}
+    refusal = (
+        'workloadMetadata.shape.global_batch_size must be a whole number of at least 1, got "1024"'
+    )
+    # Accepted, but said at once, in the answer (and by its dry run).
+    files = [{"name": "rank_0.json", "size": 19, "role": "primary"}]
+    body = {"name": "checked", "files": files, "workloadMetadata": metadata}
+    checked = http.post(f"{UPLOAD_URL}/check", json=body)
+    assert checked.status_code == 200, checked.text
+    assert checked.json()["warnings"] == [
+        f"stored as given, but promotion will refuse it: {refusal}"
+    ]
+    assert start_upload(http, metadata)["warnings"] == checked.json()["warnings"]
     ts = upload_ready(http, metadata)
     assert ts["workloadMetadata"] == metadata
 
     message = error(promote(http, ts["id"]), 422)
 
-    assert message == (
-        'workloadMetadata.shape.global_batch_size must be a whole number of at least 1, got "1024"'
-    )
+    # The member, and what to do: the stored metadata cannot change but by promoting with
+    # corrected metadata, which is then taken.
+    assert message == refusal + STORED
+    corrected = {"shape": {"rankCount": 256, "global_batch_size": 1024}}
+    assert promote(http, ts["id"], {"workloadMetadata": corrected}).status_code == 200
+    assert stored(http, ts["id"])["workloadMetadata"] == corrected
+
+
+def test_upload_url_answers_no_warning_for_metadata_promotion_takes(http: TestClient) -> None:
+    assert start_upload(http, RANKS_256)["warnings"] == []
+    near = {"shape": {"rankCount": 8}, "parallelism": {"DP": 8}}
+    assert start_upload(http, near)["warnings"] == [
+        "workloadMetadata.parallelism.DP is not read as a declaration of the rank count: did "
+        "you mean `dp`?",
+        "stored as given, but promotion will refuse it: workloadMetadata.parallelism must hold "
+        'at least one of dp, tp, sp, ep, pp, got {"DP":8}',
+    ]

@@ -393,3 +393,24 @@ def check_promotion_metadata(
             f" a rank count cannot be changed after upload{meant}"
         )
     return model
+
+
+def promotion_refusal(metadata: object, declared: int | None) -> str | None:
+    """What promotion's typed model will refuse in an upload's accepted workloadMetadata
+    (declaring ``declared``), in words; None when promotion takes it as it is. Upload stores
+    every member it does not check as given (the seed), so this is a warning, never a 400."""
+    if not isinstance(metadata, dict):
+        return None
+    try:
+        check_promotion_metadata(metadata, traceset_id="(this upload)", held_rank_count=declared)
+    except UnprocessableEntity as exc:
+        return f"stored as given, but promotion will refuse it: {exc.message}"
+    return None
+
+
+def upload_warnings(metadata: object, declared: int | None) -> list[str]:
+    """What an accepted upload's workloadMetadata holds that will not work as meant: the
+    members spelled near one the rules read (``near_misses``), then what promotion will
+    refuse (``promotion_refusal``). upload-url answers them as ``warnings``."""
+    refusal = promotion_refusal(metadata, declared)
+    return near_misses(metadata) + ([refusal] if refusal else [])

@@ -130,6 +130,26 @@ def test_a_dropped_folder_is_walked_and_named_relative_to_it(served: Served, pag
     assert names[-1] == "ranks/r149.json"
 
 
+def test_metadata_promotion_will_refuse_is_uploaded_with_the_services_warning(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    # Issue 43, 8: a string global_batch_size was accepted without a word, then refused at
+    # promotion. Upload still takes it (the seed), but the page says what the service warns.
+    folder = make_folder(tmp_path / "run", {"trace.json": 500})
+    (tmp_path / "meta.json").write_text('{"shape": {"rankCount": 1, "global_batch_size": "8"}}')
+    open_upload_view(page, served)
+    page.get_by_label("Choose a folder").set_input_files(folder)
+    page.get_by_label("From a JSON file").check()
+    page.get_by_label("Metadata JSON file").set_input_files(tmp_path / "meta.json")
+    warning = page.get_by_role("status").filter(has_text="Rank count: 1")
+    expect(warning).to_contain_text(
+        "Warning: stored as given, but promotion will refuse it: workloadMetadata.shape."
+        'global_batch_size must be a whole number of at least 1, got "8"'
+    )
+    page.get_by_role("button", name="Upload").click()
+    assert upload_done(page)["status"] == "ready"
+
+
 # ---- the service's verdict, before anything is created; its refusal as it words it ----
 
 CHECK = "/api/v1/tracesets/upload-url/check"

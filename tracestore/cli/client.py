@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import shlex
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,6 +115,7 @@ def upload(
 ) -> None:
     """Upload files and directories as one traceset (parallel, resumable, verified)."""
     from tracestore import metadata as rules
+    from tracestore.client import MetadataWarning
     from tracestore.client.transfers import UploadInterrupted
 
     workload_metadata = read_metadata(metadata_file)
@@ -151,22 +153,24 @@ def upload(
                     + _resume_hint(session.upload_id, paths, supporting)
                 )
 
-            traceset = client.upload_traceset(
-                list(paths),
-                name=name,
-                workload_metadata=workload_metadata,
-                role=role,  # type: ignore[arg-type]
-                supporting=list(supporting),
-                workspace_id=workspace_id,
-                tags=tags,
-                ttl_days=ttl_days,
-                description=description,
-                concurrency=concurrency,
-                progress=report.progress,
-                resume_upload_id=resume_id,
-                on_started=started,
-                read_ahead=read_ahead,
-            )
+            with warnings.catch_warnings():  # said above, before sending
+                warnings.simplefilter("ignore", MetadataWarning)
+                traceset = client.upload_traceset(
+                    list(paths),
+                    name=name,
+                    workload_metadata=workload_metadata,
+                    role=role,  # type: ignore[arg-type]
+                    supporting=list(supporting),
+                    workspace_id=workspace_id,
+                    tags=tags,
+                    ttl_days=ttl_days,
+                    description=description,
+                    concurrency=concurrency,
+                    progress=report.progress,
+                    resume_upload_id=resume_id,
+                    on_started=started,
+                    read_ahead=read_ahead,
+                )
     except UploadInterrupted as exc:
         click.echo(f"\nInterrupted; {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
         sys.exit(EXIT_INTERRUPTED)

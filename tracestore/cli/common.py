@@ -215,14 +215,6 @@ def promotion_problems(metadata: Any, declared: int | None) -> list[str]:
     """What promotion's typed model will refuse in an upload's workloadMetadata: upload
     stores every member as given (the seed), so the CLI says so before sending."""
     from tracestore import metadata as rules
-    from tracestore.errors import UnprocessableEntity
 
-    if not isinstance(metadata, dict):
-        return []
-    try:
-        rules.check_promotion_metadata(
-            metadata, traceset_id="(this upload)", held_rank_count=declared
-        )
-    except UnprocessableEntity as exc:
-        return [f"stored as given, but promotion will refuse it: {exc.message}"]
-    return []
+    refusal = rules.promotion_refusal(metadata, declared)
+    return [refusal] if refusal else []

@@ -64,6 +64,9 @@ NEXT_STEPS: dict[str, str] = {
 COMMAND_STEPS: dict[tuple[str, str], str] = {
     ("promote", "FORBIDDEN"): "Promotion to public needs a tenant admin of your tenant: ask "
     "one to promote it.",
+    ("promote", "UNPROCESSABLE_ENTITY"): "Promote with the metadata corrected: `tracestore "
+    "promote ID --workload-metadata FILE` (whole numbers as JSON numbers, snake_case "
+    "descriptive members, the rank count of the upload).",
     ("promote", "CONFLICT"): "Check it with `tracestore validate ID`: a traceset that is not "
     "ready cannot be promoted; one that fails its census can, as it is, with --force.",
 }

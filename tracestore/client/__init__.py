@@ -6,7 +6,7 @@ drives, and the transports that move the bytes. It imports no server dependency.
 
 from __future__ import annotations
 
-from tracestore.client.client import Client
+from tracestore.client.client import Client, MetadataWarning
 from tracestore.client.transfers import (
     ProgressCallback,
     ProgressEvent,
@@ -17,6 +17,7 @@ from tracestore.client.transfers import (
 
 __all__ = [
     "Client",
+    "MetadataWarning",
     "ProgressCallback",
     "ProgressEvent",
     "RetryPolicy",

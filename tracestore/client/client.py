@@ -15,6 +15,7 @@ the envelope's code, each carrying ``status``, ``code``, ``message`` and ``reque
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,13 @@ from tracestore.errors import ValidationError
 from tracestore.ranks import parse_ranks, select_files
 from tracestore.readahead import ReadAhead
 
-__all__ = ["Client"]
+__all__ = ["Client", "MetadataWarning"]
+
+
+class MetadataWarning(UserWarning):
+    """The service accepted an upload's workloadMetadata but warns of a member in it that
+    will not work as meant (a near miss of a member the rules read, or one that promotion
+    will refuse): ``upload_traceset`` issues one per warning of upload-url's answer."""
 
 
 class Client(ApiClient):
@@ -170,7 +177,8 @@ class Client(ApiClient):
         ``read_ahead``, started on the same paths while this process did other things
         (``tracestore.readahead``), spares hashing the parts it already hashed. Raises
         ``UploadIncomplete`` (with the upload id) if it cannot finish, and
-        ``UploadInterrupted`` on Ctrl-C.
+        ``UploadInterrupted`` on Ctrl-C. What the service warns of in the metadata it
+        accepted (a string where promotion reads a number) is a ``MetadataWarning``.
         """
         try:
             given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
@@ -204,6 +212,8 @@ class Client(ApiClient):
                 workload_metadata=workload_metadata,
             )
             started = self.start_upload(request)
+            for warning in started.warnings:
+                warnings.warn(warning, MetadataWarning, stacklevel=2)
             if on_started:
                 on_started(started)
             return self._uploader().send_and_complete(

@@ -124,6 +124,14 @@ class FileUploadUrls(WireModel):
     )
 
 
+UPLOAD_WARNINGS = (
+    "What the accepted workloadMetadata holds that will not work as meant, in words: a member "
+    "spelled near one the rules read (did you mean ...?), or one that upload stores as given "
+    "but promotion will refuse (a shape.global_batch_size given as a string). Upload does not "
+    "refuse them (upload checks only the rank count)"
+)
+
+
 class UploadUrlResponse(WireModel):
     upload_id: str
     traceset_id: str
@@ -131,6 +139,10 @@ class UploadUrlResponse(WireModel):
     expires_at: Timestamp
     part_size: int
     files: list[FileUploadUrls]
+    warnings: list[str] = Field(
+        default_factory=list,
+        description=UPLOAD_WARNINGS + "; upload-url's alone (the resume view answers none)",
+    )
 
 
 class UploadCheckAnswer(WireModel):
@@ -141,6 +153,7 @@ class UploadCheckAnswer(WireModel):
     rank_count: int | None = Field(
         description="The rank count the workloadMetadata declares (rankCountDerived), or null"
     )
+    warnings: list[str] = Field(default_factory=list, description=UPLOAD_WARNINGS)
 
 
 class UploadSessionResponse(UploadUrlResponse):

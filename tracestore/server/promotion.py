@@ -60,6 +60,21 @@ def _checked_new_metadata(given: Any, traceset_id: str, held: int | None) -> Non
     metadata.check_promotion_metadata(given, traceset_id=traceset_id, held_rank_count=held)
 
 
+def _check_stored_metadata(traceset: db.Traceset) -> None:
+    """Promotion's checks (422) of the workloadMetadata upload stored: as given, members it
+    does not check included; the refusal says how to promote all the same."""
+    stored = jsontext.loads(traceset.metadata_text or "null")
+    try:
+        metadata.check_promotion_metadata(
+            stored, traceset_id=traceset.id, held_rank_count=traceset.rank_count
+        )
+    except UnprocessableEntity as exc:
+        raise UnprocessableEntity(
+            f"{exc.message} (in the workloadMetadata stored at upload, which keeps members as "
+            "given); promote with workloadMetadata in the request body that corrects it"
+        ) from None
+
+
 # The recorded checks that judge a traceset at promotion. New metadata in the body is
 # judged on rank_census alone: the others judged the degrees it replaces, and the rank count
 # the census counts against cannot change.
@@ -127,10 +142,7 @@ def promote_traceset(
                 "send workloadMetadata in the request body"
             )
         if given is None:
-            stored = jsontext.loads(traceset.metadata_text or "null")
-            metadata.check_promotion_metadata(
-                stored, traceset_id=traceset.id, held_rank_count=traceset.rank_count
-            )
+            _check_stored_metadata(traceset)
         else:
             _checked_new_metadata(given, traceset.id, traceset.rank_count)
         if not request.force:

@@ -54,6 +54,7 @@ class CheckedUpload(NamedTuple):
     request: schemas.TracesetUploadUrlRequest
     rank_count: int | None
     workspace_id: str
+    warnings: list[str]
 
 
 def checked_upload(services: Services, principal: Principal, body: bytes) -> CheckedUpload:
@@ -76,7 +77,8 @@ def checked_upload(services: Services, principal: Principal, body: bytes) -> Che
     if workspace_id is None:
         raise ValidationError("workspaceId is required: the caller has no default workspace")
     principal.require_member(workspace_id)
-    return CheckedUpload(request, rank_count, workspace_id)
+    warnings = metadata.upload_warnings(request.workload_metadata, rank_count)
+    return CheckedUpload(request, rank_count, workspace_id, warnings)
 
 
 def check_upload(
@@ -85,7 +87,7 @@ def check_upload(
     """upload-url's dry run: its checks of ``body`` and nothing else (nothing stored or
     staged, no id drawn); the same error where upload-url would refuse the body."""
     checked = checked_upload(services, principal, body)
-    return schemas.UploadCheckAnswer(rank_count=checked.rank_count)
+    return schemas.UploadCheckAnswer(rank_count=checked.rank_count, warnings=checked.warnings)
 
 
 def start_upload(
@@ -93,7 +95,7 @@ def start_upload(
 ) -> schemas.UploadUrlResponse:
     """Check everything first, then create the traceset, its session and the part URLs
     (on ``base_url``, where the caller reaches the service, for the embedded store)."""
-    request, rank_count, workspace_id = checked_upload(services, principal, body)
+    request, rank_count, workspace_id, warnings = checked_upload(services, principal, body)
     settings = services.settings
     now = services.now()
     traceset_id = new_id("ts")
@@ -156,6 +158,7 @@ def start_upload(
         # The answer first: it reads nothing stored, and if it fails nothing is written.
         named = [(spec.name, stage) for spec, stage in zip(request.files, staged, strict=True)]
         answer = _session_view(services, upload, named, base_url, with_received=False)
+        answer.warnings = warnings
         # One transaction of three inserts, one per table: neither the unit of work's
         # flushes (a fifth of the request) nor the ORM's bulk insert (a fifth of what was
         # left) is needed for rows this function writes whole, nor on SQLite Core's

@@ -277,9 +277,11 @@ export function mountUploadView(container, { onUploaded } = {}) {
     return { name: uploadName(), files, metadataText: metadataText?.trim() ?? null };
   }
 
-  function sayVerdict(text, refused) {
+  // The verdict, and what the service warns of in metadata it accepts (a member promotion
+  // will refuse, a near miss of one it reads), each on a line of its own.
+  function sayVerdict(text, refused, warnings = []) {
     verdict.classList.toggle("error", refused);
-    verdict.textContent = text;
+    verdict.replaceChildren(text, ...warnings.map((w) => h("span", { class: "upload-warning" }, `Warning: ${w}`)));
   }
 
   // The service's verdict on the upload the form describes (upload-url's dry run), shown in
@@ -306,7 +308,8 @@ export function mountUploadView(container, { onUploaded } = {}) {
     verdict.setAttribute("aria-busy", "true");
     try {
       const answer = await checkUpload({ ...upload, signal: controller.signal });
-      sayVerdict(answer.rankCount === null ? "No rank count declared." : `Rank count: ${answer.rankCount}`, false);
+      const said = answer.rankCount === null ? "No rank count declared." : `Rank count: ${answer.rankCount}`;
+      sayVerdict(said, false, answer.warnings ?? []);
       return upload;
     } catch (error) {
       if (controller.signal.aborted || isAbort(error)) return null;
