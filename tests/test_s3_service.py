@@ -223,3 +223,16 @@ def test_the_python_client_uploads_to_and_downloads_from_s3_over_real_http(
         written = client.download_traceset(traceset.id, tmp_path / "back")
     back = {p.relative_to(tmp_path / "back").as_posix(): p.read_bytes() for p in written}
     assert back == files
+
+
+def test_the_page_may_send_parts_to_the_bucket_by_default(
+    http: TestClient, services: Services, s3_server: MotoServer
+) -> None:
+    """Issue 43, item 1: the page's policy lets it PUT parts where the part URLs point (the
+    bucket's origin, path-style on an S3-compatible endpoint) with nothing configured."""
+    assert services.part_origin == s3_server.endpoint_url
+    started = request_upload(http, {"a.log": (b"abc", "supporting")}, None)
+    url = started.json()["files"][0]["parts"][0]["url"]
+    assert url.startswith(services.part_origin + "/")
+    policy = http.get("/upload").headers["content-security-policy"]
+    assert f"connect-src 'self' {s3_server.endpoint_url};" in policy

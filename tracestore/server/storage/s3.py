@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
@@ -126,6 +126,22 @@ class S3BlobStore:
             "upload_part", Params=params, ExpiresIn=expires_in(expires_at)
         )
         return str(url)
+
+    def part_origin(self) -> str | None:
+        # The store's own answer, not one rebuilt from the settings: on AWS the bucket may be
+        # in the host name (virtual-hosted), elsewhere in the path. Signing is local work.
+        url = self.client.generate_presigned_url(
+            "upload_part",
+            Params={
+                "Bucket": self.bucket,
+                "Key": self._key("staging"),
+                "UploadId": "-",
+                "PartNumber": 1,
+            },
+            ExpiresIn=60,
+        )
+        parts = urlsplit(str(url))
+        return f"{parts.scheme}://{parts.netloc}"
 
     def _uploaded_parts(self, staged: StagedFile) -> dict[int, StoredPart] | None:
         """The parts S3 holds for the multipart upload; None once it is completed or aborted."""
