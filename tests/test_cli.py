@@ -413,6 +413,8 @@ def test_promote(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> Non
     human = run("promote", data["id"], "--force")
     assert human.exit_code == 0, human.output
     assert human.stdout.strip() == f"{data['id']} promoted to tenant"
+    # Kept for good, and show says so (issue 43, item 2).
+    assert "expires:     never (promoted)" in run("show", data["id"]).stdout
     again = run("promote", data["id"], "--json")
     assert json.loads(again.stdout) == {
         "id": data["id"],
