@@ -134,3 +134,31 @@ def test_serve_warns_when_the_setting_leaves_the_bucket_out_of_the_pages_reach(
         "bucket's CORS must also allow PUT from the page's origin and expose ETag "
         "(docs/deploy.md)"
     ]
+
+
+def test_a_bucket_without_the_cors_rule_is_named_while_the_page_waits(
+    postgres: str,  # noqa: F811
+    strict_s3: MotoServer,
+    page: Page,
+    tmp_path: Path,
+) -> None:
+    """The issue's stall ("0 B ... trying again in 8.0 s (try 7)"): with no CORS rule on the
+    bucket the browser gets no answer it may read, and the page says where it is sending and
+    what the bucket's rule must allow, not just that nothing answered."""
+    bucket = strict_s3.new_bucket()
+    env = replica_env(
+        TRACESTORE_DATABASE_URL=fresh_database(postgres),
+        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
+        TRACESTORE_S3_ENDPOINT_URL=strict_s3.endpoint_url,
+        **AWS_ENV,
+    )
+    with replicas(tmp_path, env, count=1) as (replica,):
+        sign_in(page, Served(replica.url, admin_token([replica]), {}), "/upload")
+        upload_folder(page, make_folder(tmp_path / "run", {"rank0.json": 1_000}))
+        expect(
+            page.get_by_text(
+                f"Sending rank0.json to the bucket at {strict_s3.endpoint_url} (if this lasts, "
+                f"its CORS rule must allow PUT from {replica.url} and expose ETag: "
+                "docs/deploy.md): no answer yet; trying again in"
+            )
+        ).to_be_visible()
