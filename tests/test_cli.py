@@ -528,6 +528,12 @@ def test_resume_of_an_upload_that_completed_answers_its_traceset(
     result = run("upload", "--resume", started[0], str(traces))
     assert result.exit_code == 0, result.output
     assert result.stdout.split()[:2] == [traceset.id, "ready"]
+    assert result.stdout.splitlines()[1].startswith(f"{traceset.id} expires ")
+    # Promoted meanwhile, it is kept for good, and the resumed upload says so (issue 43, 2).
+    assert run("promote", traceset.id, "--force").exit_code == 0
+    result = run("upload", "--resume", started[0], str(traces))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1] == f"{traceset.id} never expires (promoted)"
 
 
 DLRM = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())
