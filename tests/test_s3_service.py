@@ -236,3 +236,17 @@ def test_the_page_may_send_parts_to_the_bucket_by_default(
     assert url.startswith(services.part_origin + "/")
     policy = http.get("/upload").headers["content-security-policy"]
     assert f"connect-src 'self' {s3_server.endpoint_url};" in policy
+
+
+def test_the_bucket_origin_without_credentials_is_the_endpoints(
+    s3_server: MotoServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Signing needs credentials: without them the page still gets an answer (the endpoint's
+    origin), and readiness, not the page, says what is missing."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3BlobStore.from_url("s3://bucket/prefix", endpoint_url=s3_server.endpoint_url)
+    assert store.part_origin() == s3_server.endpoint_url

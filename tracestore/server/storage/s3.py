@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlparse, urlsplit
 
 from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tracestore.errors import ValidationError
 from tracestore.server.storage.blobs import (
@@ -129,17 +129,21 @@ class S3BlobStore:
 
     def part_origin(self) -> str | None:
         # The store's own answer, not one rebuilt from the settings: on AWS the bucket may be
-        # in the host name (virtual-hosted), elsewhere in the path. Signing is local work.
-        url = self.client.generate_presigned_url(
-            "upload_part",
-            Params={
-                "Bucket": self.bucket,
-                "Key": self._key("staging"),
-                "UploadId": "-",
-                "PartNumber": 1,
-            },
-            ExpiresIn=60,
-        )
+        # in the host name (virtual-hosted), elsewhere in the path. Signing is local work; it
+        # fails only without credentials (readiness says so), and then the endpoint's will do.
+        try:
+            url = self.client.generate_presigned_url(
+                "upload_part",
+                Params={
+                    "Bucket": self.bucket,
+                    "Key": self._key("staging"),
+                    "UploadId": "-",
+                    "PartNumber": 1,
+                },
+                ExpiresIn=60,
+            )
+        except BotoCoreError:
+            url = self.client.meta.endpoint_url
         parts = urlsplit(str(url))
         return f"{parts.scheme}://{parts.netloc}"
 
