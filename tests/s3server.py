@@ -39,9 +39,11 @@ class S3Unavailable(RuntimeError):
 
 
 class MotoServer:
-    """Start with ``start()`` (or ``with``); ``endpoint_url`` is where it listens."""
+    """Start with ``start()`` (or ``with``); ``endpoint_url`` is where it listens. ``env``
+    adds moto's own settings to its environment."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = env or {}  # moto's own settings (MOTO_DISABLE_GLOBAL_CORS ...)
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -63,7 +65,7 @@ class MotoServer:
             [*command, "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
-            env={**os.environ, **AWS_ENV},
+            env={**os.environ, **AWS_ENV, **self.env},
         )
         deadline = time.monotonic() + 30
         with httpx.Client(trust_env=False, timeout=2) as http:

@@ -402,6 +402,8 @@ def test_promote(run: Any, traces: Path, meta_file: Path, tmp_path: Path) -> Non
     human = run("promote", data["id"], "--force")
     assert human.exit_code == 0, human.output
     assert human.stdout.strip() == f"{data['id']} promoted to tenant"
+    # Kept for good, and show says so (issue 43, item 2).
+    assert "expires:     never (promoted)" in run("show", data["id"]).stdout
     again = run("promote", data["id"], "--json")
     assert json.loads(again.stdout) == {
         "id": data["id"],
@@ -515,6 +517,12 @@ def test_resume_of_an_upload_that_completed_answers_its_traceset(
     result = run("upload", "--resume", started[0], str(traces))
     assert result.exit_code == 0, result.output
     assert result.stdout.split()[:2] == [traceset.id, "ready"]
+    assert result.stdout.splitlines()[1].startswith(f"{traceset.id} expires ")
+    # Promoted meanwhile, it is kept for good, and the resumed upload says so (issue 43, 2).
+    assert run("promote", traceset.id, "--force").exit_code == 0
+    result = run("upload", "--resume", started[0], str(traces))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1] == f"{traceset.id} never expires (promoted)"
 
 
 DLRM = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())

@@ -315,6 +315,8 @@ def test_promote(client: Client, app_http: TestClient, tmp_path: Path) -> None:
         traceset.id, workload_metadata={"shape": {"rankCount": 2}, "workload_family": "gpt"}
     )
     assert (answer.id, answer.scope, answer.promotion_applied) == (traceset.id, "tenant", True)
+    # Promoted, it is kept for good, and the client's result says so (issue 43, item 2).
+    assert client.get_traceset(traceset.id).expiry == "never expires (promoted)"
     again = client.promote_traceset(traceset.id, target="tenant")
     assert again.promotion_applied is False
     with pytest.raises(errors.UnprocessableEntity, match="rank count 8"):

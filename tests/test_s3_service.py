@@ -223,3 +223,30 @@ def test_the_python_client_uploads_to_and_downloads_from_s3_over_real_http(
         written = client.download_traceset(traceset.id, tmp_path / "back")
     back = {p.relative_to(tmp_path / "back").as_posix(): p.read_bytes() for p in written}
     assert back == files
+
+
+def test_the_page_may_send_parts_to_the_bucket_by_default(
+    http: TestClient, services: Services, s3_server: MotoServer
+) -> None:
+    """Issue 43, item 1: the page's policy lets it PUT parts where the part URLs point (the
+    bucket's origin, path-style on an S3-compatible endpoint) with nothing configured."""
+    assert services.part_origin == s3_server.endpoint_url
+    started = request_upload(http, {"a.log": (b"abc", "supporting")}, None)
+    url = started.json()["files"][0]["parts"][0]["url"]
+    assert url.startswith(services.part_origin + "/")
+    policy = http.get("/upload").headers["content-security-policy"]
+    assert f"connect-src 'self' {s3_server.endpoint_url};" in policy
+
+
+def test_the_bucket_origin_without_credentials_is_the_endpoints(
+    s3_server: MotoServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Signing needs credentials: without them the page still gets an answer (the endpoint's
+    origin), and readiness, not the page, says what is missing."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3BlobStore.from_url("s3://bucket/prefix", endpoint_url=s3_server.endpoint_url)
+    assert store.part_origin() == s3_server.endpoint_url

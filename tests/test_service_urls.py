@@ -95,12 +95,17 @@ def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_command_on_a_url_where_nothing_answers_fails_within_seconds(case: str) -> None:
     # Issue 43, 5: ten "Waiting for the service" lines and 62 s for a wrong port.
     where, check = WRONG_URLS[case]
+    # The bound is on the wait, not on the interpreter's start-up, which a loaded machine
+    # (the whole suite beside other work) can stretch past a second by itself.
+    started = time.monotonic()
+    assert cli_process("--version").returncode == 0
+    start_up = time.monotonic() - started
     with where() as url:
         started = time.monotonic()
         result = cli_process("ls", "--url", url, "--token", "t")
         took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
-    assert took < QUICK, (took, result.stderr)
+    assert took - start_up < QUICK, (took, start_up, result.stderr)
     first, *rest = result.stderr.splitlines()
     assert first.startswith(f"Error: Nothing has answered at {url}: "), result.stderr
     assert check in first

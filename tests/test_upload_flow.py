@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import random
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -22,6 +23,7 @@ from tests.uploading import (
     request_upload,
     upload,
 )
+from tracestore.schemas import format_timestamp
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
 
@@ -166,3 +168,31 @@ def test_resume_of_a_completed_session_answers_its_ready_traceset_and_no_urls(
     view = resumed.json()
     assert (view["state"], view["tracesetId"]) == ("completed", done.json()["id"])
     assert [(f["name"], f["parts"]) for f in view["files"]] == [("a.bin", [])]
+
+
+def test_every_upload_answer_says_when_the_traceset_expires_until_promoted(
+    http: TestClient, clock: FakeClock
+) -> None:
+    """Issue 43, item 2: upload-url, its resume, completion and GET say when the traceset
+    goes unless used (ttlDays after its last use); promoted, it never does (null)."""
+    files = {"a.bin": (b"a" * 100, "supporting")}
+    expected = format_timestamp(clock() + timedelta(days=3))
+    started = request_upload(http, files, {"workload_family": "llm"}, ttlDays=3).json()
+    assert (started["tracesetExpiresAt"], started["ttlDays"]) == (expected, 3)
+    assert started["expiresAt"] != expected  # the session's own, as the reference has it
+    upload_id = started["uploadId"]
+    resumed = http.get(f"/api/v1/tracesets/upload-url/{upload_id}").json()
+    assert (resumed["tracesetExpiresAt"], resumed["ttlDays"]) == (expected, 3)
+    done = complete(http, upload_id, put_parts(http, started, files))
+    assert done.status_code == 201, done.text
+    assert (done.json()["expiresAt"], done.json()["ttlDays"]) == (expected, 3)
+    shown = http.get(f"/api/v1/tracesets/{started['tracesetId']}").json()
+    assert (shown["expiresAt"], shown["ttlDays"]) == (expected, 3)
+
+    promoted = http.post(
+        f"/api/v1/tracesets/{started['tracesetId']}/promote", json={"target": "tenant"}
+    )
+    assert promoted.status_code == 200, promoted.text
+    resumed = http.get(f"/api/v1/tracesets/upload-url/{upload_id}").json()
+    assert resumed["tracesetExpiresAt"] is None
+    assert http.get(f"/api/v1/tracesets/{started['tracesetId']}").json()["expiresAt"] is None

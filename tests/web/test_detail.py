@@ -130,7 +130,7 @@ def test_promote_then_see_the_scope_change(served: Served, page: Page) -> None:
     expect(page.locator("h1 [data-scope]")).to_have_text("tenant")
     expect(page.get_by_role("button", name="Promote to public…")).to_be_visible()
     assert get_traceset(served, traceset.id).json()["scope"] == "tenant"
-    expect(page.locator(".detail-head dl.head-facts")).to_contain_text("Expiresnever")
+    expect(page.locator(".detail-head dl.head-facts")).to_contain_text("Expiresnever (promoted)")
 
 
 def test_a_promotion_refused_for_its_census_can_be_forced(served: Served, page: Page) -> None:

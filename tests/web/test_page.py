@@ -7,7 +7,7 @@ from playwright.sync_api import Page, expect
 
 from tests.test_e2e_serve import Served
 from tracestore.server.settings import Settings
-from tracestore.server.web import STATIC_DIR, page_headers
+from tracestore.server.web import STATIC_DIR, blocked_part_origin, page_headers
 
 
 def test_the_shell_is_served_with_a_strict_content_security_policy(served: Served) -> None:
@@ -49,10 +49,31 @@ def test_the_shell_is_served_at_each_page_url_and_api_paths_keep_their_json_404(
 
 
 def test_the_csp_lets_the_page_reach_the_configured_origins_and_no_other() -> None:
-    plain = page_headers(Settings())["Content-Security-Policy"]
+    plain = page_headers(Settings(), None)["Content-Security-Policy"]
     assert "connect-src 'self';" in plain
     s3 = Settings(web_connect_origins=["https://s3.lan:9000"])
-    assert "connect-src 'self' https://s3.lan:9000;" in page_headers(s3)["Content-Security-Policy"]
+    policy = page_headers(s3, None)["Content-Security-Policy"]
+    assert "connect-src 'self' https://s3.lan:9000;" in policy
+
+
+def test_the_csp_lets_the_page_reach_the_bucket_unless_the_setting_says_otherwise() -> None:
+    """Issue 43, item 1: by default the page may PUT parts where the store's part URLs point
+    (an S3 bucket's origin); TRACESTORE_WEB_CONNECT_ORIGINS, when set, is the whole list, and
+    serve's start-up warning names what to set when it leaves the bucket out."""
+    bucket = "http://127.0.0.1:9000"
+    policy = page_headers(Settings(), bucket)["Content-Security-Policy"]
+    assert f"connect-src 'self' {bucket};" in policy
+    assert blocked_part_origin(Settings(), bucket) is None
+    assert blocked_part_origin(Settings(), None) is None
+    chosen = Settings(web_connect_origins=["https://s3.lan:9000"])
+    policy = page_headers(chosen, bucket)["Content-Security-Policy"]
+    assert "connect-src 'self' https://s3.lan:9000;" in policy
+    warning = blocked_part_origin(chosen, bucket)
+    assert warning is not None and warning.startswith("Warning:")
+    assert f"TRACESTORE_WEB_CONNECT_ORIGINS=https://s3.lan:9000,{bucket}" in warning
+    assert "CORS" in warning
+    both = Settings(web_connect_origins=["https://s3.lan:9000", bucket])
+    assert blocked_part_origin(both, bucket) is None
 
 
 def test_every_module_of_the_page_loads_in_the_browser(served: Served, page: Page) -> None:

@@ -64,6 +64,11 @@ def test_a_small_folder_uploads_and_appears_with_its_files_byte_exact(
 
     traceset = upload_done(page)
     expect(page.get_by_text("Uploaded llama-run: 3 files")).to_be_visible()
+    # When it goes and how to keep it, said where the upload ends (issue 43, item 2).
+    expect(page.get_by_text("Uploaded llama-run")).to_contain_text("; expires 20")
+    expect(page.get_by_text("Uploaded llama-run")).to_contain_text(
+        ": 7 days after its last use (a download counts); promote it to keep it"
+    )
     assert traceset["status"] == "ready" and traceset["rankCountDerived"] == 2
     assert traceset["workloadMetadata"] == {
         "workload_family": "llama",

@@ -197,6 +197,8 @@ def upload(
                 f"{traceset.id} expires {timestamp(traceset.expires_at)}, {traceset.ttl_days} "
                 f"days after its last use (a download counts); keep it: {shlex.join(keep)}"
             )
+        else:  # a resumed upload whose traceset was promoted meanwhile
+            echo_shown(f"{traceset.id} never expires (promoted)")
 
 
 def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Path]) -> str:

@@ -266,7 +266,7 @@ def validate_text(traceset_id: str, answer: schemas.ValidateAnswer) -> list[str]
 
 def _expires_text(ts: schemas.Traceset) -> str:
     if ts.expires_at is None:
-        return "never"
+        return "never (promoted)"
     return (
         f"{timestamp(ts.expires_at)} ({ts.ttl_days} days after its last use; "
         f"tracestore promote {shown(ts.id)} keeps it)"

@@ -51,6 +51,7 @@ def serve(
         connection_cap,
         raise_open_file_limit,
     )
+    from tracestore.server.web import blocked_part_origin
 
     settings = server_settings(
         data_dir, host=host, port=port, in_process_worker=False if no_worker else None
@@ -62,6 +63,7 @@ def serve(
         services.close()
         raise click.ClickException("Cannot start: " + "; ".join(failures))
     token_file = bootstrap(services.db, settings.data_dir, services.now())
+    part_origin = services.part_origin
     services.close()
     if token_file is not None:
         click.echo(
@@ -78,7 +80,10 @@ def serve(
         f"(data in {settings.data_dir.resolve()})",
         err=True,
     )
-    click.echo(_handed_out_urls(settings), err=True)
+    click.echo(_handed_out_urls(settings, part_origin), err=True)
+    blocked = blocked_part_origin(settings, part_origin)
+    if blocked:
+        click.echo(blocked, err=True)
     # Forwarded headers are the app's to judge (TRACESTORE_TRUSTED_PROXIES), not uvicorn's.
     options: dict[str, Any] = {
         "log_level": "info",
@@ -239,13 +244,24 @@ def _netloc(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _handed_out_urls(settings: Settings) -> str:
-    """The startup line that says which URLs clients will be handed (part, download,
-    archive), so a wrong base is seen before anyone uploads."""
+def _handed_out_urls(settings: Settings, part_origin: str | None) -> str:
+    """The startup lines that say which URLs clients will be handed (part, download,
+    archive), so a wrong base is seen before anyone uploads: on S3 the bucket's (and what a
+    browser upload needs of it), the archive's the service's own."""
     import ipaddress
 
+    lines = []
+    ours, path = "Presigned URLs", "/blobs/..."
+    if part_origin is not None:
+        lines.append(
+            f"Part and file URLs are the bucket's, at {part_origin} (TRACESTORE_BLOB_URL): "
+            "for uploads from the web page, its CORS must allow PUT from the page's origin "
+            "and expose ETag (docs/deploy.md)"
+        )
+        ours, path = "Archive URLs", "/blobs/archive/..."
     if settings.public_url:
-        return f"Presigned URLs are handed out under {settings.public_url} (TRACESTORE_PUBLIC_URL)"
+        lines.append(f"{ours} are handed out under {settings.public_url} (TRACESTORE_PUBLIC_URL)")
+        return "\n".join(lines)
     try:
         wildcard = ipaddress.ip_address(settings.host).is_unspecified
     except ValueError:
@@ -257,11 +273,12 @@ def _handed_out_urls(settings: Settings) -> str:
         if proxies
         else "; no proxy trusted (TRACESTORE_TRUSTED_PROXIES)"
     )
-    return (
-        "Presigned URLs follow each request's scheme and Host, e.g. "
-        f"http://{_netloc(example, settings.port)}/blobs/... for a client that used that address"
+    lines.append(
+        f"{ours} follow each request's scheme and Host, e.g. "
+        f"http://{_netloc(example, settings.port)}{path} for a client that used that address"
         f"{trust}. Set TRACESTORE_PUBLIC_URL to fix one base."
     )
+    return "\n".join(lines)
 
 
 COMMANDS: tuple[click.Command, ...] = (serve, worker, migrate)

@@ -69,10 +69,10 @@ class Traceset(WireModel):
 
     @property
     def expiry(self) -> str:
-        """When the traceset goes and how to keep it, in words (``never expires`` once
+        """When the traceset goes and how to keep it, in words (``never expires (promoted)`` once
         promoted): every traceset but a promoted one expires ``ttl_days`` after its last use."""
         if self.expires_at is None:
-            return "never expires"
+            return "never expires (promoted)"
         return (
             f"expires {format_timestamp(self.expires_at)}, {self.ttl_days} days after its last "
             "use (a download counts); promote it to keep it"

@@ -136,12 +136,21 @@ class UploadUrlResponse(WireModel):
     upload_id: str
     traceset_id: str
     checksum_algorithm: Literal["SHA256"] = "SHA256"
-    expires_at: Timestamp
+    expires_at: Timestamp = Field(description="When the upload session expires")
     part_size: int
     files: list[FileUploadUrls]
     warnings: list[str] = Field(
         default_factory=list,
         description=UPLOAD_WARNINGS + "; upload-url's alone (the resume view answers none)",
+    )
+    traceset_expires_at: Timestamp | None = Field(
+        default=None,
+        description="When the traceset expires unless used: ttlDays after its last use (a "
+        "download or resolve is a use); promotion keeps it (null: it never expires). An "
+        "extension",
+    )
+    ttl_days: int | None = Field(
+        default=None, description="The traceset's days unused before it expires; an extension"
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlparse
@@ -54,6 +55,12 @@ class Services:
 
     def now(self) -> datetime:
         return self.clock()
+
+    @cached_property
+    def part_origin(self) -> str | None:
+        """Where browsers send parts when not to this service: the bucket's origin (the
+        page's policy must allow it), worked out once."""
+        return self.store.part_origin()
 
     _background: ThreadPoolExecutor | None = field(default=None, repr=False)
     _background_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -215,8 +215,9 @@ class Settings(BaseSettings):
     oidc_token_url: str | None = None
     oidc_scope: str = "openid"
     oidc_client_id: str | None = Field(default=None, validate_default=True)
-    # Origins besides its own the page may send requests to (an S3 endpoint for uploads).
-    web_connect_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Origins besides its own the page may send requests to. None: the blob store's part
+    # URLs' origin (an S3 bucket's; web.connect_origins), so browser uploads to S3 just work.
+    web_connect_origins: Annotated[list[str] | None, NoDecode] = None
 
     # What one upload may ask of the service: bytes declared in all, part URLs per answer.
     max_upload_size: int = Field(default=5 * 1024**4, ge=1)
@@ -288,7 +289,9 @@ class Settings(BaseSettings):
 
     @field_validator("web_connect_origins")
     @classmethod
-    def _origins(cls, value: list[str]) -> list[str]:
+    def _origins(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
         bad = [o for o in value if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", o)]
         if bad:
             raise ValueError(

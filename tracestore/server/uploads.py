@@ -101,6 +101,7 @@ def start_upload(
     traceset_id = new_id("ts")
     upload_id = new_id("upload", now=now.timestamp())  # its time dates orphaned staging
     ttl_days = request.ttl_days or settings.default_ttl_days
+    expires_at = now + timedelta(days=ttl_days)
     staged: list[StagedFile] = []
     try:
         for position, spec in enumerate(request.files):
@@ -126,7 +127,7 @@ def start_upload(
             "scope": "workspace",
             "created_at": now,
             "updated_at": now,
-            "expires_at": now + timedelta(days=ttl_days),
+            "expires_at": expires_at,
             "ttl_days": ttl_days,
             "rank_count": rank_count,
             "total_size": sum(f.size for f in request.files),
@@ -157,7 +158,14 @@ def start_upload(
         session_row = {**upload._asdict(), "state": "open", "created_at": now}
         # The answer first: it reads nothing stored, and if it fails nothing is written.
         named = [(spec.name, stage) for spec, stage in zip(request.files, staged, strict=True)]
-        answer = _session_view(services, upload, named, base_url, with_received=False)
+        answer = _session_view(
+            services,
+            upload,
+            named,
+            base_url,
+            with_received=False,
+            traceset_expiry=(expires_at, ttl_days),
+        )
         answer.warnings = warnings
         # One transaction of three inserts, one per table: neither the unit of work's
         # flushes (a fifth of the request) nor the ORM's bulk insert (a fifth of what was
@@ -245,7 +253,7 @@ def resume_upload(
     parts: its traceset is ready (a client whose completion's answer was lost learns it
     here)."""
     with services.db.session(write=False) as session:
-        upload, _traceset = visible_session(session, principal, upload_id)
+        upload, traceset = visible_session(session, principal, upload_id)
         if upload.state == "failed":
             raise Conflict(f"Upload session '{upload.id}' has failed; start a new upload")
         check_not_expired(upload.id, upload.state, upload.expires_at, services.now())
@@ -263,6 +271,7 @@ def resume_upload(
             with_received=takes_parts,
             with_urls=takes_parts,
             from_part=from_part,
+            traceset_expiry=(traceset.expires_at, traceset.ttl_days),
         )
         return schemas.UploadSessionResponse(**view.model_dump(), state=upload.state)
 
@@ -298,6 +307,7 @@ def _session_view(
     with_received: bool,
     with_urls: bool = True,
     from_part: int = 1,
+    traceset_expiry: tuple[datetime | None, int],
 ) -> schemas.UploadUrlResponse:
     now = services.now()
     urls_expire = min(now + services.settings.part_url_ttl, upload.expires_at)
@@ -335,4 +345,6 @@ def _session_view(
         expires_at=upload.expires_at,
         part_size=upload.part_size,
         files=out,
+        traceset_expires_at=traceset_expiry[0],
+        ttl_days=traceset_expiry[1],
     )

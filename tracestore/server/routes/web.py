@@ -31,7 +31,7 @@ PAGE_METHODS = ["GET", "HEAD"]
 
 def _shell(services: ServicesDep) -> HTMLResponse:
     settings = services.settings
-    return HTMLResponse(shell_html(settings), headers=page_headers(settings))
+    return HTMLResponse(shell_html(settings), headers=page_headers(settings, services.part_origin))
 
 
 @router.api_route("/", methods=PAGE_METHODS, response_class=HTMLResponse)

@@ -89,6 +89,12 @@ class StagingArea(Protocol):
         an object store, answering its own, ignores it)."""
         ...
 
+    def part_origin(self) -> str | None:
+        """The origin (``scheme://host:port``) of the part URLs when it is not this
+        service's (an object store's): where a browser sends parts, which the page's policy
+        must allow. None when the service answers its part URLs itself."""
+        ...
+
     def list_parts(self, staged: Sequence[StagedFile]) -> list[dict[int, StoredPart]]:
         """The parts received so far of each file, by number (of one upload's files, the
         store reads what holds them once: completion lists every file of an upload)."""

@@ -124,6 +124,9 @@ class LocalBlobStore:
         )
         return base_url + self.signer.part_path(grant)
 
+    def part_origin(self) -> str | None:
+        return None  # the service answers its part URLs (base_url is its own address)
+
     def list_parts(self, staged: Sequence[StagedFile]) -> list[dict[int, StoredPart]]:
         # One scan of each upload's directory for all its files (completion lists every
         # file of an upload: a scan per file would read the upload's names once per file).

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tracestore.errors import ValidationError
 from tracestore.server.storage.blobs import (
@@ -126,6 +126,26 @@ class S3BlobStore:
             "upload_part", Params=params, ExpiresIn=expires_in(expires_at)
         )
         return str(url)
+
+    def part_origin(self) -> str | None:
+        # The store's own answer, not one rebuilt from the settings: on AWS the bucket may be
+        # in the host name (virtual-hosted), elsewhere in the path. Signing is local work; it
+        # fails only without credentials (readiness says so), and then the endpoint's will do.
+        try:
+            url = self.client.generate_presigned_url(
+                "upload_part",
+                Params={
+                    "Bucket": self.bucket,
+                    "Key": self._key("staging"),
+                    "UploadId": "-",
+                    "PartNumber": 1,
+                },
+                ExpiresIn=60,
+            )
+        except BotoCoreError:
+            url = self.client.meta.endpoint_url
+        parts = urlsplit(str(url))
+        return f"{parts.scheme}://{parts.netloc}"
 
     def _uploaded_parts(self, staged: StagedFile) -> dict[int, StoredPart] | None:
         """The parts S3 holds for the multipart upload; None once it is completed or aborted."""

@@ -48,17 +48,42 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def page_headers(settings: Settings) -> dict[str, str]:
-    """The page's headers: it runs only its own scripts, talks only to its own origin plus
-    the configured ones (the login's token endpoint; an S3 endpoint for uploads, see
-    docs/web.md) and may not be framed by another site."""
-    connect = ["'self'", *settings.web_connect_origins]
+def connect_origins(settings: Settings, part_origin: str | None) -> list[str]:
+    """The origins besides its own the page may send requests to: those of
+    TRACESTORE_WEB_CONNECT_ORIGINS when set, else the origin of the blob store's part URLs
+    when they are not the service's (an S3 bucket's, ``part_origin``: the page PUTs parts
+    there); and the login's token endpoint."""
+    chosen = settings.web_connect_origins
+    connect = list(chosen) if chosen is not None else [part_origin] if part_origin else []
     if settings.oidc_token_url and settings.oidc_client_id:
         connect.append(_origin(settings.oidc_token_url))
+    return list(dict.fromkeys(connect))
+
+
+def blocked_part_origin(settings: Settings, part_origin: str | None) -> str | None:
+    """The warning ``serve`` starts with when the page may not reach where parts go (an S3
+    origin TRACESTORE_WEB_CONNECT_ORIGINS leaves out): browser uploads would stall."""
+    if part_origin is None or part_origin in connect_origins(settings, part_origin):
+        return None
+    chosen = ",".join([*(settings.web_connect_origins or []), part_origin])
+    return (
+        f"Warning: the web page may not send parts to the bucket at {part_origin} "
+        "(its Content-Security-Policy), so uploads from the browser stall: set "
+        f"TRACESTORE_WEB_CONNECT_ORIGINS={chosen}, or unset it (the bucket's origin is the "
+        "default); the bucket's CORS must also allow PUT from the page's origin and expose "
+        "ETag (docs/deploy.md)"
+    )
+
+
+def page_headers(settings: Settings, part_origin: str | None) -> dict[str, str]:
+    """The page's headers: it runs only its own scripts, talks only to its own origin plus
+    :func:`connect_origins` (the bucket its uploads go to, the login's token endpoint) and
+    may not be framed by another site."""
+    connect = ["'self'", *connect_origins(settings, part_origin)]
     return {
         "Content-Security-Policy": (
             "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-            f"connect-src {' '.join(dict.fromkeys(connect))}; frame-ancestors 'none'; "
+            f"connect-src {' '.join(connect)}; frame-ancestors 'none'; "
             "base-uri 'none'; form-action 'self'"
         ),
         "X-Content-Type-Options": "nosniff",

@@ -8,7 +8,7 @@ import { censusGrid } from "/static/census_grid.js";
 import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
-import { bytes, plural, rangeList, rankList, when } from "/static/format.js";
+import { bytes, expiry, plural, rangeList, rankList, when } from "/static/format.js";
 import { member, metadataTree, parseExact } from "/static/metadata_tree.js";
 import { actions, download } from "/static/traceset_actions.js";
 
@@ -63,12 +63,7 @@ function header(traceset) {
     ["Workspace", h("code", {}, traceset.workspaceId)],
     ["Created", when(traceset.createdAt)],
     ["Updated", when(traceset.updatedAt)],
-    [
-      "Expires",
-      traceset.expiresAt
-        ? `${when(traceset.expiresAt)}: ${plural(traceset.ttlDays, "day")} after its last use (a download counts); promote it to keep it`
-        : "never",
-    ],
+    ["Expires", expiry(traceset)],
     ["Hash", traceset.hash ? h("code", { class: "hash" }, traceset.hash) : "—"],
   ];
   return h(

@@ -42,3 +42,11 @@ export function rangeList(ranges) {
 export function plural(count, one, many = one + "s") {
   return `${count} ${count === 1 ? one : many}`;
 }
+
+// When a traceset goes and how to keep it: every one but a promoted one expires ttlDays after
+// its last use ("2026-12-13 09:10 UTC: 7 days after its last use ..."; "never (promoted)").
+export function expiry(traceset) {
+  if (!traceset.expiresAt) return "never (promoted)";
+  const days = plural(traceset.ttlDays, "day");
+  return `${when(traceset.expiresAt)}: ${days} after its last use (a download counts); promote it to keep it`;
+}

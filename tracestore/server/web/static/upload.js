@@ -4,7 +4,7 @@
 // order meanwhile, and the completion carries every part's ETag and each file's SHA-256 for
 // the service to verify. What was sent is kept in localStorage, so after a reload the same
 // files, picked again, finish with only the parts the service does not hold.
-import { api, ApiError, errorOf, fetchRetrying, sleep, UnansweredError } from "/static/api.js";
+import { api, ApiError, errorOf, fetchRetrying, NetworkError, sleep, UnansweredError } from "/static/api.js";
 import { Sha256 } from "/static/sha256.js";
 
 export const PUT_CONCURRENCY = 4;
@@ -328,6 +328,14 @@ export async function sendAndComplete({ session, files, state, onProgress, onWai
     return url;
   };
 
+  // A part URL of another origin is the bucket's (S3): a browser that gets no answer from it
+  // is most often refused by its CORS rule, which only the deployment can fix.
+  const elsewhere = (url) => {
+    const origin = new URL(url, location.href).origin;
+    if (origin === location.origin) return "";
+    return ` to the bucket at ${origin} (if this lasts, its CORS rule must allow PUT from ${location.origin} and expose ETag: docs/deploy.md)`;
+  };
+
   const waiting = (what) => (attempt, delay) =>
     onWaiting?.(`${what}: no answer yet; trying again in ${(delay / 1000).toFixed(1)} s (try ${attempt + 1})`);
 
@@ -337,6 +345,7 @@ export async function sendAndComplete({ session, files, state, onProgress, onWai
     let refreshed = false;
     for (let attempt = 0; ; attempt++) {
       inflight.set(key, 0);
+      const bucket = elsewhere(url);
       const answer = await fetchRetrying(
         url,
         {
@@ -346,13 +355,19 @@ export async function sendAndComplete({ session, files, state, onProgress, onWai
         },
         {
           signal: stop.signal,
-          onRetry: waiting(`Sending ${job.file.name}`),
+          onRetry: waiting(`Sending ${job.file.name}${bucket}`),
           send: sendWithProgress((sent) => {
             inflight.set(key, sent);
             report();
           }),
         },
-      );
+      ).catch((error) => {
+        // Not "the service did not answer": the bucket did not, as far as the page can tell.
+        if (bucket && error instanceof NetworkError && !stop.signal.aborted) {
+          throw new NetworkError(`Sending ${job.file.name}${bucket}: no answer (${error.message.replace(/^The service did not answer: /, "")})`);
+        }
+        throw error;
+      });
       inflight.delete(key);
       if (answer.status === 200) {
         onWaiting?.(null);

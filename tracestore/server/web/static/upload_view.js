@@ -6,7 +6,7 @@
 import { ApiError } from "/static/api.js";
 import { h } from "/static/dom.js";
 import { isAbort } from "/static/errors.js";
-import { bytes } from "/static/format.js";
+import { bytes, expiry } from "/static/format.js";
 import { progressPanel } from "/static/upload_progress.js";
 import {
   checkUpload,
@@ -97,7 +97,9 @@ export function mountUploadView(container, { onUploaded } = {}) {
         onWaiting: (text) => panel.status(text ?? "Uploading…"),
         signal: controller.signal,
       });
-      panel.status(`Uploaded ${traceset.name}: ${traceset.fileCount} files, ${bytes(traceset.totalSize)}, ${traceset.status}`);
+      panel.status(
+        `Uploaded ${traceset.name}: ${traceset.fileCount} files, ${bytes(traceset.totalSize)}, ${traceset.status}; expires ${expiry(traceset)}`,
+      );
       panel.actions.replaceChildren();
       // A continued upload's card goes with its saved state; its outcome stays in view.
       if (unfinished.contains(panel.root)) mainPlace.replaceChildren(panel.root);
