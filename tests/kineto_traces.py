@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,9 +214,9 @@ def straggler_run(
     ranks: int = 8,
     steps: int = 6,
     *,
-    slow: dict[int, float] | None = None,
+    slow: Mapping[int, float] | None = None,
     jitter: float = 0.0,
-    offsets: dict[int, float] | None = None,
+    offsets: Mapping[int, float] | None = None,
     collectives_per_step: int = 4,
     missing: tuple[int, int] | None = None,
     sequence: bool = True,
