@@ -6,6 +6,8 @@ PostgreSQL in the PostgreSQL pass), with validate's ``stragglers`` check."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,54 @@ def test_the_real_samples_are_analysed_without_error() -> None:
         summary = traceset_json(gloo)["summary"]
         assert summary["stragglers"] == []
         assert summary["collectiveMatching"]["matched"] == 0
+
+
+# HTA 0.5.0's TraceAnalysis.get_potential_stragglers, in a process of its own.
+_HTA_STRAGGLERS = """
+import logging, sys
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+try:
+    print(TraceAnalysis(trace_dir=sys.argv[1]).get_potential_stragglers(num_candidates=1))
+except ValueError as exc:
+    print("ValueError", exc)
+"""
+OLD_NAME = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _hta_stragglers(directory: Path) -> str:
+    run = subprocess.run(
+        [sys.executable, "-c", _HTA_STRAGGLERS, str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout.strip()
+
+
+def test_hta_finds_the_straggler_only_under_old_nccl_names_and_one_clock(tmp_path: Path) -> None:
+    """docs/analysis.md's HTA difference: its check takes ``ncclKernel*`` kernels only, and
+    filters them by times read across ranks; ours names rank 5 in all three runs."""
+    runs = {
+        "old": straggler_run(8, slow={5: 1.2}, jitter=0.03, collective=OLD_NAME),
+        "new": straggler_run(8, slow={5: 1.2}, jitter=0.03),
+        "clocks": straggler_run(
+            8,
+            slow={5: 1.2},
+            jitter=0.03,
+            collective=OLD_NAME,
+            offsets={rank: 3 * SECONDS for rank in range(4, 8)},
+        ),
+    }
+    found = {}
+    for name, run in runs.items():
+        (tmp_path / name).mkdir()
+        assert _named(_summary(run, tmp_path / name)) == [5]
+        found[name] = _hta_stragglers(tmp_path / name)
+    assert found["old"] == "[5]"
+    assert found["new"] == "ValueError attempt to get argmax of an empty sequence"
+    assert found["clocks"] == "ValueError attempt to get argmax of an empty sequence"
 
 
 # --- through the service, on the test database ---
