@@ -19,8 +19,9 @@ from tests.kineto_traces import TraceBuilder, straggler_run
 from tests.uploading import upload
 from tracestore.analysis import AnalysedRank, Limits, analyze_path, traceset_json
 from tracestore.analysis.model import KERNEL_ROWS
-from tracestore.analysis.stragglers import RankSource, verdict
+from tracestore.analysis.stragglers import CollectiveColumns, RankSource, verdict
 from tracestore.analysis.summary import ranks_verdict
+from tracestore.server import analysis, db
 from tracestore.server.services import Services
 
 SECONDS = 1_000_000  # µs
@@ -131,8 +132,9 @@ def test_a_rank_that_misses_a_collective_does_not_break_the_matching(
 
 
 def test_a_collective_only_one_rank_recorded_is_not_matched() -> None:
-    only = RankSource(0, lambda: [("0", 1, 0, 10), ("0", 2, 100, 10)], [(1, 50)])
-    other = RankSource(1, lambda: [("0", 1, 5, 5)], [(1, 50)])
+    rows = CollectiveColumns.of_rows([("0", 1, 0, 10), ("0", 2, 100, 10)])
+    only = RankSource(0, lambda: rows, [(1, 50)])
+    other = RankSource(1, lambda: CollectiveColumns.of_rows([("0", 1, 5, 5)]), [(1, 50)])
     found = verdict([only, other])
     assert found.matched == 1
     assert [(r.rank, r.matched, r.wait_by_start) for r in found.ranks] == [(0, 1, 5), (1, 1, 0)]
@@ -260,6 +262,16 @@ def test_the_service_names_the_straggler_and_validate_warns(
     assert check["message"] == "1 straggler: " + answer["summary"]["stragglers"][0]["reason"]
     body = http.post(f"/api/v1/tracesets/{traceset['id']}/validate").json()
     assert body["valid"] is True  # a warning
+    # The pass reads the detail's collectives without decoding its per-step kernel totals.
+    with services.db.session(write=False) as session:
+        blob = session.get(db.FileAnalysis, (traceset["id"], 3))
+        assert blob is not None
+        whole = analysis.stored_detail(blob.detail)
+        part = analysis.stored_collectives(blob.detail)
+    assert whole is not None and part is not None and whole["stepKernels"]["step"]
+    assert part == {key: whole[key] for key in whole if key not in ("names", "stepKernels")} | {
+        "names": whole["names"]
+    }
 
 
 def test_the_service_names_none_in_a_balanced_run(

@@ -23,9 +23,10 @@ read twice (``Sources``), so none of a rank's is held while another is read.
 from __future__ import annotations
 
 import statistics
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import add, eq
 from typing import Any
 
 from tracestore.analysis.model import RankAnalysis, us
@@ -36,19 +37,39 @@ MIN_ARRIVAL_RANKS = 3  # with two ranks, one of them starts last half the time b
 MAX_STEPS = 1_000  # steps per rank taken for computeRatio
 NO_STEPS = -1  # the step of a rank without ProfilerStep events: its whole trace
 
-# One collective as a rank's trace holds it: process group (None: not recorded), NCCL's
-# sequence number (None: not recorded), start and duration (ns).
-CollectiveRow = tuple[str | None, int | None, int, int]
+
+@dataclass(frozen=True)
+class CollectiveColumns:
+    """One rank's collectives in start order, as columns: the process group names, and per
+    collective its group (an index into ``groups``, -1: not recorded), NCCL's sequence
+    number (-1: not recorded), start and duration (ns)."""
+
+    groups: Sequence[str]
+    group_ids: Sequence[int]
+    sequences: Sequence[int]
+    starts: Sequence[int]
+    durations: Sequence[int]
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[tuple[str | None, int | None, int, int]]) -> CollectiveColumns:
+        """Columns from ``(group, sequence, start, duration)`` rows (None: not recorded)."""
+        groups: dict[str, int] = {}
+        columns: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+        for group, sequence, start, duration in rows:
+            columns[0].append(-1 if group is None else groups.setdefault(group, len(groups)))
+            columns[1].append(-1 if sequence is None else sequence)
+            columns[2].append(start)
+            columns[3].append(duration)
+        return cls(list(groups), *columns)
 
 
 @dataclass(frozen=True)
 class RankSource:
-    """What one rank gives the matching: its collectives (read each time it is called, in
-    start order) and its computation per step (step number, ns; ``NO_STEPS`` for a trace
-    without steps)."""
+    """What one rank gives the matching: its collectives (read each time it is called) and
+    its computation per step (step number, ns; ``NO_STEPS`` for a trace without steps)."""
 
     rank: int
-    collectives: Callable[[], Iterable[CollectiveRow]]
+    collectives: Callable[[], CollectiveColumns]
     step_compute: Sequence[tuple[int, int]]
 
 
@@ -88,85 +109,128 @@ class Verdict:
         }
 
 
-class _Collectives:
-    """Per matched collective (by key): latest start, least end, shortest duration, the
-    rank that holds each extreme (-1 on a tie) and how many ranks took part."""
+Key = tuple[int, int, int]  # (group, 1 by sequence number or 0 by order, the number)
+
+
+def _keys(columns: CollectiveColumns, groups: dict[str | None, int]) -> list[Key]:
+    """Each collective's key, groups numbered in ``groups`` (shared by the ranks). Built
+    with C-speed maps for the common shapes (all with sequence numbers, or one group)."""
+    local = [groups.setdefault(name, len(groups)) for name in columns.groups]
+    local.append(groups.setdefault(None, len(groups)))  # index -1: no group recorded
+    group_of = list(map(local.__getitem__, columns.group_ids))
+    sequences = columns.sequences
+    if sequences and min(sequences) >= 0:
+        return list(zip(group_of, repeat(1), sequences, strict=False))
+    if len(set(group_of)) <= 1 and (not sequences or max(sequences) < 0):
+        return list(zip(group_of, repeat(0), range(len(group_of)), strict=False))
+    order: dict[int, int] = {}
+    keys: list[Key] = []
+    for group, sequence in zip(group_of, sequences, strict=True):
+        if sequence >= 0:
+            keys.append((group, 1, sequence))
+        else:
+            place = order.get(group, 0)
+            order[group] = place + 1
+            keys.append((group, 0, place))
+    return keys
+
+
+class _Matching:
+    """Per collective (by key, an index each): latest start, least end, shortest duration,
+    how many ranks hold it; after the second pass, per collective how many ranks started
+    it latest / ran it shortest and which. Columns as lists, updated a rank at a time by
+    slices when the rank's collectives are those known, in order (the usual case)."""
 
     def __init__(self) -> None:
-        self.index: dict[tuple[int, int, int], int] = {}
-        self.latest_start = array("q")
-        self.latest_rank = array("q")
-        self.least_end = array("q")
-        self.shortest = array("q")
-        self.shortest_rank = array("q")
-        self.ranks = array("q")
+        self.index: dict[Key, int] = {}
+        self.latest: list[int] = []
+        self.least_end: list[int] = []
+        self.shortest: list[int] = []
+        self.ranks: list[int] = []
 
-    def add(self, key: tuple[int, int, int], rank: int, start: int, duration: int) -> None:
-        at = self.index.get(key)
-        if at is None:
-            self.index[key] = len(self.ranks)
-            for column, value in (
-                (self.latest_start, start),
-                (self.latest_rank, rank),
-                (self.least_end, start + duration),
-                (self.shortest, duration),
-                (self.shortest_rank, rank),
-                (self.ranks, 1),
-            ):
-                column.append(value)
+    def positions(self, keys: list[Key]) -> tuple[list[int], slice | None]:
+        """The keys' indices (new ones added), and their slice when they run in order."""
+        found = list(map(self.index.get, keys))
+        if None in found:
+            index = self.index
+            for at, key in enumerate(keys):
+                if found[at] is None:
+                    found[at] = index.setdefault(key, len(index))
+        idx: list[int] = found  # type: ignore[assignment]
+        if idx and idx[-1] - idx[0] == len(idx) - 1 and idx == list(range(idx[0], idx[-1] + 1)):
+            return idx, slice(idx[0], idx[-1] + 1)
+        return idx, None
+
+    def add(self, columns: CollectiveColumns, idx: list[int], span: slice | None) -> None:
+        """Pass 1: one rank's collectives."""
+        starts, durations = list(columns.starts), list(columns.durations)
+        ends = list(map(add, starts, durations))
+        grow = max(idx, default=-1) + 1 - len(self.ranks)
+        if grow > 0:  # new collectives: neutral values, so that the merge below sets them
+            self.latest += [-(1 << 63)] * grow
+            self.least_end += [1 << 63] * grow
+            self.shortest += [1 << 63] * grow
+            self.ranks += [0] * grow
+        if span is not None:
+            self.latest[span] = list(map(max, self.latest[span], starts))
+            self.least_end[span] = list(map(min, self.least_end[span], ends))
+            self.shortest[span] = list(map(min, self.shortest[span], durations))
+            self.ranks[span] = [count + 1 for count in self.ranks[span]]
             return
-        self.ranks[at] += 1
-        if start > self.latest_start[at]:
-            self.latest_start[at], self.latest_rank[at] = start, rank
-        elif start == self.latest_start[at]:
-            self.latest_rank[at] = -1
-        if duration < self.shortest[at]:
-            self.shortest[at], self.shortest_rank[at] = duration, rank
-        elif duration == self.shortest[at]:
-            self.shortest_rank[at] = -1
-        self.least_end[at] = min(self.least_end[at], start + duration)
+        for at, start, end, duration in zip(idx, starts, ends, durations, strict=True):
+            self.latest[at] = max(self.latest[at], start)
+            self.least_end[at] = min(self.least_end[at], end)
+            self.shortest[at] = min(self.shortest[at], duration)
+            self.ranks[at] += 1
 
 
-def _keys(rows: Iterable[CollectiveRow], groups: dict[str | None, int]) -> Iterator[Any]:
-    """Each row's key (group, by sequence number or by order, the number) with its start
-    and duration."""
-    order: dict[int, int] = {}
-    for group, sequence, start, duration in rows:
-        group_id = groups.setdefault(group, len(groups))
-        if sequence is not None:
-            yield (group_id, 1, sequence), start, duration
-        else:
-            place = order.get(group_id, 0)
-            order[group_id] = place + 1
-            yield (group_id, 0, place), start, duration
+def _gather(column: list[int], idx: list[int], span: slice | None) -> list[int]:
+    return column[span] if span is not None else [column[at] for at in idx]
 
 
 def verdict(sources: Sequence[RankSource], dropped: int = 0) -> Verdict:
     """The stragglers among ``sources`` (each rank once), worst first."""
-    found = _Collectives()
+    found = _Matching()
     groups: dict[str | None, int] = {}
     for source in sources:
-        for key, start, duration in _keys(source.collectives(), groups):
-            found.add(key, source.rank, start, duration)
-    matched = [at for at in range(len(found.ranks)) if found.ranks[at] >= 2]
-    violations = sum(1 for at in matched if found.least_end[at] < found.latest_start[at])
-    by_start = violations <= CLOCK_VIOLATIONS * len(matched)
-    last = found.latest_rank if by_start else found.shortest_rank
+        columns = source.collectives()
+        found.add(columns, *found.positions(_keys(columns, groups)))
+    counts = found.ranks
+    matched = sum(1 for count in counts if count >= 2)
+    violations = sum(
+        1
+        for count, end, start in zip(counts, found.least_end, found.latest, strict=True)
+        if count >= 2 and end < start
+    )
+    by_start = violations <= CLOCK_VIOLATIONS * matched
+    # Pass 2: waits, and per collective who started latest (ran shortest): -1 on a tie.
+    last = [-2] * len(counts)  # -2: nobody yet
     figures = {source.rank: RankStraggling(source.rank) for source in sources}
     for source in sources:
+        columns = source.collectives()
+        idx, span = found.positions(_keys(columns, groups))
         rank = figures[source.rank]
-        for key, start, duration in _keys(source.collectives(), groups):
-            at = found.index[key]
-            if found.ranks[at] < 2:
-                continue
-            rank.matched += 1
-            rank.wait_by_start += found.latest_start[at] - start
-            rank.wait_by_duration += duration - found.shortest[at]
-            judged = found.ranks[at] >= MIN_ARRIVAL_RANKS
-            rank.judged += judged
-            if last[at] == source.rank:
-                rank.last_arrivals += 1
-                rank.last_judged += judged
+        starts, durations = list(columns.starts), list(columns.durations)
+        latest = _gather(found.latest, idx, span)
+        shortest = _gather(found.shortest, idx, span)
+        held = _gather(counts, idx, span)
+        if held and min(held) >= 2:
+            rank.matched = len(held)
+            rank.wait_by_start = sum(latest) - sum(starts)
+            rank.wait_by_duration = sum(durations) - sum(shortest)
+        else:
+            both = [at for at, count in enumerate(held) if count >= 2]
+            rank.matched = len(both)
+            rank.wait_by_start = sum(latest[at] - starts[at] for at in both)
+            rank.wait_by_duration = sum(durations[at] - shortest[at] for at in both)
+        rank.judged = sum(1 for count in held if count >= MIN_ARRIVAL_RANKS)
+        arrived = map(eq, starts, latest) if by_start else map(eq, durations, shortest)
+        for at in compress(idx, arrived):
+            last[at] = source.rank if last[at] == -2 else -1
+    for at, who in enumerate(last):
+        if who >= 0 and counts[at] >= 2:
+            figures[who].last_arrivals += 1
+            figures[who].last_judged += counts[at] >= MIN_ARRIVAL_RANKS
     _compute_ratios(sources, figures)
     arrivals_by = None if not matched else "start" if by_start else "duration"
     ranks = [figures[source.rank] for source in sources]
@@ -177,7 +241,7 @@ def verdict(sources: Sequence[RankSource], dropped: int = 0) -> Verdict:
     return Verdict(
         ranks=ranks,
         stragglers=[_entry(rank, arrivals_by) for rank in stragglers],
-        matched=len(matched),
+        matched=matched,
         arrivals_by=arrivals_by,
         violations=violations,
         dropped=dropped,
@@ -266,9 +330,8 @@ def step_compute(analysis: RankAnalysis) -> list[tuple[int, int]]:
 
 def analysis_source(rank: int, analysis: RankAnalysis) -> RankSource:
     """``analysis``'s collectives and steps for the matching."""
-
-    def rows() -> Iterator[CollectiveRow]:
-        for c in analysis.collectives:
-            yield c.process_group, c.sequence, c.start_ns, c.duration_ns
-
-    return RankSource(rank, rows, step_compute(analysis))
+    kept = analysis.collectives
+    columns = CollectiveColumns(
+        kept.groups, kept.group_ids, kept.sequences, kept.starts, kept.durations
+    )
+    return RankSource(rank, lambda: columns, step_compute(analysis))

@@ -31,18 +31,18 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from tracestore.analysis import RankTap, analyze_opened
 from tracestore.analysis.model import KERNEL_ROWS, RankAnalysis
 from tracestore.analysis.stragglers import (
     NO_STEPS,
-    CollectiveRow,
+    CollectiveColumns,
     RankSource,
     Verdict,
     verdict,
@@ -270,8 +270,9 @@ def stored_detail(blob: bytes | None) -> dict[str, Any] | None:
 
 def straggler_verdict(services: Services, traceset_id: str) -> Verdict:
     """The stragglers among the traceset's analysed files, from their stored detail (the
-    collectives) and steps, read one file at a time. A file's rank as ``assemble`` takes
-    it: the census's when the file holds one rank, else the one its analysis recorded."""
+    collectives) and steps, read one file at a time in one read transaction. A file's rank
+    as ``assemble`` takes it: the census's when the file holds one rank, else the one its
+    analysis recorded."""
     F, TF = db.FileAnalysis, db.TracesetFile
     with services.db.session(write=False) as session:
         rows = session.execute(
@@ -280,19 +281,18 @@ def straggler_verdict(services: Services, traceset_id: str) -> Verdict:
             .where(F.traceset_id == traceset_id, F.status == "complete")
             .order_by(F.position)
         ).all()
-    sources: dict[int, RankSource] = {}
-    dropped: list[int] = []  # per file, counted as its collectives are first read
-    for position, recorded, start, end in rows:
-        rank = start if start is not None and start == end else recorded
-        if rank is None or rank in sources:
-            continue
-        with services.db.session(write=False) as session:
+        sources: dict[int, RankSource] = {}
+        dropped: list[int] = []  # per file, counted as its collectives are first read
+        for position, recorded, start, end in rows:
+            rank = start if start is not None and start == end else recorded
+            if rank is None or rank in sources:
+                continue
             text = session.scalar(
                 select(F.analysis_text).where(F.traceset_id == traceset_id, F.position == position)
             )
-        read = _stored_collectives(services, traceset_id, position, dropped)
-        sources[rank] = RankSource(rank, read, _stored_steps(text))
-    found = verdict([sources[rank] for rank in sorted(sources)])
+            read = _stored_collectives(session, traceset_id, position, dropped)
+            sources[rank] = RankSource(rank, read, _stored_steps(text))
+        found = verdict([sources[rank] for rank in sorted(sources)])
     found.dropped = sum(dropped)
     return found
 
@@ -307,43 +307,53 @@ def _stored_steps(text: str | None) -> list[tuple[int, int]]:
     return [(s["step"], round(s["computeUs"] * 1000)) for s in steps if not s.get("truncated")]
 
 
+_NO_COLLECTIVES = CollectiveColumns([], [], [], [], [])
+_DETAIL = select(db.FileAnalysis.detail).where(
+    db.FileAnalysis.traceset_id == bindparam("traceset_id"),
+    db.FileAnalysis.position == bindparam("position"),
+)
+
+
 def _stored_collectives(
-    services: Services, traceset_id: str, position: int, dropped: list[int]
-) -> Callable[[], Iterator[CollectiveRow]]:
+    session: Session, traceset_id: str, position: int, dropped: list[int]
+) -> Callable[[], CollectiveColumns]:
     """A file's stored collectives, read again at each call (none when no detail was kept);
     the first call appends to ``dropped`` how many its analysis did not keep."""
     calls = [0]
 
-    def rows() -> Iterator[CollectiveRow]:
+    def read() -> CollectiveColumns:
         calls[0] += 1
-        with services.db.session(write=False) as session:
-            blob = session.scalar(
-                select(db.FileAnalysis.detail).where(
-                    db.FileAnalysis.traceset_id == traceset_id,
-                    db.FileAnalysis.position == position,
-                )
-            )
-        detail = stored_detail(blob)
+        blob = session.scalar(_DETAIL, {"traceset_id": traceset_id, "position": position})
+        detail = stored_collectives(blob)
         if calls[0] == 1:
             dropped.append(0 if detail is None else detail.get("collectivesDropped", 0))
         if detail is None:
-            return
-        groups, table = detail["processGroups"], detail["collectives"]
-        for group, sequence, start, duration in zip(
+            return _NO_COLLECTIVES
+        table = detail["collectives"]
+        return CollectiveColumns(
+            detail["processGroups"],
             table["processGroup"],
             table["sequence"],
             table["startNs"],
             table["durationNs"],
-            strict=True,
-        ):
-            yield (
-                None if group < 0 else groups[group],
-                None if sequence < 0 else sequence,
-                start,
-                duration,
-            )
+        )
 
-    return rows
+    return read
+
+
+def stored_collectives(blob: bytes | None) -> dict[str, Any] | None:
+    """The members of a file's stored detail the straggler pass reads (``processGroups``,
+    ``collectivesDropped``, ``collectives``), without decoding its per-step kernel totals:
+    ``stepKernels`` sits between them, and ``,"stepKernels":`` / ``,"collectives":`` cannot
+    occur inside the JSON strings before them (a quote in a string is escaped)."""
+    if blob is None:
+        return None
+    text = zlib.decompress(blob).decode()
+    cut, tail = text.find(',"stepKernels":'), text.rfind(',"collectives":')
+    if cut < 0 or tail < cut:
+        return dict(json.loads(text))
+    head = json.loads(text[:cut] + "}")
+    return {**head, **json.loads("{" + text[tail + 1 :])}
 
 
 def assemble(
