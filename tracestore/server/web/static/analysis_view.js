@@ -154,7 +154,7 @@ function stragglerList(summary) {
     h(
       "ol",
       {},
-      summary.stragglers.map((s) => h("li", { dataset: { rank: String(s.rank) } }, h("strong", {}, `rank ${s.rank}`), `: ${s.reason}; waited ${duration(s.waitUs)} in all`)),
+      summary.stragglers.map((s) => h("li", { dataset: { rank: String(s.rank) } }, h("strong", {}, `rank ${s.rank}`), ` ${s.reason.replace(/^rank \S+ /, "")}; its waits at collectives: ${duration(s.waitUs)} in all`)),
     ),
     note && h("p", { class: "muted" }, note),
   );
