@@ -290,3 +290,22 @@ def test_the_service_names_none_in_a_balanced_run(
         "message": "no straggler among 4 ranks (24 collectives matched)",
         "warning": False,
     }
+
+
+def test_a_stored_detail_that_cannot_be_read_back_leaves_the_summary_saying_why(
+    http: TestClient, services: Services, tmp_path: Path
+) -> None:
+    traceset = upload(
+        http, _files(straggler_run(4, jitter=0.03), tmp_path), {"shape": {"rankCount": 4}}
+    )
+    services.wait_for_background()
+    with services.db.session() as session:
+        row = session.get(db.FileAnalysis, (traceset["id"], 2))
+        assert row is not None
+        row.detail = b"not zlib"
+    found = analysis.straggler_verdict(services, traceset["id"])
+    assert found.stragglers == [] and found.matched == 0
+    assert found.summary_json()["note"] == (
+        "No straggler verdict: a stored analysis could not be read back: its compressed "
+        "detail is damaged."
+    )

@@ -97,10 +97,13 @@ class Verdict:
     arrivals_by: str | None  # "start", "duration", or None without matched collectives
     violations: int = 0  # matched collectives that ended on a rank before their last start
     dropped: int = 0  # collectives past Limits.collectives, not matched
+    failure: str | None = None  # why no verdict could be reached
 
     def summary_json(self) -> dict[str, Any]:
         """``summary.collectiveMatching``: how the verdict of ``summary.stragglers`` came."""
         notes = _notes(self.arrivals_by, self.violations, self.matched, self.dropped)
+        if self.failure is not None:
+            notes.append(f"No straggler verdict: {self.failure}.")
         return {
             "matched": self.matched,
             "arrivalsBy": self.arrivals_by,

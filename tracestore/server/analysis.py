@@ -272,7 +272,19 @@ def straggler_verdict(services: Services, traceset_id: str) -> Verdict:
     """The stragglers among the traceset's analysed files, from their stored detail (the
     collectives) and steps, read one file at a time in one read transaction. A file's rank
     as ``assemble`` takes it: the census's when the file holds one rank, else the one its
-    analysis recorded."""
+    analysis recorded. A stored text that cannot be read back leaves the summary without
+    stragglers, saying why, rather than failing the summary."""
+    try:
+        return _straggler_verdict(services, traceset_id)
+    except (ValueError, KeyError, TypeError, zlib.error) as exc:
+        log.exception("no straggler verdict for %s", traceset_id)
+        found = verdict([])
+        why = "its compressed detail is damaged" if isinstance(exc, zlib.error) else repr(exc)
+        found.failure = f"a stored analysis could not be read back: {why}"
+        return found
+
+
+def _straggler_verdict(services: Services, traceset_id: str) -> Verdict:
     F, TF = db.FileAnalysis, db.TracesetFile
     with services.db.session(write=False) as session:
         rows = session.execute(
