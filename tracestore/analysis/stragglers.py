@@ -17,7 +17,7 @@ wait is its kernel's duration minus the shortest one's. ``Verdict.arrivals_by`` 
 
 Memory: per matched collective a few numbers (``Limits.collectives`` per rank bounds them),
 per rank its sums and its steps' computation (the first ``MAX_STEPS``). The collectives are
-read twice (``Sources``), so none of a rank's is held while another is read.
+read twice (``RankSource.collectives``), so none of a rank's is held while another is read.
 """
 
 from __future__ import annotations
