@@ -5,15 +5,18 @@ heatmap, with its reason."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.kineto_traces import straggler_run
 from tests.replica_processes import postgres  # noqa: F401 - the fixture
 from tests.test_e2e_serve import Served, serving
 from tests.web.conftest import SCREENSHOTS
 from tests.web.test_analysis import (  # noqa: F401 - database_url: the fixture
+    KINETO,
+    _synthetic_answer,
     database_url,
     open_analysis,
     upload_files,
@@ -96,3 +99,21 @@ def test_a_balanced_run_marks_none(served: Served, page: Page, tmp_path: Path) -
     expect(page.locator(".census-grid button.cell")).to_have_count(4)
     expect(page.locator(".census-grid button.cell.straggler")).to_have_count(0)
     expect(section.locator("canvas.heatmap")).to_have_attribute("data-marked", "0")
+
+
+def test_many_stragglers_are_listed_twenty_and_all_marked(served: Served, page: Page) -> None:
+    traceset_id = upload_files(served, "one", sorted(KINETO.iterdir())[:1], 1)
+    answer = _synthetic_answer(64, 4, slow=7)
+    answer["summary"]["stragglers"] = [
+        {"rank": r, "computeRatio": 1.2, "waitUs": 0, "lastArrivals": 0, "reason": f"rank {r} x"}
+        for r in range(0, 50, 2)
+    ]
+
+    def fulfil(route: Route) -> None:
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(answer))
+
+    page.route(f"**/api/v1/tracesets/{traceset_id}/analysis", fulfil)
+    section = open_analysis(page, served, traceset_id)
+    expect(section.locator(".stragglers li")).to_have_count(20)
+    expect(section.locator(".stragglers")).to_contain_text("… and 5 more")
+    expect(section.locator("canvas.heatmap")).to_have_attribute("data-marked", "25")

@@ -14,6 +14,7 @@ const CSS = "/static/analysis.css";
 export const POLL_MS = 2000;
 const POLLS = 300; // ten minutes of asking
 export const TOP_KERNELS = 15;
+const STRAGGLERS_LISTED = 20; // the rest are counted; the census grid and heatmap mark them all
 const KINDS = { COMPUTATION: "kind-compute", COMMUNICATION: "kind-communication", MEMORY: "kind-memory" };
 const CAUSES = [
   ["host_wait", "cause-host", "the GPU waited for the CPU to launch"],
@@ -154,8 +155,10 @@ function stragglerList(summary) {
     h(
       "ol",
       {},
-      summary.stragglers.map((s) => h("li", { dataset: { rank: String(s.rank) } }, h("strong", {}, `rank ${s.rank}`), ` ${s.reason.replace(/^rank \S+ /, "")}; its waits at collectives: ${duration(s.waitUs)} in all`)),
+      summary.stragglers.slice(0, STRAGGLERS_LISTED).map((s) => h("li", { dataset: { rank: String(s.rank) } }, h("strong", {}, `rank ${s.rank}`), ` ${s.reason.replace(/^rank \S+ /, "")}; its waits at collectives: ${duration(s.waitUs)} in all`)),
     ),
+    summary.stragglers.length > STRAGGLERS_LISTED &&
+      h("p", { class: "muted" }, `… and ${summary.stragglers.length - STRAGGLERS_LISTED} more (the API's summary.stragglers lists them all).`),
     note && h("p", { class: "muted" }, note),
   );
 }
