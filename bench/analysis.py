@@ -18,6 +18,19 @@ that size analysed by ``tracestore analyze`` alone, for the memory bound::
 
 Targets (issue 44): ≥ 3× json.load's speed, ≥ 10× HTA's, peak RSS ≤ 256 MiB and ≤ 0.05×
 HTA's, the big file within the same bound. Exits 1 when one is missed (unless --no-targets).
+
+``--stragglers RANKS`` measures instead what straggler detection (issue 45) adds to a set's
+analysis: a synthetic set of RANKS ranks whose one rank straggles, collective-heavy (every
+other kernel an all-reduce, ``--collectives`` per rank), analysed over ``--rounds`` rounds
+
+- by ``tracestore analyze``'s code in-process: every file analysed and the summary, with and
+  without the straggler pass (the same ranks, each measured in every round);
+- by the service (in-process, SQLite, its worker drained): upload to analysis complete,
+  alternately with the pass and with it switched off, and the pass's own time inside.
+
+Target: the pass adds no more than 10 % (medians, as ratios)::
+
+    .venv/bin/python bench/analysis.py --stragglers 64 --rounds 3
 """
 
 from __future__ import annotations
@@ -228,6 +241,143 @@ def report(
     return 1 if check and missed else 0
 
 
+def _straggler_set(root: Path, ranks: int, collectives: int) -> list[Path]:
+    """A synthetic set whose rank ``ranks // 3`` computes 20 % longer (tests/kineto_traces)."""
+    sys.path.insert(0, str(REPO))
+    from tests.kineto_traces import straggler_run
+
+    steps = max(1, collectives // 25)
+    run = straggler_run(ranks, steps, slow={ranks // 3: 1.2}, jitter=0.03, collectives_per_step=25)
+    return [b.write(root / f"rank{b.rank:04d}.pt.trace.json") for b in run]
+
+
+def _in_process(paths: list[Path]) -> tuple[float, float, list[int]]:
+    """Every file analysed and the summary without stragglers; the straggler pass; named."""
+    from tracestore.analysis import analyze_path
+    from tracestore.analysis.summary import figures_summary, ranks_verdict
+
+    started = time.perf_counter()
+    ranks = []
+    for path in paths:
+        outcome = analyze_path(path, path.name)
+        assert outcome.rank is not None, outcome.reason
+        ranks.append(outcome.rank)
+    figures_summary([r.figures() for r in ranks])
+    analysed = time.perf_counter() - started
+    started = time.perf_counter()
+    found = ranks_verdict(ranks)
+    return analysed, time.perf_counter() - started, [s["rank"] for s in found.stragglers]
+
+
+def _through_service(root: Path, paths: list[Path], rounds: int) -> dict[str, list[float]]:
+    """Upload to analysis complete, with the pass and without, alternating; the pass's time."""
+    from fastapi.testclient import TestClient
+
+    from tests.uploading import upload
+    from tracestore.analysis.stragglers import Verdict, verdict
+    from tracestore.server import analysis
+    from tracestore.server.app import create_app
+    from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
+    from tracestore.server.services import Services, build_services
+    from tracestore.server.settings import Settings
+
+    settings = Settings(data_dir=root / "data", in_process_worker=False)
+    services = build_services(settings)
+    bootstrap(services.db, settings.data_dir, services.now())
+    token = (settings.data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    files = {p.name: (p.read_bytes(), "primary") for p in paths}
+    real = analysis.straggler_verdict
+    spent: list[float] = []
+
+    def timed(services: Services, traceset_id: str) -> Verdict:
+        started = time.perf_counter()
+        try:
+            return real(services, traceset_id)
+        finally:
+            spent.append(time.perf_counter() - started)
+
+    def off(services: Services, traceset_id: str) -> Verdict:
+        return verdict([])
+
+    times: dict[str, list[float]] = {"with": [], "without": [], "pass": []}
+    with TestClient(create_app(services=services)) as http:
+        http.headers["Authorization"] = f"Bearer {token}"
+        order = ["with", "without"]
+        for round_number in range(rounds):
+            for mode in order:
+                analysis.straggler_verdict = timed if mode == "with" else off
+                traceset = upload(http, files, {"shape": {"rankCount": len(paths)}})
+                started = time.perf_counter()
+                services.wait_for_background()
+                took = time.perf_counter() - started
+                answer = http.get(f"/api/v1/tracesets/{traceset['id']}/analysis").json()
+                assert answer["status"] == "complete", answer["reason"]
+                named = [s["rank"] for s in answer["summary"]["stragglers"]]
+                times[mode].append(took)
+                if mode == "with":
+                    times["pass"].append(spent[-1])
+                print(
+                    f"  round {round_number + 1} service, {mode:<7} {took:8.2f} s"
+                    + (f" (the pass {spent[-1]:.3f} s; named {named})" if mode == "with" else ""),
+                    flush=True,
+                )
+            order.reverse()
+    analysis.straggler_verdict = real
+    services.close()
+    return times
+
+
+def stragglers(args: argparse.Namespace, root: Path) -> int:
+    """What straggler detection adds to a set's analysis; the exit status."""
+    paths = _straggler_set(root, args.stragglers, args.collectives)
+    size = sum(p.stat().st_size for p in paths)
+    print(
+        f"{len(paths)} ranks, {size / MIB:.1f} MiB, {args.collectives} collectives and as many "
+        f"computation kernels per rank; load average before: {load_average()}",
+        flush=True,
+    )
+    analysed, passes = [], []
+    for round_number in range(args.rounds):
+        took, pass_took, named = _in_process(paths)
+        analysed.append(took)
+        passes.append(pass_took)
+        print(
+            f"  round {round_number + 1} in-process: analysis {took:8.2f} s, the pass "
+            f"{pass_took:.3f} s, named {named}",
+            flush=True,
+        )
+    service = _through_service(root, paths, args.rounds)
+    print(f"load average after: {load_average()}")
+    median = statistics.median
+    without, with_pass = (
+        median(analysed),
+        median(a + p for a, p in zip(analysed, passes, strict=True)),
+    )
+    rows = [
+        ("in-process (analyze's code)", without, with_pass),
+        ("service, upload to complete", median(service["without"]), median(service["with"])),
+    ]
+    print()
+    print(f"{'median of rounds':<30} {'without s':>10} {'with s':>10} {'with/without':>13}")
+    for label, off, on in rows:
+        print(f"{label:<30} {off:10.3f} {on:10.3f} {on / off:13.3f}")
+    share = median(service["pass"]) / median(service["with"])
+    print(
+        f"{'service: the pass inside':<30} {median(service['pass']):10.3f} {'':>10} {share:13.3f}"
+    )
+    missed = 0
+    print()
+    for label, ratio in (
+        ("in-process: with/without ≤ 1.10", with_pass / without),
+        ("service: with/without ≤ 1.10", median(service["with"]) / median(service["without"])),
+        ("service: the pass ≤ 0.10 of the analysis", share),
+    ):
+        met = ratio <= (0.10 if "pass" in label else 1.10)
+        missed += not met
+        print(f"{'met   ' if met else 'MISSED'} {label}: {ratio:.3f}")
+    return 1 if missed and not args.no_targets else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=256, help="size of the trace")
@@ -236,8 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-gib", type=float, default=0, help="also a file of this size")
     parser.add_argument("--dir", type=Path, default=None, help="where to write the traces")
     parser.add_argument("--no-targets", action="store_true", help="report, never exit 1")
+    parser.add_argument(
+        "--stragglers", type=int, default=0, help="instead: the straggler pass on this many ranks"
+    )
+    parser.add_argument(
+        "--collectives", type=int, default=1000, help="collectives per rank (--stragglers)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tracestore-bench-", dir=args.dir) as tmp:
+        if args.stragglers:
+            return stragglers(args, Path(tmp))
         return run(args, Path(tmp))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -207,3 +208,64 @@ def dlrm_ranks(count: int) -> dict[str, bytes]:
         assert found == 1, samples[rank % len(samples)]
         made[f"rank{rank:04d}.pt.trace.json"] = data
     return made
+
+
+def straggler_run(
+    ranks: int = 8,
+    steps: int = 6,
+    *,
+    slow: Mapping[int, float] | None = None,
+    jitter: float = 0.0,
+    offsets: Mapping[int, float] | None = None,
+    collectives_per_step: int = 4,
+    missing: tuple[int, int] | None = None,
+    sequence: bool = True,
+    seed: int = 45,
+    collective: str = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, ncclWork*)",
+) -> list[TraceBuilder]:
+    """A data-parallel run whose straggler is known: each step, every rank computes then
+    joins ``collectives_per_step`` all-reduces; rank r computes ``slow[r]`` times as long
+    (the others 1×, each stretch times 1 ± ``jitter`` at random); an all-reduce ends on every
+    rank 200 µs after the last rank started it. ``offsets[r]`` shifts rank r's host clock
+    (µs); ``missing=(rank, index)`` leaves that rank's index-th collective out of its trace;
+    ``sequence`` records NCCL's ``Seq`` and process group in the kernels' args."""
+    import random
+
+    chance = random.Random(seed)
+    slow, offsets = slow or {}, offsets or {}
+    builders = [TraceBuilder(rank, ranks) for rank in range(ranks)]
+    now = 1_000_000.0
+    index = 0
+    for step in range(steps):
+        step_start = now
+        ends = [now] * ranks
+        phases = []
+        for _ in range(collectives_per_step):
+            starts = []
+            for rank in range(ranks):
+                stretch = 1000 * slow.get(rank, 1.0) * (1 + chance.uniform(-jitter, jitter))
+                starts.append(ends[rank] + round(stretch))
+            finish = max(starts) + 200
+            phases.append((ends[:], starts, finish))
+            ends = [finish] * ranks
+        for rank, builder in enumerate(builders):
+            shift = offsets.get(rank, 0.0)
+            builder.step(step, step_start + shift, ends[rank] - step_start)
+            for number, (begun, starts, finish) in enumerate(phases):
+                at = index + number
+                builder.device("gemm_kernel", begun[rank] + shift, starts[rank] - begun[rank])
+                if missing == (rank, at):
+                    continue
+                args: dict[str, Any] = {"Collective name": "allreduce"}
+                if sequence:
+                    args.update({"Process Group Name": "0", "Seq": at})
+                builder.device(
+                    collective,
+                    starts[rank] + shift,
+                    finish - starts[rank],
+                    stream=20,
+                    args=args,
+                )
+        index += collectives_per_step
+        now = ends[0] + 50
+    return builders

@@ -340,7 +340,13 @@ def test_the_summary_takes_medians_and_names_the_slowest_and_fastest_rank() -> N
     assert result["stepTimeUs"] == {"median": 350.0, "min": 200, "max": 500}
     assert (result["slowestRank"], result["fastestRank"]) == (1, 3)
     assert result["overlapPct"] == {"median": None, "min": None, "max": None}
-    assert "stragglers" not in result
+    # Rank 3 computes 110 µs a step against the median rank's 95: a straggler by that alone.
+    assert [(s["rank"], s["computeRatio"], s["lastArrivals"]) for s in result["stragglers"]] == [
+        (3, 1.16, 0)
+    ]
+    assert result["stragglers"][0]["reason"] == "rank 3 computes 1.16 × the median rank per step"
+    assert result["collectiveMatching"]["matched"] == 0
+    assert result["collectiveMatching"]["arrivalsBy"] is None
 
 
 def test_the_analysis_imports_nothing_of_the_server_or_the_client() -> None:

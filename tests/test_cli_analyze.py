@@ -41,6 +41,13 @@ def test_a_table_per_rank_a_summary_and_the_top_kernels() -> None:
     assert [line.split()[0] for line in lines[1:9]] == [str(r) for r in range(8)]
     assert "median over 8 ranks: compute 7.37 % (6.35-9.66)" in result.stdout
     assert "slowest rank 1, fastest 7" in result.stdout
+    # The real sample's ranks 1 and 3 compute 1.17 × the median rank (issue 45).
+    stragglers = [line for line in lines if line.startswith("straggler: ")]
+    assert [line.split()[2] for line in stragglers] == ["1", "3", "7"]
+    assert stragglers[0] == (
+        "straggler: rank 1 computes 1.17 × the median rank per step and started last in 0 of "
+        "8 collectives"
+    )
     kernels = lines[lines.index("top kernels by total time, over all ranks:") + 2 :]
     assert len(kernels) == 3
     assert kernels[0].split()[:2] == ["COMMUNICATION", "40"]

@@ -278,6 +278,7 @@ class RankAnalysis:
     # Kept for issue 45 (stragglers, comparison), not in the JSON of ANALYTICS.md:
     step_kernels: StepKernels = field(default_factory=lambda: StepKernels([]))
     collectives: Collectives = field(default_factory=lambda: Collectives([], []))
+    collectives_dropped: int = 0  # communication kernels past ``Limits.collectives``
     device_events: int = 0  # counted (inside the profiled steps)
     device_events_seen: int = 0
 
@@ -319,6 +320,7 @@ class RankAnalysis:
         collective_names = ids(collectives.names, collectives.name_ids)
         yield '{"names":' + json.dumps(list(names), ensure_ascii=False)
         yield ',"processGroups":' + json.dumps(collectives.groups, ensure_ascii=False)
+        yield f',"collectivesDropped":{self.collectives_dropped}'
         tables = (
             ("stepKernels", ("step", "name", "calls", "durationNs")),
             ("collectives", ("name", "processGroup", "sequence", "startNs", "durationNs")),

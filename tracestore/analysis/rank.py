@@ -13,8 +13,9 @@
    ``∪D``, ``∪COMPUTATION``, ``∪COMMUNICATION``, their intersections, the kind breakdown and
    the steps' shares; the same loop files each gap on a stream by its cause.
 
-Memory: the sorts share ``Limits.sort_memory``; names, steps, per-step kernel totals and
-collectives are bounded by their own limits, past which the analysis fails with a reason.
+Memory: the sorts share ``Limits.sort_memory``; names, steps and per-step kernel totals are
+bounded by their own limits, past which the analysis fails with a reason; collectives kept
+for straggler matching by ``Limits.collectives`` (the first ones; the rest are counted).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ class Limits:
     name_bytes: int = 64 * MIB  # distinct kernel and process group names
     steps: int = 100_000
     step_kernels: int = 1_000_000  # (step, kernel name) pairs with their totals
-    collectives: int = 1_000_000  # communication kernels kept for straggler matching
+    # Communication kernels kept for straggler matching: the first ones by start; the rest
+    # are counted (``RankAnalysis.collectives_dropped``), not kept.
+    collectives: int = 10_000
 
 
 class Names:
@@ -364,9 +367,10 @@ def _sweep(
         pieces.advance(start)
         pieces.add(kind, end)
         if kind == COMMUNICATION:
-            if len(collectives) >= limits.collectives:
-                raise AnalysisError(f"more than {limits.collectives} communication kernels")
-            collectives.append(name, max(group, -1), max(seq, -1), start, end - start)
+            if len(collectives) < limits.collectives:
+                collectives.append(name, max(group, -1), max(seq, -1), start, end - start)
+            else:
+                result.collectives_dropped += 1
     pieces.advance(_IDLE)
     piece_ns = pieces.ns
     busy = sum(piece_ns[1:])

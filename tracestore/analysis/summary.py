@@ -1,6 +1,7 @@
 """The traceset's ``summary``: medians, least and greatest over its ranks (ANALYTICS.md).
 
-``stragglers`` is issue 45's and is not computed here; the summary leaves the member out.
+``stragglers`` (and ``collectiveMatching``, how they were found) come from matching the
+ranks' collectives (``stragglers.verdict``), which the service does apart from the figures.
 A rank's step time is the median duration of its steps (a truncated last step left out);
 ranks without steps, or without communication for ``overlapPct``, do not count for that
 number. The summary is computed from each rank's few figures (``RankFigures``), which the
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracestore.analysis.model import RankAnalysis, us
+from tracestore.analysis.stragglers import Verdict, analysis_source, verdict
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,28 @@ def _spread(values: Sequence[float], digits: int | None = 2) -> dict[str, Any]:
 
 def summary(ranks: Sequence[AnalysedRank]) -> dict[str, Any]:
     """``{rankCount, computePct, nonComputePct, idlePct, overlapPct, stepTimeUs, slowestRank,
-    fastestRank}``; each of the five a ``{median, min, max}``."""
-    return figures_summary([r.figures() for r in ranks])
+    fastestRank, stragglers, collectiveMatching}``; each of the five a ``{median, min,
+    max}``."""
+    return {
+        **figures_summary([r.figures() for r in ranks]),
+        **straggler_members(ranks_verdict(ranks)),
+    }
+
+
+def ranks_verdict(ranks: Sequence[AnalysedRank]) -> Verdict:
+    """The stragglers among ``ranks`` (the first file of each rank; files without a rank
+    take no part)."""
+    seen: dict[int, AnalysedRank] = {}
+    for r in ranks:
+        if r.rank is not None:
+            seen.setdefault(r.rank, r)
+    dropped = sum(r.analysis.collectives_dropped for r in seen.values())
+    return verdict([analysis_source(n, r.analysis) for n, r in sorted(seen.items())], dropped)
+
+
+def straggler_members(found: Verdict) -> dict[str, Any]:
+    """The summary's ``stragglers`` and ``collectiveMatching``."""
+    return {"stragglers": found.stragglers, "collectiveMatching": found.summary_json()}
 
 
 def figures_summary(ranks: Sequence[RankFigures]) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def report_lines(answer: dict[str, Any], top: int, *, failures: bool = True) -> 
     lines = [table(HEADERS, rows)] if rows else []
     summary = answer.get("summary")
     if len(analysed) > 1 and summary:
-        lines += ["", _summary_line(summary)]
+        lines += ["", _summary_line(summary), *_straggler_lines(summary)]
     if top and analysed:
         lines += ["", *_kernel_lines(analysed, top)]
     failed = [entry for entry in entries if entry.get("status") == "failed"]
@@ -128,6 +128,15 @@ def _summary_line(data: dict[str, Any]) -> str:
     if data["slowestRank"] is not None:
         line += f"; slowest rank {data['slowestRank']}, fastest {data['fastestRank']}"
     return line
+
+
+def _straggler_lines(data: dict[str, Any]) -> list[str]:
+    """The stragglers, worst first, each with its reason (none: one line saying so)."""
+    if "stragglers" not in data:  # an analysis stored before the service looked for them
+        return []
+    if not data["stragglers"]:
+        return ["no straggler"]
+    return [shown(f"straggler: {entry['reason']}") for entry in data["stragglers"]]
 
 
 def _kernel_lines(entries: list[dict[str, Any]], top: int) -> list[str]:

@@ -18,12 +18,14 @@ from tracestore.jsontext import lone_surrogate
 from tracestore.schemas.admin import ApiToken, NewApiToken, Tenant, User, Workspace
 from tracestore.schemas.analysis import (
     AnalysisSummary,
+    CollectiveMatching,
     CommunicationOverlap,
     IdleRow,
     KernelRow,
     RankAnalysis,
     Spread,
     StepRow,
+    Straggler,
     TemporalBreakdown,
     TracesetAnalysis,
 )
@@ -115,6 +117,7 @@ __all__ = [
     "ApiToken",
     "Census",
     "Check",
+    "CollectiveMatching",
     "CommunicationOverlap",
     "CompleteRequest",
     "CompletedFileInput",
@@ -155,6 +158,7 @@ __all__ = [
     "Spread",
     "Status",
     "StepRow",
+    "Straggler",
     "TemporalBreakdown",
     "Tenant",
     "Text",

@@ -101,9 +101,42 @@ class Spread(WireModel):
     max: Number | None
 
 
+class Straggler(WireModel):
+    """A rank that held the others back: it computes longest per step, or arrives last at
+    the collectives (ANALYTICS.md, "Stragglers")."""
+
+    rank: int
+    compute_ratio: float | None = Field(
+        description="The median over steps of its computation time in the step divided by "
+        "the median rank's; null without steps shared with another rank"
+    )
+    wait_us: Number = Field(
+        description="Its total wait at matched collectives: the latest start minus its own "
+        "(or, when the hosts' clocks disagree, its kernel's duration minus the shortest)"
+    )
+    last_arrivals: int = Field(description="How often it was the last to arrive")
+    reason: str = Field(description="The verdict in words")
+
+
+class CollectiveMatching(WireModel):
+    """How the collectives were matched across ranks for ``stragglers``."""
+
+    matched: int = Field(description="Collectives matched across two ranks or more")
+    arrivals_by: Literal["start", "duration"] | None = Field(
+        description="start: arrivals ordered by each collective's starts on the hosts' "
+        "clocks (which passed a causality test); duration: the clocks disagree, the last to "
+        "arrive is the rank whose kernel ran shortest; null: nothing matched"
+    )
+    dropped: int = Field(
+        description="Collectives past TRACESTORE_STRAGGLER_COLLECTIVES per rank, not matched"
+    )
+    note: str | None = Field(description="What the verdict rests on, in words")
+
+
 class AnalysisSummary(WireModel):
-    """Over the analysed ranks: each number's spread, and the slowest and fastest rank by
-    median step time."""
+    """Over the analysed ranks: each number's spread, the slowest and fastest rank by
+    median step time, and the stragglers, worst first (absent from a summary stored before
+    the service looked for them)."""
 
     rank_count: int
     compute_pct: Spread
@@ -113,6 +146,8 @@ class AnalysisSummary(WireModel):
     step_time_us: Spread
     slowest_rank: int | None
     fastest_rank: int | None
+    stragglers: list[Straggler] = Field(default_factory=list)
+    collective_matching: CollectiveMatching | None = None
 
 
 class TracesetAnalysis(WireModel):

@@ -28,6 +28,7 @@ from tracestore.ranks import (
     within,
 )
 from tracestore.server import db
+from tracestore.server.analysis import stragglers_check
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
 from tracestore.server.inspection import stored_census_checks, stored_readiness
@@ -312,6 +313,7 @@ def validate_traceset(
         rank_count = traceset.rank_count
         recorded = stored_census_checks(traceset) or []
         ready = stored_readiness(traceset)
+        stragglers = stragglers_check(session.get(db.TracesetAnalysis, traceset_id))
     integrity = file_integrity(
         services.store,
         files,
@@ -325,6 +327,7 @@ def validate_traceset(
         rank_count,
         inspected=[schemas.ValidationCheck(**check) for check in recorded],
         readiness=[schemas.ToolReadiness(**entry) for entry in ready],
+        analysed=[schemas.ValidationCheck(**stragglers)],
     )
 
 
@@ -339,8 +342,10 @@ def validate_checks(
     *,
     inspected: Sequence[schemas.ValidationCheck] = (),
     readiness: Sequence[schemas.ToolReadiness] = (),
+    analysed: Sequence[schemas.ValidationCheck] = (),
 ) -> schemas.ValidateAnswer:
     """The validate answer, after ``integrity`` (``integrity.file_integrity``'s check).
+    ``analysed`` are the analysis's checks (``stragglers``: a warning at most), listed last;
     ``inspected`` are inspection's verdicts; a check of
     ``INSPECTION_CHECKS`` it does not hold (inspection has not finished, or ran before the
     check existed) is reported as not evaluated (``passed: null``), which does not make the
@@ -355,6 +360,7 @@ def validate_checks(
             or schemas.ValidationCheck(name=name, passed=None, message=NOT_EVALUATED)
             for name in INSPECTION_CHECKS
         ),
+        *analysed,
     ]
     return schemas.ValidateAnswer(
         valid=all(check.passed is not False for check in checks),

@@ -174,6 +174,9 @@ class Settings(BaseSettings):
     # traceset, shared out among its files (analysis.file_share).
     analysis_memory: Size = Field(default=64 * MIB, ge=4 * MIB)
     max_analysis_size: Size = Field(default=64 * MIB, ge=64 * 1024)
+    # Communication kernels kept per rank for straggler matching (the first ones by start;
+    # analysis.Limits.collectives): what the assembly holds grows with it, not with a trace.
+    straggler_collectives: int = Field(default=10_000, ge=1, le=1_000_000)
     # Whether this process runs a worker (serve's --no-worker: an API-only replica).
     in_process_worker: bool = True
     # How long a stopping ``serve`` lets open requests finish before it cancels them: a
@@ -348,7 +351,9 @@ class Settings(BaseSettings):
     @property
     def analysis_limits(self) -> AnalysisLimits:
         """What analysing one stored Kineto trace may hold in memory."""
-        return AnalysisLimits(sort_memory=self.analysis_memory)
+        return AnalysisLimits(
+            sort_memory=self.analysis_memory, collectives=self.straggler_collectives
+        )
 
     @property
     def url_lifetime(self) -> timedelta:

@@ -4,6 +4,7 @@
 // heatmap; the kernels that took the most time over all ranks, with their kind; idle time by
 // cause. While the analysis jobs run the section says so and asks again until they are done.
 import { api } from "/static/api.js";
+import { markStragglers } from "/static/census_grid.js";
 import { duration, heatmap, legend, pct, shareBar, stackedColumns } from "/static/charts.js";
 import { h, show } from "/static/dom.js";
 import { isAbort } from "/static/errors.js";
@@ -13,6 +14,7 @@ const CSS = "/static/analysis.css";
 export const POLL_MS = 2000;
 const POLLS = 300; // ten minutes of asking
 export const TOP_KERNELS = 15;
+const STRAGGLERS_LISTED = 20; // the rest are counted; the census grid and heatmap mark them all
 const KINDS = { COMPUTATION: "kind-compute", COMMUNICATION: "kind-communication", MEMORY: "kind-memory" };
 const CAUSES = [
   ["host_wait", "cause-host", "the GPU waited for the CPU to launch"],
@@ -49,6 +51,7 @@ async function fill(section, body, id, signal, polls) {
   if (signal.aborted) return;
   section.dataset.status = answer.status;
   show(body, content(answer));
+  if (answer.status === "complete") markStragglers(document, answer.summary?.stragglers ?? []);
   if (answer.status === "pending" && polls < POLLS) {
     // A view shown again (the page re-renders while inspection runs) has a section of its own.
     setTimeout(() => signal.aborted || !section.isConnected || fill(section, body, id, signal, polls + 1), POLL_MS);
@@ -68,14 +71,16 @@ function content(answer) {
     const what = answer.status === "none" ? "No analysis" : "The analysis failed";
     return [h("p", { class: "muted" }, `${what}: ${answer.reason ?? "no reason recorded"}.`), failures(failed)];
   }
+  const straggling = new Map((answer.summary?.stragglers ?? []).map((s) => [String(s.rank), s.reason]));
   return [
     summaryFacts(answer),
+    stragglerList(answer.summary),
     h("h3", {}, "Compute, non-compute and idle time per rank"),
     timeColumns(analysed),
     h("h3", {}, "Communication under computation per rank"),
     overlapColumns(analysed),
     h("h3", {}, "Step times, ranks × steps"),
-    stepHeatmap(analysed),
+    stepHeatmap(analysed, straggling),
     h("h3", {}, "The kernels that took the most time"),
     kernelTable(analysed),
     h("h3", {}, "Idle time by cause"),
@@ -135,7 +140,30 @@ function overlapColumns(entries) {
   });
 }
 
-function stepHeatmap(entries) {
+// Who held the others back (summary.stragglers, worst first), each with its reason, and what
+// the verdict rests on; absent from an analysis stored before the service looked.
+function stragglerList(summary) {
+  if (!summary?.stragglers) return null;
+  const note = summary.collectiveMatching?.note;
+  if (summary.stragglers.length === 0) {
+    return h("p", { class: "stragglers none muted" }, `No straggler: no rank computes 10 % more than the median rank or arrives last at most collectives.${note ? ` ${note}` : ""}`);
+  }
+  return h(
+    "div",
+    { class: "stragglers" },
+    h("h3", {}, `${plural(summary.stragglers.length, "straggler")}, worst first`),
+    h(
+      "ol",
+      {},
+      summary.stragglers.slice(0, STRAGGLERS_LISTED).map((s) => h("li", { dataset: { rank: String(s.rank) } }, h("strong", {}, `rank ${s.rank}`), ` ${s.reason.replace(/^rank \S+ /, "")}; its waits at collectives: ${duration(s.waitUs)} in all`)),
+    ),
+    summary.stragglers.length > STRAGGLERS_LISTED &&
+      h("p", { class: "muted" }, `… and ${summary.stragglers.length - STRAGGLERS_LISTED} more (the API's summary.stragglers lists them all).`),
+    note && h("p", { class: "muted" }, note),
+  );
+}
+
+function stepHeatmap(entries, straggling) {
   const numbers = new Set();
   const rows = entries.map((entry) => {
     const steps = new Map();
@@ -147,7 +175,7 @@ function stepHeatmap(entries) {
   });
   if (numbers.size === 0) return h("p", { class: "muted" }, "No ProfilerStep in the traces.");
   const steps = [...numbers].sort((a, b) => a - b);
-  return [heatmap(rows, steps), stepTable(rows, steps)];
+  return [heatmap(rows, steps, straggling), stepTable(rows, steps)];
 }
 
 // The heatmap's numbers, for a screen reader or a copy: built when opened.

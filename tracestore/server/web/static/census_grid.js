@@ -48,7 +48,8 @@ export function censusGrid(census) {
             grid.querySelector('[aria-pressed="true"]')?.setAttribute("aria-pressed", "false");
             event.currentTarget.setAttribute("aria-pressed", "true");
             moveTo(event.currentTarget, false);
-            show(detail, rankDetail(rank, state, entry, duplicated.get(rank)));
+            const straggling = event.currentTarget.dataset.straggler;
+            show(detail, rankDetail(rank, state, entry, duplicated.get(rank), straggling));
           },
         },
         h("span", { class: "rank-number" }, rank),
@@ -112,12 +113,13 @@ function legend(paired) {
   );
 }
 
-function rankDetail(rank, state, entry, duplicateFiles) {
+function rankDetail(rank, state, entry, duplicateFiles, straggling) {
   const files = entry?.files ?? [];
   return h(
     "div",
     {},
     h("h3", {}, `Rank ${rank}: ${state}`),
+    straggling && h("p", { class: "straggler-reason" }, `Straggler: ${straggling}`),
     files.length === 0
       ? h("p", { class: "muted" }, "No file holds this rank.")
       : h(
@@ -135,4 +137,26 @@ function rankDetail(rank, state, entry, duplicateFiles) {
         ),
     duplicateFiles && h("p", { class: "bad" }, `Held by ${duplicateFiles.length} files of one kind: ${duplicateFiles.join(", ")}`),
   );
+}
+
+// The analysis's stragglers ({rank, reason}, summary.stragglers) marked on the census grids
+// under `root`: a class, the reason in the cell's label and in its detail, a legend entry.
+export function markStragglers(root, stragglers) {
+  for (const grid of root.querySelectorAll("div.census")) {
+    let marked = 0;
+    for (const { rank, reason } of stragglers) {
+      const button = grid.querySelector(`button.cell[data-rank="${Number(rank)}"]`);
+      if (!button || button.dataset.straggler) continue;
+      button.classList.add("straggler");
+      button.dataset.straggler = reason;
+      const label = `${button.getAttribute("aria-label")}; straggler: ${reason}`;
+      button.setAttribute("aria-label", label);
+      button.title = label;
+      marked += 1;
+    }
+    const legendList = grid.querySelector(".legend");
+    if (marked && legendList && !legendList.querySelector(".swatch.straggler")) {
+      legendList.append(h("li", {}, h("span", { class: "swatch straggler" }), "straggler (held the others back: see the analysis)"));
+    }
+  }
 }

@@ -122,7 +122,8 @@ const ROW_HEIGHT = 12; // ... and below it, each rank's row is this tall
 // The ranks × steps heatmap of step durations: rows[] = { rank, steps: Map(step → {us,
 // truncated}) }, steps[] the step numbers. Past HEATMAP_MAX_HEIGHT rows, each row of pixels
 // holds a block of ranks and shows its slowest, so a slow rank stays visible at 1,024 ranks.
-export function heatmap(rows, steps) {
+// marked: Map(rank label → reason) of rows outlined and flagged on the rank axis (stragglers).
+export function heatmap(rows, steps, marked = new Map()) {
   let low = Infinity;
   let high = -Infinity;
   for (const row of rows) {
@@ -155,6 +156,8 @@ export function heatmap(rows, steps) {
     }
     return found;
   };
+  const markedBlocks = [...new Set(rows.flatMap((row, i) => (marked.has(row.rank) ? [Math.floor(i / perRow)] : [])))];
+  canvas.dataset.marked = String(markedBlocks.length);
   const draw = () => {
     const width = canvas.clientWidth || 900;
     const ratio = window.devicePixelRatio || 1;
@@ -171,6 +174,11 @@ export function heatmap(rows, steps) {
         context.fillRect(column * cellWidth, index * rowHeight, Math.ceil(cellWidth), rowHeight);
       });
     }
+    context.strokeStyle = "#1f4fd1";
+    context.lineWidth = 2;
+    for (const index of markedBlocks) {
+      context.strokeRect(1, index * rowHeight + 1, width - 2, Math.max(rowHeight - 2, 1));
+    }
   };
   canvas.addEventListener("mousemove", (event) => {
     // offsetX/Y: from the canvas's padding edge, which its drawing fills.
@@ -180,9 +188,10 @@ export function heatmap(rows, steps) {
     const found = slowest(index, steps[column]);
     const ranks = block(index);
     const where = ranks.length > 1 ? `ranks ${ranks[0].rank}–${ranks[ranks.length - 1].rank} (the slowest: ${found?.row.rank ?? "—"})` : `rank ${ranks[0].rank}`;
-    caption.textContent = found
+    const straggling = ranks.filter((row) => marked.has(row.rank)).map((row) => marked.get(row.rank));
+    caption.textContent = (found
       ? `${where}, step ${steps[column]}: ${duration(found.cell.us)}${found.cell.truncated ? " (truncated: the profiler stopped inside it)" : ""}`
-      : `${where}, step ${steps[column]}: not in this rank's trace`;
+      : `${where}, step ${steps[column]}: not in this rank's trace`) + (straggling.length ? `. Straggler: ${straggling.join("; ")}` : "");
   });
   // Drawn at its laid-out width, and again when that changes (the observer goes with it).
   new ResizeObserver(draw).observe(canvas);
@@ -192,6 +201,12 @@ export function heatmap(rows, steps) {
     tick.style.setProperty("top", `${index * rowHeight}px`);
     return tick;
   });
+  for (const index of markedBlocks) {
+    const flagged = block(index).filter((row) => marked.has(row.rank));
+    const flag = h("span", { class: "straggler-mark", title: flagged.map((row) => marked.get(row.rank)).join("; ") }, `◆ ${flagged[0].rank}`);
+    flag.style.setProperty("top", `${index * rowHeight}px`);
+    rankTicks.push(flag);
+  }
   const scale = h("div", { class: "scale", "aria-hidden": "true" }, h("span", {}, duration(low)), h("span", { class: "ramp" }), h("span", {}, duration(high)));
   return h(
     "figure",

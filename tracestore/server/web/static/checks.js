@@ -11,6 +11,7 @@ const CHECK_NAMES = {
   chakra: "Chakra (trace link)",
   astra: "ASTRA-sim",
   perfetto: "Perfetto / browser viewer",
+  stragglers: "Stragglers",
 };
 
 export function checkList(entries) {
