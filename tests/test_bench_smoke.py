@@ -107,3 +107,22 @@ def test_the_analysis_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
     )
     for line in ("tracestore analyze", "json.load", "HTA", "speed vs HTA ≥ 10×", "4 MiB file"):
         assert line in out, out
+
+
+@pytest.mark.slow
+def test_the_comparison_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
+    # Two 2-rank sets through a real service, HTA's TraceDiff once.
+    out = run_tiny(
+        "analysis.py",
+        tmp_path,
+        *("--compare", "--ranks", "2", "--rounds", "2", "--hta-rounds", "1"),
+        *("--dir", str(tmp_path)),
+    )
+    for line in (
+        "compare through the service (median)",
+        "analysing one set (service, median)",
+        "HTA TraceDiff.compare_traces",
+        "met    compare of two 2-rank sets < 1.0 s",
+        "added ['volta_sgemm_128x64_nt'], deleted ['volta_sgemm_128x32_nt']",
+    ):
+        assert line in out, out
