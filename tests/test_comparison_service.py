@@ -26,6 +26,7 @@ from tracestore.cli import main
 from tracestore.client import Client
 from tracestore.errors import Conflict
 from tracestore.server import db
+from tracestore.server.comparison import members
 from tracestore.server.services import Services
 
 KINETO = TESTDATA / "kineto-dlrm-8ranks"
@@ -274,3 +275,20 @@ def test_compare_ids_names_a_refusal_in_one_line(cli: Any, small: tuple[str, str
     result = cli(*small, "--steps", "x")
     assert result.exit_code == 1
     assert "Error: steps: 'x' is not a rank or a range" in result.output
+
+
+def test_stored_members_are_read_alone_and_never_from_inside_a_string() -> None:
+    text = json.dumps(
+        {
+            "temporal": {"kernelTimeUs": 1},
+            "kernels": [{"name": 'evil"steps":[9],"overlap":{}'}],
+            "overlap": {"pct": None},
+            "steps": [{"step": 2}],
+        },
+        separators=(",", ":"),
+    )
+    assert members(text, ("temporal", "overlap", "steps", "absent")) == {
+        "temporal": {"kernelTimeUs": 1},
+        "overlap": {"pct": None},
+        "steps": [{"step": 2}],
+    }
