@@ -274,7 +274,7 @@ def test_compare_ids_names_a_refusal_in_one_line(cli: Any, small: tuple[str, str
     assert "Traceback" not in result.output
     result = cli(*small, "--steps", "x")
     assert result.exit_code == 1
-    assert "Error: steps: 'x' is not a rank or a range" in result.output
+    assert "Error: steps: 'x' is not a step or a range such as 0-7" in result.output
 
 
 def test_stored_members_are_read_alone_and_never_from_inside_a_string() -> None:

@@ -36,7 +36,7 @@ def parse_ranks(text: str, name: str = "ranks", unit: str = "rank") -> Runs:
         match = _PIECE.fullmatch(piece)
         if match is None:
             raise ValidationError(
-                f"{name}: {piece!r} is not a rank or a range such as 0-7 (in {text[:80]!r})"
+                f"{name}: {piece!r} is not a {unit} or a range such as 0-7 (in {text[:80]!r})"
             )
         start = int(match[1])
         end = int(match[2]) if match[2] is not None else start
