@@ -139,6 +139,9 @@ def test_per_rank_differences_per_step_when_the_step_counts_differ(tmp_path: Pat
     kernel_time = whole["base"]["temporal"]["kernelTimeUs"]
     assert shorter["base"]["temporal"]["kernelTimeUs"] == pytest.approx(kernel_time / 3, abs=1e-3)
     assert shorter["base"]["temporal"]["computePct"] == whole["base"]["temporal"]["computePct"]
+    mixed = compared(tmp_path / "mixed", {0: BASE}, {0: OTHER}, other_first_step=-1)["ranks"][0]
+    assert mixed["perStep"] is False  # a rank without steps has no time per step
+    assert mixed["base"]["temporal"]["kernelTimeUs"] == kernel_time
 
 
 def test_ranks_pair_as_the_contract_says() -> None:

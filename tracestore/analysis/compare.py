@@ -195,7 +195,8 @@ class Comparison:
                 totals[column + 1] += duration
             sides.append((side, chosen))
         (b, _), (o, _) = sides
-        per_step = len(b.steps) != len(o.steps)
+        # Per step when both have steps and their counts differ (without steps, no step).
+        per_step = bool(b.steps and o.steps) and len(b.steps) != len(o.steps)
         figures = [self._figures(s, chosen, per_step) for s, chosen in sides]
         diff = {
             part: {
