@@ -15,6 +15,11 @@ that size analysed by ``tracestore analyze`` alone, for the memory bound::
 
     .venv/bin/python bench/analysis.py --size-mib 16 --rounds 1 --no-targets   # quick
     .venv/bin/python bench/analysis.py --big-gib 2                             # as reported
+    .venv/bin/python bench/analysis.py --compare --ranks 64                    # issue 45
+
+``--compare`` measures the comparison of two tracesets through the service instead
+(``bench/comparison.py``): under a second for two 64-rank sets, beside the time the
+service takes to analyse one and HTA TraceDiff's on the same files.
 
 Targets (issue 44): ≥ 3× json.load's speed, ≥ 10× HTA's, peak RSS ≤ 256 MiB and ≤ 0.05×
 HTA's, the big file within the same bound. Exits 1 when one is missed (unless --no-targets).
@@ -392,10 +397,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--collectives", type=int, default=1000, help="collectives per rank (--stragglers)"
     )
+    parser.add_argument("--compare", action="store_true", help="the comparison of two sets")
+    parser.add_argument("--ranks", type=int, default=64, help="with --compare: ranks a set")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tracestore-bench-", dir=args.dir) as tmp:
         if args.stragglers:
             return stragglers(args, Path(tmp))
+        if args.compare:
+            import comparison  # bench/comparison.py: it starts a service
+
+            check = not args.no_targets
+            return comparison.run(Path(tmp), args.ranks, args.rounds, args.hta_rounds, check)
         return run(args, Path(tmp))
 
 

@@ -1,6 +1,8 @@
 """HTA 0.5.0's numbers for a directory of Kineto traces, as JSON on standard output.
 
-Run as ``python tests/hta_oracle.py DIR``, in a process of its own: HTA loads pandas and
+Run as ``python tests/hta_oracle.py DIR`` (the per-rank analysis) or ``python
+tests/hta_oracle.py diff CONTROL TEST CONTROL_RANK TEST_RANK`` (TraceDiff), in a process of
+its own: HTA loads pandas and
 plotly and forks a pool per directory, none of which belongs in the test process. The calls
 are those ANALYTICS.md names as the oracle's.
 """
@@ -73,6 +75,45 @@ def numbers(directory: str) -> dict[str, Any]:
     }
 
 
+def trace_diff(
+    control: str, test: str, control_rank: int | None, test_rank: int | None
+) -> dict[str, Any]:
+    """``TraceDiff.compare_traces`` and ``ops_diff`` of one rank of each directory, every
+    iteration of each, GPU kernels: ``{"kernels": {name: {...}}, "sets": {added, ...}}``."""
+    from hta.trace_diff import DeviceType, LabeledTrace, TraceDiff
+
+    base, other = LabeledTrace("control", trace_dir=control), LabeledTrace("test", trace_dir=test)
+    every = {
+        "control_rank": control_rank,
+        "test_rank": test_rank,
+        "control_iteration": base.iterations(),
+        "test_iteration": other.iterations(),
+        "device_type": DeviceType.GPU,
+    }
+    table = TraceDiff.compare_traces(base, other, **every)
+    kernels = {
+        str(name): {
+            "baseCount": int(row["control_counts"]),
+            "otherCount": int(row["test_counts"]),
+            "baseDurationUs": float(row["control_total_duration"]),
+            "otherDurationUs": float(row["test_total_duration"]),
+            "diffCount": int(row["diff_counts"]),
+            "diffDurationUs": float(row["diff_duration"]),
+        }
+        for name, row in table.to_dict("index").items()
+    }
+    sets = TraceDiff.ops_diff(base, other, **every)
+    return {"kernels": kernels, "sets": {key: sorted(map(str, v)) for key, v in sets.items()}}
+
+
+def _rank(text: str) -> int | None:
+    return None if text == "-" else int(text)
+
+
 if __name__ == "__main__":
     logging.disable(logging.CRITICAL)
-    json.dump(numbers(sys.argv[1]), sys.stdout)
+    if sys.argv[1] == "diff":  # diff CONTROL_DIR TEST_DIR CONTROL_RANK TEST_RANK ("-": first)
+        _, _, control, test, control_rank, test_rank = sys.argv
+        json.dump(trace_diff(control, test, _rank(control_rank), _rank(test_rank)), sys.stdout)
+    else:
+        json.dump(numbers(sys.argv[1]), sys.stdout)

@@ -55,6 +55,14 @@ RULES: dict[str, list[tuple[int, str]]] = {
         (400, "ranks: rank .* is beyond"),
         (400, "ranks must list"),  # more pieces than MAX_PIECES
     ],
+    "GET /api/v1/tracesets/{traceset_id}/compare": [
+        (400, "(baseRanks|otherRanks|steps): the range"),  # one that ends before it starts
+        (400, "(baseRanks|otherRanks): rank .* is beyond"),
+        (400, "steps: step .* is beyond"),
+        (400, "(baseRanks|otherRanks|steps) must list"),  # more pieces than MAX_PIECES
+        (400, "(baseRanks|otherRanks): no analysed rank"),  # none the traceset holds
+        (400, "baseRanks chooses"),  # as many ranks on each side
+    ],
     "POST /api/v1/tracesets/upload-url": _UPLOAD,
     "POST /api/v1/tracesets/upload-url/check": _UPLOAD,  # its dry run: the same refusals
     "POST /api/v1/tracesets/upload-url/complete": [

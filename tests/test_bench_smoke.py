@@ -15,7 +15,8 @@ import pytest
 pytestmark = pytest.mark.engine_independent
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.name != "served.py")
+MODULES = {"served.py", "comparison.py"}  # imported by the scripts, not run
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.name not in MODULES)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -106,4 +107,23 @@ def test_the_analysis_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
         *("--dir", str(tmp_path)),
     )
     for line in ("tracestore analyze", "json.load", "HTA", "speed vs HTA ≥ 10×", "4 MiB file"):
+        assert line in out, out
+
+
+@pytest.mark.slow
+def test_the_comparison_benchmark_runs_a_tiny_case(tmp_path: Path) -> None:
+    # Two 2-rank sets through a real service, HTA's TraceDiff once.
+    out = run_tiny(
+        "analysis.py",
+        tmp_path,
+        *("--compare", "--ranks", "2", "--rounds", "2", "--hta-rounds", "1"),
+        *("--dir", str(tmp_path)),
+    )
+    for line in (
+        "compare through the service (median)",
+        "analysing one set (service, median)",
+        "HTA TraceDiff.compare_traces",
+        "met    compare of two 2-rank sets < 1.0 s",
+        "added ['volta_sgemm_128x64_nt'], deleted ['volta_sgemm_128x32_nt']",
+    ):
         assert line in out, out

@@ -4,6 +4,7 @@ every driver's status is documented (so neither side can drift)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +16,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
+from tests.comparison_traces import BASE, run
 from tests.conftest import FakeClock
 from tests.idp import AUDIENCE, ISSUER, token
 from tests.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
+from tests.uploading import upload
 from tracestore.server import db, presigned, receiving
 from tracestore.server.app import create_app
 from tracestore.server.services import Services, build_services
@@ -113,6 +116,7 @@ API_OPERATIONS: dict[str, tuple[str, str]] = {
     "get_traceset": ("GET", f"{LIST}/ts_x"),
     "delete_traceset": ("DELETE", f"{LIST}/ts_x"),
     "get_analysis": ("GET", f"{LIST}/ts_x/analysis"),
+    "compare_tracesets": ("GET", f"{LIST}/ts_x/compare?with=ts_y"),
     "promote_traceset": ("POST", f"{LIST}/ts_x/promote"),
     "download_traceset": ("GET", f"{LIST}/ts_x/download"),
     "resolve_traceset": ("GET", f"{LIST}/ts_x/resolve"),
@@ -227,6 +231,18 @@ def _ambiguous_library(s: Scene) -> httpx.Response:
     return s.http.get(f"{LIBRARIES}/abababab")
 
 
+def _analysed(s: Scene) -> str:
+    """A one-rank Kineto traceset, analysed."""
+    trace = json.dumps(run(0, BASE, world=1).trace()).encode()
+    traceset = upload(s.http, {"r0.json": (trace, "primary")}, {"shape": {"rankCount": 1}})
+    s.services.wait_for_background()
+    return str(traceset["id"])
+
+
+def _compare(s: Scene, base: str, other: str, **params: str) -> httpx.Response:
+    return s.http.get(f"{LIST}/{base}/compare", params={"with": other, **params})
+
+
 def _unready(s: Scene) -> httpx.Response:
     s.patch(s.services.store, "check", _broken_clock)
     return s.http.get("/readyz")
@@ -274,6 +290,10 @@ DRIVERS: dict[tuple[str, int], Driver] = {
         f"{LIST}/{s.ready()['id']}/analysis", params={"ranks": "7-0"}
     ),
     ("get_analysis", 404): lambda s: s.http.get(f"{LIST}/ts_x/analysis"),
+    ("compare_tracesets", 200): lambda s: _compare(s, _analysed(s), _analysed(s)),
+    ("compare_tracesets", 400): lambda s: _compare(s, "ts_x", "ts_y", steps="2-1"),
+    ("compare_tracesets", 404): lambda s: _compare(s, "ts_x", "ts_y"),
+    ("compare_tracesets", 409): lambda s: _compare(s, _analysed(s), s.ready()["id"]),
     ("delete_traceset", 404): lambda s: s.http.delete(f"{LIST}/ts_x"),
     ("promote_traceset", 200): lambda s: _promote(s, s.ready()["id"]),
     ("promote_traceset", 400): lambda s: s.http.post(

@@ -21,9 +21,10 @@ _PIECE = re.compile(r"(\d{1,10})(?:-(\d{1,10}))?")
 RANKS_PATTERN = r"^\s*\d{1,10}(-\d{1,10})?\s*(,\s*\d{1,10}(-\d{1,10})?\s*)*$"
 
 
-def parse_ranks(text: str, name: str = "ranks") -> Runs:
+def parse_ranks(text: str, name: str = "ranks", unit: str = "rank") -> Runs:
     """``"0-7,12"`` → ``((0, 7), (12, 12))``, sorted and merged; ValidationError naming the
-    piece at fault otherwise."""
+    piece at fault otherwise. ``unit`` names what the numbers count (``step``: the same
+    lists choose ProfilerStep numbers)."""
     pieces = [piece.strip() for piece in text.split(",")]
     if not text.strip() or len(pieces) > MAX_PIECES:
         raise ValidationError(
@@ -35,14 +36,16 @@ def parse_ranks(text: str, name: str = "ranks") -> Runs:
         match = _PIECE.fullmatch(piece)
         if match is None:
             raise ValidationError(
-                f"{name}: {piece!r} is not a rank or a range such as 0-7 (in {text[:80]!r})"
+                f"{name}: {piece!r} is not a {unit} or a range such as 0-7 (in {text[:80]!r})"
             )
         start = int(match[1])
         end = int(match[2]) if match[2] is not None else start
         if end < start:
             raise ValidationError(f"{name}: the range {piece!r} ends before it starts")
         if end >= MAX_RANK_COUNT:
-            raise ValidationError(f"{name}: rank {end} is beyond the largest rank count")
+            if unit == "rank":
+                raise ValidationError(f"{name}: rank {end} is beyond the largest rank count")
+            raise ValidationError(f"{name}: {unit} {end} is beyond {MAX_RANK_COUNT - 1}")
         runs.append((start, end))
     return merge(runs)
 

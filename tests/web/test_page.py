@@ -35,7 +35,12 @@ def test_a_wrong_token_is_refused_with_the_apis_message_and_a_right_one_signs_in
 def test_the_shell_is_served_at_each_page_url_and_api_paths_keep_their_json_404(
     served: Served,
 ) -> None:
-    for path in ["/tracesets/ts_anything", "/upload", "/?workload_family=llm"]:
+    for path in [
+        "/tracesets/ts_anything",
+        "/upload",
+        "/compare?base=a&other=b",
+        "/?workload_family=llm",
+    ]:
         answer = httpx.get(served.url + path)
         assert answer.status_code == 200, path
         assert answer.headers["content-type"].startswith("text/html")
@@ -45,7 +50,7 @@ def test_the_shell_is_served_at_each_page_url_and_api_paths_keep_their_json_404(
         assert answer.status_code == 404, path
         assert answer.json()["error"]["message"] == f"No route GET {path}"
     paths = httpx.get(served.url + "/openapi.json").json()["paths"]
-    assert not {"/", "/upload", "/tracesets/{traceset_id}"} & set(paths)
+    assert not {"/", "/upload", "/compare", "/tracesets/{traceset_id}"} & set(paths)
 
 
 def test_the_csp_lets_the_page_reach_the_configured_origins_and_no_other() -> None:
@@ -98,7 +103,7 @@ def test_every_module_of_the_page_loads_in_the_browser(served: Served, page: Pag
 
 def test_every_page_url_answers_head_as_it_answers_get(served: Served) -> None:
     # Link checkers, uptime probes and proxies ask HEAD; a 405 reads as "the page is down".
-    for path in ["/", "/tracesets/ts_anything", "/upload", "/static/app.js"]:
+    for path in ["/", "/tracesets/ts_anything", "/upload", "/compare", "/static/app.js"]:
         got = httpx.get(served.url + path)
         head = httpx.head(served.url + path)
         assert head.status_code == 200, path

@@ -279,6 +279,8 @@ class RankAnalysis:
     step_kernels: StepKernels = field(default_factory=lambda: StepKernels([]))
     collectives: Collectives = field(default_factory=lambda: Collectives([], []))
     collectives_dropped: int = 0  # communication kernels past ``Limits.collectives``
+    # Counted device events launched in no step (step -1): what a file without steps compares.
+    unstepped_kernels: StepKernels = field(default_factory=lambda: StepKernels([]))
     device_events: int = 0  # counted (inside the profiled steps)
     device_events_seen: int = 0
 
@@ -307,9 +309,10 @@ class RankAnalysis:
     def detail_text(self) -> Iterator[str]:
         """What issue 45 needs besides the API's members, as JSON text in pieces: columns
         over a table of the names they use, per (step, kernel name) the calls and their
-        time, and every communication kernel in start order (``-1``: no process group or
-        sequence number recorded), times in ns. In pieces, so that a million collectives
-        never become a list of Python numbers."""
+        time, every communication kernel in start order (``-1``: no process group or
+        sequence number recorded), and per kernel name the calls launched in no step; times
+        in ns. In pieces, so that a million collectives never become a list of Python
+        numbers."""
         names: dict[str, int] = {}
         step_kernels, collectives = self.step_kernels, self.collectives
 
@@ -318,12 +321,15 @@ class RankAnalysis:
 
         step_names = ids(step_kernels.names, step_kernels.name_ids)
         collective_names = ids(collectives.names, collectives.name_ids)
+        unstepped = self.unstepped_kernels
+        unstepped_names = ids(unstepped.names, unstepped.name_ids)
         yield '{"names":' + json.dumps(list(names), ensure_ascii=False)
         yield ',"processGroups":' + json.dumps(collectives.groups, ensure_ascii=False)
         yield f',"collectivesDropped":{self.collectives_dropped}'
         tables = (
             ("stepKernels", ("step", "name", "calls", "durationNs")),
             ("collectives", ("name", "processGroup", "sequence", "startNs", "durationNs")),
+            ("unstepped", ("name", "calls", "durationNs")),
         )
         values = (
             (step_kernels.steps, step_names, step_kernels.counts, step_kernels.durations),
@@ -334,6 +340,7 @@ class RankAnalysis:
                 collectives.starts,
                 collectives.durations,
             ),
+            (unstepped_names, unstepped.counts, unstepped.durations),
         )
         for (member, columns), table in zip(tables, values, strict=True):
             yield f',"{member}":{{'

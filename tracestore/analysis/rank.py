@@ -213,6 +213,7 @@ class RankCollector:
         stats: dict[tuple[int, int], KernelStats] = {}
         per_step: dict[int, int] = {}  # step index << 32 | name id: its row in the columns
         calls, times = array("q"), array("q")
+        unstepped: dict[int, list[int]] = {}  # name id: calls, ns
         names = self.names.texts
         launches = self._launches.rows()
         launch_corr, launch_ts = next(launches, (NONE, NONE))
@@ -231,9 +232,11 @@ class RankCollector:
             if row is None:
                 row = stats[key] = KernelStats(names[name], KIND_NAMES[kind])
             row.add(end - start)
+            stepped = False
             if launch != NONE and steps:
                 index = bisect_right(starts, launch) - 1
                 if index >= 0 and launch < steps[index].host_end_ns:
+                    stepped = True
                     step = steps[index]
                     step.device_events += 1
                     if end > step.end_ns:
@@ -249,6 +252,10 @@ class RankCollector:
                         times.append(0)
                     calls[row_of] += 1
                     times[row_of] += end - start
+            if not stepped:  # counted, in no step: a file without steps compares these
+                totals = unstepped.setdefault(name, [0, 0])
+                totals[0] += 1
+                totals[1] += end - start
             starts_.append(start)
             ends_.append(end)
             streams.append(stream)
@@ -270,6 +277,12 @@ class RankCollector:
             table.name_ids.append(pair & 0xFFFFFFFF)
             table.counts.append(calls[per_step[pair]])
             table.durations.append(times[per_step[pair]])
+        outside = result.unstepped_kernels = StepKernels(names)
+        for name_id in sorted(unstepped):
+            outside.steps.append(-1)
+            outside.name_ids.append(name_id)
+            outside.counts.append(unstepped[name_id][0])
+            outside.durations.append(unstepped[name_id][1])
 
 
 class _Windows:

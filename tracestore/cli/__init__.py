@@ -19,6 +19,7 @@ from tracestore.cli.admin import COMMANDS as ADMIN_COMMANDS
 from tracestore.cli.analyze import analyze_command
 from tracestore.cli.client import COMMANDS as CLIENT_COMMANDS
 from tracestore.cli.common import OWN_PROCESS
+from tracestore.cli.compare import compare
 from tracestore.cli.inspect import inspect_command
 from tracestore.cli.maintenance import COMMANDS as MAINTENANCE_COMMANDS
 from tracestore.cli.serve import COMMANDS as SERVE_COMMANDS
@@ -48,6 +49,7 @@ for _command in (
     *CLIENT_COMMANDS,
     inspect_command,
     analyze_command,
+    compare,
 ):
     main.add_command(_command)
 

@@ -135,6 +135,16 @@ def recorded_running(url: str) -> bool:
 
 def connection(command: F) -> F:
     """Adds --url and --token and turns them into a ``Client`` passed as ``client``."""
+    return connection_unless(None)(command)
+
+
+def connection_unless(local: Callable[..., bool] | None) -> Callable[[F], F]:
+    """``connection``, except that when ``local(**kwargs)`` holds the command runs with
+    ``client`` None and no service is looked for (``compare`` of two local paths)."""
+    return functools.partial(_connected, local=local)
+
+
+def _connected(command: F, local: Callable[..., bool] | None) -> F:
 
     @click.option(
         "--url",
@@ -146,6 +156,8 @@ def connection(command: F) -> F:
     @click.option("--token", envvar="TRACESTORE_TOKEN", help="API token (or TRACESTORE_TOKEN).")
     @functools.wraps(command)
     def wrapper(url: str | None, token: str | None, **kwargs: Any) -> Any:
+        if local is not None and local(**kwargs):
+            return command(client=None, **kwargs)
         context = click.get_current_context()
         if context.get_parameter_source("url") == ParameterSource.COMMANDLINE:
             context.meta[_GIVEN_URL] = url

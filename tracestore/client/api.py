@@ -296,6 +296,30 @@ class ApiClient:
         response = self._call("GET", f"{API}/{_segment(traceset_id)}/analysis", params=params)
         return _answer(response, schemas.TracesetAnalysis)
 
+    def compare_tracesets(
+        self,
+        traceset_id: str,
+        other_id: str,
+        *,
+        base_ranks: str | None = None,
+        other_ranks: str | None = None,
+        steps: str | None = None,
+    ) -> schemas.TracesetComparison:
+        """What changed from ``traceset_id`` (the base) to ``other_id``: per kernel name the
+        calls and durations with their differences (slower first), the names added, deleted,
+        called more, less or as often, and per rank the differences of the analysis's
+        figures. ``base_ranks``/``other_ranks`` (``"0-7"``) choose the ranks that meet in
+        order (default: those both hold), ``steps`` the ProfilerStep numbers (default: all).
+        ``Conflict`` while either analysis is not complete."""
+        params = [("with", other_id)]
+        for name, value in (("baseRanks", base_ranks), ("otherRanks", other_ranks)):
+            if value is not None:
+                params.append((name, value))
+        if steps is not None:
+            params.append(("steps", steps))
+        response = self._call("GET", f"{API}/{_segment(traceset_id)}/compare", params=params)
+        return _answer(response, schemas.TracesetComparison)
+
     def delete_traceset(self, traceset_id: str) -> None:
         """Soft-delete a traceset (its status becomes ``deleted``)."""
         self._call("DELETE", f"{API}/{_segment(traceset_id)}")

@@ -6,9 +6,9 @@ models are what ``GET`` answers and what the client returns.
 Each concept has a module of its own: ``wire`` (the base models and shared types),
 ``filenames`` (the file-name rules), ``workload`` (workloadMetadata and the exact wire JSON),
 ``uploads``, ``tracesets`` (a traceset, the listing, downloads, validation, resolve,
-promotion), ``analysis`` (a traceset's analysis), ``libraries`` and ``admin``. Callers
-import every name from here, ``from tracestore import schemas`` then
-``schemas.Traceset``: the client's answers are
+promotion), ``analysis`` (a traceset's analysis), ``comparison`` (two tracesets compared),
+``libraries`` and ``admin``. Callers import every name from here, ``from tracestore import
+schemas`` then ``schemas.Traceset``: the client's answers are
 documented as models of ``tracestore.schemas`` (docs/client.md).
 """
 
@@ -28,6 +28,12 @@ from tracestore.schemas.analysis import (
     Straggler,
     TemporalBreakdown,
     TracesetAnalysis,
+)
+from tracestore.schemas.comparison import (
+    ComparedSide,
+    KernelChange,
+    RankComparison,
+    TracesetComparison,
 )
 from tracestore.schemas.filenames import (
     MAX_NAME_BYTES,
@@ -119,6 +125,7 @@ __all__ = [
     "Check",
     "CollectiveMatching",
     "CommunicationOverlap",
+    "ComparedSide",
     "CompleteRequest",
     "CompletedFileInput",
     "CompletedPart",
@@ -132,6 +139,7 @@ __all__ = [
     "InspectedFile",
     "Inspection",
     "Integer",
+    "KernelChange",
     "KernelRow",
     "Library",
     "LibraryFile",
@@ -146,6 +154,7 @@ __all__ = [
     "PromoteAnswer",
     "PromoteRequest",
     "RankAnalysis",
+    "RankComparison",
     "RankRange",
     "ReceivedPart",
     "Recorded",
@@ -166,6 +175,7 @@ __all__ = [
     "ToolReadiness",
     "Traceset",
     "TracesetAnalysis",
+    "TracesetComparison",
     "TracesetListItem",
     "TracesetPage",
     "TracesetUploadUrlRequest",

@@ -1,7 +1,7 @@
 """The web page: the HTML shell at each page URL (``/``, ``/tracesets/{id}``, ``/upload``,
-the login's callback); its modules are under ``/static`` (mounted in app.py). The page's
-router (static/app.js) picks the view from the URL, so a view's URL can be shared and
-reloaded. Each answers HEAD as it answers GET (probes and link checkers ask HEAD). Any other
+``/compare``, the login's callback); its modules are under ``/static`` (mounted in app.py).
+The page's router (static/app.js) picks the view from the URL, so a view's URL can be shared
+and reloaded. Each answers HEAD as it answers GET (probes and link checkers ask HEAD). Any other
 path, the API's included, keeps the JSON 404 of the one error handler, and so does the
 login's callback when no login is configured."""
 
@@ -51,6 +51,12 @@ def traceset_page(traceset_id: str, services: ServicesDep) -> HTMLResponse:
 @router.api_route("/upload", methods=PAGE_METHODS, response_class=HTMLResponse)
 def upload_page(services: ServicesDep) -> HTMLResponse:
     """The upload view."""
+    return _shell(services)
+
+
+@router.api_route("/compare", methods=PAGE_METHODS, response_class=HTMLResponse)
+def compare_page(services: ServicesDep) -> HTMLResponse:
+    """The comparison of two tracesets (``?base=&other=``; the page asks the API)."""
     return _shell(services)
 
 

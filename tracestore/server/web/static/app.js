@@ -1,6 +1,6 @@
 // The page's entry module: sign-in, the navigation and the router. Each view has a real URL
 // (history API): "/" the list (its filters in the query string), "/tracesets/<id>" one
-// traceset, "/upload" the upload; the service serves this shell at each of them, so a URL can
+// traceset, "/upload" the upload, "/compare?base=<id>&other=<id>" two compared; the service serves this shell at each of them, so a URL can
 // be shared, bookmarked and reloaded. The API token lives in this tab's sessionStorage only:
 // never in a URL or a cookie.
 import { api, ApiError, setToken, token } from "/static/api.js";
@@ -23,6 +23,7 @@ export function route(pathname) {
     }
   }
   if (pathname === "/upload") return { view: "upload" };
+  if (pathname === "/compare") return { view: "compare" };
   if (pathname === loginConfig()?.callbackPath) return { view: "callback" };
   return { view: "unknown" };
 }
@@ -151,6 +152,7 @@ export function render({ moved = false } = {}) {
   if (where.view === "list") mounted = mountListView(root, context);
   else if (where.view === "detail") mounted = mountDetailView(root, where.id, context);
   else if (where.view === "upload") mounted = mountUpload(root);
+  else if (where.view === "compare") mounted = mountCompare(root, context);
   else {
     document.title = "Not found · tracestore";
     show(
@@ -175,6 +177,11 @@ function mountUpload(root) {
       onUploaded: (traceset) => navigate(`/tracesets/${encodeURIComponent(traceset.id)}`),
     }),
   );
+}
+
+// The comparison of two tracesets, loaded when first opened.
+function mountCompare(root, context) {
+  return import("/static/compare_view.js").then((module) => module.mountCompareView(root, context));
 }
 
 // Same-origin links to a page URL change the view without reloading the page.

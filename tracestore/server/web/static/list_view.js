@@ -109,7 +109,8 @@ export async function mountListView(root, { signal, navigate }) {
     waiting.done();
   }
   results.removeAttribute("aria-busy");
-  show(results, table(page.items, params, navigate), pager(page.pagination, params, cursors, navigate));
+  const picker = comparePicker(navigate);
+  show(results, picker.bar, table(page.items, params, navigate, picker), pager(page.pagination, params, cursors, navigate));
   if (page.items.length === 0) {
     const filtered = [...params.keys()].some((key) => !["sort", "limit", "next"].includes(key));
     results.prepend(
@@ -221,7 +222,41 @@ function filterForm(params, navigate) {
   return form;
 }
 
-function table(items, params, navigate) {
+// Two tracesets ticked in the list open their comparison (compare_view.js): the first
+// ticked is the base, the second the other.
+function comparePicker(navigate) {
+  const picked = [];
+  const button = h("button", { type: "button", class: "compare", disabled: true }, "Compare");
+  const note = h("span", { class: "muted", "aria-live": "polite" });
+  const say = () => {
+    button.disabled = picked.length !== 2;
+    note.textContent =
+      picked.length === 2
+        ? `Base ${picked[0].name} → other ${picked[1].name}`
+        : `Tick two tracesets to compare them (the first ticked is the base)${picked.length ? `: ${picked[0].name} ticked` : ""}.`;
+  };
+  button.addEventListener("click", () => {
+    if (picked.length !== 2) return;
+    const query = new URLSearchParams({ base: picked[0].id, other: picked[1].id });
+    navigate(`/compare?${query}`);
+  });
+  const checkbox = (item) => {
+    const box = h("input", { type: "checkbox", "aria-label": `Compare ${item.name}` });
+    box.addEventListener("change", () => {
+      const at = picked.findIndex((p) => p.id === item.id);
+      if (box.checked && at < 0) {
+        if (picked.length === 2) picked.shift().box.checked = false; // the oldest tick goes
+        picked.push({ id: item.id, name: item.name, box });
+      } else if (!box.checked && at >= 0) picked.splice(at, 1);
+      say();
+    });
+    return box;
+  };
+  say();
+  return { bar: h("p", { class: "compare-bar" }, button, " ", note), checkbox };
+}
+
+function table(items, params, navigate, picker) {
   const sort = params.get("sort") ?? "created:desc";
   const [sortField, sortDirection] = sort.includes(",") ? [null] : sort.split(":");
   const header = COLUMNS.map(([label, field]) => {
@@ -256,8 +291,10 @@ function table(items, params, navigate) {
       h("td", {}, h("span", { class: `badge status-${item.status}` }, item.status)),
       h("td", {}, h("span", { class: `badge scope-${item.scope}` }, item.scope)),
       h("td", { title: item.createdAt }, when(item.createdAt)),
+      h("td", { class: "pick" }, picker.checkbox(item)),
     ),
   );
+  header.push(h("th", { scope: "col" }, "Compare"));
   return h("table", { class: "tracesets" }, h("thead", {}, h("tr", {}, header)), h("tbody", {}, rows));
 }
 
