@@ -69,6 +69,13 @@ RULES: dict[str, list[tuple[int, str]]] = {
         (422, ""),  # promotion's metadata checks
     ],
     "GET /api/v1/libraries/{library_id}": [(400, "Hash prefix")],
+    "PATCH /api/v1/tracesets/{traceset_id}": [
+        (400, "Nothing to change"),  # {} and bodies of unknown members only
+        (400, "Give tags"),  # tags with addTags or removeTags
+        (400, "Tag .* is both in addTags and in removeTags"),
+        (400, "A traceset holds at most"),  # more than 64 tags once added
+        (409, ""),  # deleted
+    ],
 }
 
 

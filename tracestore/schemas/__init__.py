@@ -43,6 +43,7 @@ from tracestore.schemas.libraries import (
 )
 from tracestore.schemas.tracesets import (
     DownloadAnswer,
+    EditRequest,
     FileResponse,
     PromoteAnswer,
     PromoteRequest,
@@ -53,6 +54,7 @@ from tracestore.schemas.tracesets import (
     Traceset,
     TracesetListItem,
     TracesetPage,
+    UserRef,
     ValidateAnswer,
     ValidationCheck,
     WholeFile,
@@ -74,6 +76,7 @@ from tracestore.schemas.uploads import (
     sha256_hex,
 )
 from tracestore.schemas.wire import (
+    MAX_TAGS,
     NOT_UNICODE,
     SCOPES,
     STATUSES,
@@ -107,6 +110,7 @@ from tracestore.schemas.workload import (
 __all__ = [
     "MAX_FILE_SIZE",
     "MAX_NAME_BYTES",
+    "MAX_TAGS",
     "NAME_PATTERN",
     "NOT_UNICODE",
     "SCOPES",
@@ -120,6 +124,7 @@ __all__ = [
     "CompletedFileInput",
     "CompletedPart",
     "DownloadAnswer",
+    "EditRequest",
     "ErrorDetail",
     "ErrorEnvelope",
     "FileResponse",
@@ -171,6 +176,7 @@ __all__ = [
     "UploadUrlResponse",
     "UploadWorkloadMetadata",
     "User",
+    "UserRef",
     "ValidateAnswer",
     "ValidationCheck",
     "WholeFile",

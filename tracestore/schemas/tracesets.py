@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 
 from tracestore.schemas.inspection import Inspection
 from tracestore.schemas.wire import (
+    MAX_TAGS,
     NUL_FREE,
     MetadataStatus,
     Pagination,
@@ -18,8 +21,11 @@ from tracestore.schemas.wire import (
     Scope,
     SnakeWireModel,
     Status,
+    Tag,
     Text,
     Timestamp,
+    TracesetDescription,
+    TracesetName,
     WireModel,
     format_timestamp,
     without_nul,
@@ -47,6 +53,14 @@ class FileResponse(WireModel):
     )
 
 
+class UserRef(WireModel):
+    """A user as a teammate recognises them: their id and their name (an email or a login
+    name for a user who signs in through the identity provider)."""
+
+    id: str
+    name: str
+
+
 class Traceset(WireModel):
     id: str
     name: str
@@ -55,8 +69,17 @@ class Traceset(WireModel):
     status: Status
     scope: Scope
     workspace_id: str
+    created_by: UserRef = Field(description="Who uploaded the traceset (an extension)")
     created_at: Timestamp
     updated_at: Timestamp
+    edited_at: Timestamp | None = Field(
+        default=None,
+        description="When its name, description or tags were last edited (PATCH); null "
+        "until then (an extension)",
+    )
+    edited_by: UserRef | None = Field(
+        default=None, description="Who made that edit; null until then (an extension)"
+    )
     expires_at: Timestamp | None
     ttl_days: int
     rank_count_derived: int | None
@@ -97,6 +120,7 @@ class TracesetListItem(WireModel):
     total_size: int
     rank_count_derived: int | None
     created_at: Timestamp
+    created_by: UserRef = Field(description="Who uploaded the traceset (an extension)")
     workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
 
 
@@ -209,6 +233,43 @@ class PromoteRequest(RequestModel):
     )
 
     _texts_without_nul = field_validator("description", "tags")(without_nul)
+
+
+def _not_null(value: Any, info: ValidationInfo) -> Any:
+    if value is None:
+        raise ValueError(f"{to_camel(info.field_name or '')} must not be null")
+    return value
+
+
+# A list of tags, up to a traceset's most.
+TagList = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
+
+
+class EditRequest(RequestModel):
+    """Body of ``PATCH /api/v1/tracesets/{id}`` (an extension): the members to change, at
+    least one; the rest are kept."""
+
+    # Every constraint inside the member's type: on an Optional, Field(min_length=...)
+    # of the union was applied to null (a TypeError, a 500). Absent is not null: only a
+    # description may be null (removed); the description of the others has no null.
+    name: TracesetName | SkipJsonSchema[None] = Field(default=None, description="The new name")
+    description: TracesetDescription | None = Field(
+        default=None, description="The new description; null removes it"
+    )
+    tags: TagList | SkipJsonSchema[None] = Field(
+        default=None, description="Replaces the tags; [] removes them all"
+    )
+    add_tags: TagList | SkipJsonSchema[None] = Field(
+        default=None, description="Tags to add (those held are kept)"
+    )
+    remove_tags: TagList | SkipJsonSchema[None] = Field(
+        default=None, description="Tags to remove (absent ones are ignored)"
+    )
+
+    _given_not_null = field_validator("name", "tags", "add_tags", "remove_tags")(_not_null)
+    _texts_without_nul = field_validator("name", "description", "tags", "add_tags", "remove_tags")(
+        without_nul
+    )
 
 
 class PromoteAnswer(WireModel):

@@ -54,6 +54,12 @@ class Principal:
     def can_write(self, traceset: db.Traceset | Row[Any]) -> bool:
         return traceset.workspace_id in self.workspace_ids
 
+    def can_edit(self, traceset: db.Traceset) -> bool:
+        """Its uploader, or an admin of its tenant, may change its name, description, tags."""
+        return traceset.created_by == self.user_id or (
+            self.is_tenant_admin and traceset.tenant_id == self.tenant_id
+        )
+
     def require_member(self, workspace_id: str) -> None:
         if workspace_id not in self.workspace_ids:
             raise Forbidden(FORBIDDEN_MESSAGE)
