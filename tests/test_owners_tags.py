@@ -90,6 +90,8 @@ def test_the_uploader_edits_name_description_and_tags_and_the_edit_is_recorded(
 
 def test_who_may_edit(http: TestClient, team: dict[str, Person]) -> None:
     done = _upload(http, team["alice"], tags=["x"])
+    assert done["canEdit"] is True  # the completion's answer, to its uploader
+    assert http.get(_url(done), headers=team["bob"].auth).json()["canEdit"] is False
     body = {"name": "theirs"}
     # A member of the workspace who did not upload it sees it but may not edit it: 403.
     refused = http.patch(_url(done), json=body, headers=team["bob"].auth)
@@ -104,6 +106,7 @@ def test_who_may_edit(http: TestClient, team: dict[str, Person]) -> None:
     assert http.patch(_url(done), json=body, headers=team["admin"].auth).status_code == 404
     promoted = http.post(f"{_url(done)}/promote", json={}, headers=team["alice"].auth)
     assert promoted.status_code == 200, promoted.text
+    assert http.get(_url(done), headers=team["admin"].auth).json()["canEdit"] is True
     by_admin = http.patch(_url(done), json=body, headers=team["admin"].auth)
     assert by_admin.status_code == 200, by_admin.text
     assert by_admin.json()["editedBy"]["id"] == team["admin"].user_id

@@ -318,6 +318,7 @@ def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
             updated_at=row.updated_at,
             edited_at=row.edited_at,
             edited_by=None if row.edited_by is None else user(row.edited_by),
+            can_edit=True,  # the bootstrap admin uploaded it
             expires_at=row.expires_at,
             ttl_days=row.ttl_days,
             rank_count_derived=row.rank_count,

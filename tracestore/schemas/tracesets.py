@@ -80,6 +80,11 @@ class Traceset(WireModel):
     edited_by: UserRef | None = Field(
         default=None, description="Who made that edit; null until then (an extension)"
     )
+    can_edit: bool = Field(
+        default=False,
+        description="Whether the caller may edit its name, description and tags (PATCH): "
+        "its uploader or a tenant admin (an extension)",
+    )
     expires_at: Timestamp | None
     ttl_days: int
     rank_count_derived: int | None
@@ -245,6 +250,12 @@ def _not_null(value: Any, info: ValidationInfo) -> Any:
 TagList = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
 
 
+def _absent_by_default(schema: dict[str, Any]) -> None:
+    """A member that may be left out but not be null: its description has no default (a
+    null one would not be of its type)."""
+    schema.pop("default", None)
+
+
 class EditRequest(RequestModel):
     """Body of ``PATCH /api/v1/tracesets/{id}`` (an extension): the members to change, at
     least one; the rest are kept."""
@@ -252,18 +263,26 @@ class EditRequest(RequestModel):
     # Every constraint inside the member's type: on an Optional, Field(min_length=...)
     # of the union was applied to null (a TypeError, a 500). Absent is not null: only a
     # description may be null (removed); the description of the others has no null.
-    name: TracesetName | SkipJsonSchema[None] = Field(default=None, description="The new name")
+    name: TracesetName | SkipJsonSchema[None] = Field(
+        default=None, description="The new name", json_schema_extra=_absent_by_default
+    )
     description: TracesetDescription | None = Field(
         default=None, description="The new description; null removes it"
     )
     tags: TagList | SkipJsonSchema[None] = Field(
-        default=None, description="Replaces the tags; [] removes them all"
+        default=None,
+        description="Replaces the tags; [] removes them all",
+        json_schema_extra=_absent_by_default,
     )
     add_tags: TagList | SkipJsonSchema[None] = Field(
-        default=None, description="Tags to add (those held are kept)"
+        default=None,
+        description="Tags to add (those held are kept)",
+        json_schema_extra=_absent_by_default,
     )
     remove_tags: TagList | SkipJsonSchema[None] = Field(
-        default=None, description="Tags to remove (absent ones are ignored)"
+        default=None,
+        description="Tags to remove (absent ones are ignored)",
+        json_schema_extra=_absent_by_default,
     )
 
     _given_not_null = field_validator("name", "tags", "add_tags", "remove_tags")(_not_null)

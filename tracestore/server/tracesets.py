@@ -141,7 +141,7 @@ def edit_traceset(services: Services, principal: Principal, traceset_id: str, bo
         traceset.updated_at = now
         traceset.edited_at = now
         traceset.edited_by = principal.user_id
-    return traceset_text(services, traceset_id)
+    return traceset_text(services, traceset_id, viewer=principal)
 
 
 def store_metadata(traceset: db.Traceset, value: Any) -> None:
@@ -261,20 +261,31 @@ def get_traceset(services: Services, principal: Principal, traceset_id: str) -> 
     return traceset_text(services, traceset_id, principal)
 
 
-def traceset_text(services: Services, traceset_id: str, principal: Principal | None = None) -> str:
+def traceset_text(
+    services: Services,
+    traceset_id: str,
+    principal: Principal | None = None,
+    *,
+    viewer: Principal | None = None,
+) -> str:
     """The GET's answer: two Core queries and ``answer_text``, no ORM load of every file;
     NotFound unless the traceset exists and ``principal``, when given, may see it (without
-    one, the caller checked already: a completion's answer)."""
+    one, the caller checked already: a completion's answer). ``canEdit`` is whether
+    ``principal`` (or ``viewer``, who checked already) may edit it."""
     with services.db.read_connection() as reads:
         key = {"traceset_id": traceset_id}
         traceset = reads.first(_view_columns(services.db.dialect), key)
         if traceset is None or (principal is not None and not principal.may_see(*traceset[1:4])):
             raise _not_found(traceset_id)
         files = reads.all(_VIEW_FILES, key)
-    return answer_text(traceset, files)
+    caller = principal or viewer
+    can_edit = caller is not None and caller.may_edit(traceset[1], traceset[17])
+    return answer_text(traceset, files, can_edit=can_edit)
 
 
-def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
+def answer_text(
+    traceset: Sequence[Any], files: Sequence[Sequence[Any]], *, can_edit: bool = False
+) -> str:
     """The API's traceset of the GET's rows (``_view_columns``, ``_VIEW_FILES``), written
     straight from them: the models' construction cost more than the queries. The
     inspection is spliced in as its stored JSON text, never parsed, as is the
@@ -297,6 +308,7 @@ def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
         "updatedAt": db.timestamp_text(updated_at),
         "editedAt": None if edited_at is None else db.timestamp_text(edited_at),
         "editedBy": user_ref(edited_by, edited_by_name),
+        "canEdit": can_edit,
         "expiresAt": None if expires_at is None else db.timestamp_text(expires_at),
         "ttlDays": ttl_days,
         "rankCountDerived": rank_count,
