@@ -15,7 +15,9 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import FakeClock
 from tests.tenancy import person
+from tracestore import schemas
 from tracestore.cli import main
+from tracestore.cli.output import list_rows, traceset_text
 from tracestore.client import Client
 from tracestore.errors import Forbidden, ValidationError
 from tracestore.server.app import create_app
@@ -110,11 +112,12 @@ def test_the_client_edits_and_filters(
     other = person(services, "carol@acme.test", "default", ["default"])
     theirs = Client("http://testserver", other.token, http=app_http)
     done = client.upload_traceset([], supporting=[Path(__file__)], name="mine", tags=["a", "b"])
-    assert done.created_by.name == "admin" and done.edited_by is None
+    uploader = done.created_by
+    assert uploader is not None and uploader.name == "admin" and done.edited_by is None
 
     edited = client.edit_traceset(done.id, description="now", add_tags=["c"], remove_tags=["a"])
     assert (edited.description, edited.tags) == ("now", ["b", "c"])
-    assert edited.edited_by is not None and edited.edited_by.id == done.created_by.id
+    assert edited.edited_by is not None and edited.edited_by.id == uploader.id
     assert client.edit_traceset(done.id, description=None).description is None
     assert client.edit_traceset(done.id, name="kept").name == "kept"
     with pytest.raises(ValidationError, match="Nothing to change"):
@@ -124,9 +127,30 @@ def test_the_client_edits_and_filters(
 
     mine = [item.id for item in client.list_tracesets(uploaded_by="me")]
     assert mine == [done.id]
-    assert [i.id for i in theirs.list_tracesets(uploaded_by=done.created_by.id)] == [done.id]
+    assert [i.id for i in theirs.list_tracesets(uploaded_by=uploader.id)] == [done.id]
     assert [i.id for i in theirs.list_tracesets(uploaded_by="me")] == []
     assert [i.id for i in client.list_tracesets(tags=["b", "c"])] == [done.id]
     assert [i.id for i in client.list_tracesets(tags="a")] == []
     item = next(client.list_tracesets())
-    assert item.created_by.id == done.created_by.id
+    assert item.created_by == uploader
+
+
+def test_a_client_reads_a_service_that_does_not_say_who_uploaded(
+    app_http: TestClient, admin_token: str, tmp_path: Path, run: Any
+) -> None:
+    """A service older than createdBy answers without it: the client's models still read
+    its tracesets and list items, and the command line shows "-"."""
+    _upload(run, tmp_path, "old", token=admin_token)
+    page = app_http.get("/api/v1/tracesets", headers={"Authorization": f"Bearer {admin_token}"})
+    item = page.json()["items"][0]
+    got = app_http.get(f"/api/v1/tracesets/{item['id']}", headers=page.request.headers).json()
+    for answer in (item, got):
+        del answer["createdBy"]
+    assert schemas.TracesetListItem.model_validate(item).created_by is None
+    old = schemas.Traceset.model_validate(got)
+    assert old.created_by is None
+    assert "uploaded by: -" in traceset_text(old)
+    assert (
+        list_rows([schemas.TracesetListItem.model_validate(item)]).splitlines()[1].split()[-2]
+        == "-"
+    )

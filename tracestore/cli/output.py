@@ -184,7 +184,7 @@ def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
                 size_text(item.total_size),
                 "-" if item.rank_count_derived is None else str(item.rank_count_derived),
                 timestamp(item.created_at),
-                item.created_by.name,
+                item.created_by.name if item.created_by else "-",
                 workload or "-",
             ]
         )
@@ -271,9 +271,9 @@ def _expires_text(ts: schemas.Traceset) -> str:
     )
 
 
-def user_text(user: schemas.UserRef) -> str:
+def user_text(user: schemas.UserRef | None) -> str:
     """A user as ``show`` names them: their name and, for ``ls --uploaded-by``, their id."""
-    return f"{shown(user.name)} ({shown(user.id)})"
+    return "-" if user is None else f"{shown(user.name)} ({shown(user.id)})"
 
 
 def traceset_text(ts: schemas.Traceset) -> str:

@@ -53,6 +53,22 @@ class FileResponse(WireModel):
     )
 
 
+def _absent_by_default(schema: dict[str, Any]) -> None:
+    """A member that may be left out but not be null: its description has no default (a
+    null one would not be of its type)."""
+    schema.pop("default", None)
+
+
+# Who uploaded a traceset (createdBy): never null from this service; absent from one older
+# than it, which a client must still read.
+def _uploader() -> Any:
+    return Field(
+        default=None,
+        description="Who uploaded the traceset (an extension)",
+        json_schema_extra=_absent_by_default,
+    )
+
+
 class UserRef(WireModel):
     """A user as a teammate recognises them: their id and their name (an email or a login
     name for a user who signs in through the identity provider)."""
@@ -69,7 +85,7 @@ class Traceset(WireModel):
     status: Status
     scope: Scope
     workspace_id: str
-    created_by: UserRef = Field(description="Who uploaded the traceset (an extension)")
+    created_by: UserRef | SkipJsonSchema[None] = _uploader()
     created_at: Timestamp
     updated_at: Timestamp
     edited_at: Timestamp | None = Field(
@@ -125,7 +141,7 @@ class TracesetListItem(WireModel):
     total_size: int
     rank_count_derived: int | None
     created_at: Timestamp
-    created_by: UserRef = Field(description="Who uploaded the traceset (an extension)")
+    created_by: UserRef | SkipJsonSchema[None] = _uploader()
     workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
 
 
@@ -248,12 +264,6 @@ def _not_null(value: Any, info: ValidationInfo) -> Any:
 
 # A list of tags, up to a traceset's most.
 TagList = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
-
-
-def _absent_by_default(schema: dict[str, Any]) -> None:
-    """A member that may be left out but not be null: its description has no default (a
-    null one would not be of its type)."""
-    schema.pop("default", None)
 
 
 class EditRequest(RequestModel):
