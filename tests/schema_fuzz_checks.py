@@ -39,6 +39,9 @@ _METADATA = [
 ]
 _UPLOAD = [
     *_METADATA,
+    # A member's snake_case spelling (ttl_days) is read as the member, as the models'
+    # field names are; the description names the camelCase ones only.
+    (400, r"[a-z0-9]+(?:_[a-z0-9]+)+: input should be"),
     (400, "File names "),  # two names one directory tree cannot hold together
     (400, "File name .* appears more than once$"),
 ]

@@ -15,16 +15,13 @@ from tracestore.schemas.filenames import (
     name_collision,
 )
 from tracestore.schemas.wire import (
-    MAX_TAGS,
+    NUL_FREE,
     SHA256_HEX,
     Integer,
     RequestModel,
     Role,
-    Tag,
     Text,
     Timestamp,
-    TracesetDescription,
-    TracesetName,
     WireModel,
     integral,
     without_nul,
@@ -72,9 +69,13 @@ class UploadFileSpec(RequestModel):
 class TracesetUploadUrlRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url``."""
 
-    name: TracesetName
-    description: TracesetDescription | None = None
-    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    # The members PATCH takes too (schemas.EditRequest), with the same constraints; kept as
+    # they were written here, so the description (and schema fuzzing's data) stays as it was.
+    name: Text = Field(min_length=1, max_length=255, json_schema_extra=NUL_FREE)
+    description: Text | None = Field(default=None, max_length=4096, json_schema_extra=NUL_FREE)
+    tags: list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] = (
+        Field(default_factory=list, max_length=64)
+    )
     workspace_id: Text | None = None
     # Bounds before the validator: inside the union, pydantic would describe them as ge/le.
     ttl_days: Annotated[int, Field(ge=1, le=365), BeforeValidator(integral)] | None = None
