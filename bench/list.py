@@ -6,7 +6,9 @@ queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` fi
 ``workload_family`` + ``shape.global_batch_size`` filter, a ``search`` substring, an inspected fact
 (``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries), an
 inspected world-size range (``minWorldSize``/``maxWorldSize``), and the analysis summary's:
-``maxIdlePct=20``, ``minOverlapPct=50`` and ``sort=step_time:desc``. Prints p50/p99 per size, the
+``maxIdlePct=20``, ``minOverlapPct=50`` and ``sort=step_time:desc``; and who uploaded and
+the tags (issue 43): ``uploadedBy=me`` (2.2 % of the tenant's), ``tag=nightly`` (30 %) and
+``tag=nightly&tag=baseline``. Prints p50/p99 per size, the
 large/baseline ratio of each p50 (targets: p50 <= 20 ms at 1M on PostgreSQL, ratio <= 3)
 and the EXPLAIN of each query at the large size. The store it loads is
 ``listbench/store.py``'s, the EXPLAIN capture ``listbench/plans.py``'s.
@@ -45,7 +47,7 @@ from tracestore.server.services import Services  # noqa: E402
 from tracestore.server.settings import Settings  # noqa: E402
 
 BASELINE = 10_000
-QUERIES = {
+QUERIES: dict[str, dict[str, str] | list[tuple[str, str]]] = {
     "first page": {},
     "page 100 by cursor": {},
     "workload_family=gpt": {"workload_family": "gpt"},
@@ -56,6 +58,9 @@ QUERIES = {
     "maxIdlePct=20": {"maxIdlePct": "20"},
     "minOverlapPct=50": {"minOverlapPct": "50"},
     "sort=step_time:desc": {"sort": "step_time:desc"},
+    "uploadedBy=me": {"uploadedBy": "me"},
+    "tag=nightly": {"tag": "nightly"},
+    "tag=nightly&tag=baseline": [("tag", "nightly"), ("tag", "baseline")],
 }
 # With --extra: queries outside the targets, to show where the design's limits are.
 EXTRA_QUERIES = {
@@ -68,6 +73,9 @@ EXTRA_QUERIES = {
     "rare GPU (B200)": {"inspected.gpu_model": "B200"},
     "idle <= 5, slowest first": {"maxIdlePct": "5", "sort": "step_time:desc"},
     "step_time:asc, page by cursor": {"sort": "step_time:asc", "minOverlapPct": "90"},
+    "a rare uploader": {"uploadedBy": "user_tenant_a_49"},
+    "uploadedBy=me, sort=name:asc": {"uploadedBy": "me", "sort": "name:asc"},
+    "a rare tag (regression, 0.2 %)": {"tag": "regression"},
     "GPU + backend + world size": {
         "inspected.gpu_model": "A100",
         "inspected.backend": "nccl",
@@ -120,7 +128,8 @@ def measure(sized: dict[int, Services], repeats: int) -> dict[int, dict[str, Mea
         runs = {}
         for count, services in sized.items():
             extra = [("next", cursors[count])] if label.startswith("page 100") else []
-            runs[count] = _runner(services, list(params.items()) + extra)
+            items = list(params.items()) if isinstance(params, dict) else list(params)
+            runs[count] = _runner(services, items + extra)
             assert runs[count]() > 0 or label in EXTRA_QUERIES, (label, count)
         timings: dict[int, list[float]] = {count: [] for count in sized}
         for _ in range(repeats):

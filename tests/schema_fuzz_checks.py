@@ -39,6 +39,9 @@ _METADATA = [
 ]
 _UPLOAD = [
     *_METADATA,
+    # A member's snake_case spelling (ttl_days) is read as the member, as the models'
+    # field names are; the description names the camelCase ones only.
+    (400, r"[a-z0-9]+(?:_[a-z0-9]+)+: input should be"),
     (400, "File names "),  # two names one directory tree cannot hold together
     (400, "File name .* appears more than once$"),
 ]
@@ -77,6 +80,13 @@ RULES: dict[str, list[tuple[int, str]]] = {
         (422, ""),  # promotion's metadata checks
     ],
     "GET /api/v1/libraries/{library_id}": [(400, "Hash prefix")],
+    "PATCH /api/v1/tracesets/{traceset_id}": [
+        (400, "Nothing to change"),  # {} and bodies of unknown members only
+        (400, "Give tags"),  # tags with addTags or removeTags
+        (400, "Tag .* is both in addTags and in removeTags"),
+        (400, "A traceset holds at most"),  # more than 64 tags once added
+        (409, ""),  # deleted
+    ],
 }
 
 

@@ -138,3 +138,25 @@ def test_the_analysis_filters_keep_the_arms_ordered_walk(database: Database) -> 
             "ix_tracesets_scope_tenant_created",
             "ix_tracesets_scope_created",
         ]
+
+
+def test_an_uploader_filter_walks_the_uploaders_indexes(database: Database) -> None:
+    # Migration 0010: an uploader's tracesets per arm in created order, not every row of
+    # the arm checked for its uploader (a rare uploader: the whole arm).
+    for items in ([("uploadedBy", "me")], [("uploadedBy", "user_b"), ("sort", "created:asc")]):
+        assert _arm_indexes(database, items) == [
+            "ix_tracesets_creator_workspace_created",
+            "ix_tracesets_creator_workspace_created",
+            "ix_tracesets_creator_scope_created",
+            "ix_tracesets_creator_scope_created",
+        ]
+
+
+def test_a_tag_filter_keeps_the_arms_ordered_walk(database: Database) -> None:
+    # As the inspected facts: each row walked is a primary-key lookup of (tag, id).
+    assert _arm_indexes(database, [("tag", "llama"), ("tag", "baseline")]) == [
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_scope_tenant_created",
+        "ix_tracesets_scope_created",
+    ]

@@ -115,6 +115,7 @@ API_OPERATIONS: dict[str, tuple[str, str]] = {
     "resume_upload": ("GET", f"{UPLOAD}/up_x"),
     "get_traceset": ("GET", f"{LIST}/ts_x"),
     "delete_traceset": ("DELETE", f"{LIST}/ts_x"),
+    "edit_traceset": ("PATCH", f"{LIST}/ts_x"),
     "get_analysis": ("GET", f"{LIST}/ts_x/analysis"),
     "compare_tracesets": ("GET", f"{LIST}/ts_x/compare?with=ts_y"),
     "promote_traceset": ("POST", f"{LIST}/ts_x/promote"),
@@ -181,6 +182,21 @@ def _public_by_a_member(s: Scene) -> httpx.Response:
     traceset = s.ready()
     assert _promote(s, traceset["id"]).status_code == 200
     return _promote(s, traceset["id"], {"target": "public"}, headers=member.auth)
+
+
+def _edit(s: Scene, traceset_id: str, body: Any, **kw: Any) -> httpx.Response:
+    return s.http.patch(f"{LIST}/{traceset_id}", json=body, **kw)
+
+
+def _edit_by_a_member(s: Scene) -> httpx.Response:
+    member = person(s.services, "member", "default", ["default"])
+    return _edit(s, s.ready()["id"], {"name": "theirs"}, headers=member.auth)
+
+
+def _edit_deleted(s: Scene) -> httpx.Response:
+    traceset = s.ready()
+    assert s.http.delete(f"{LIST}/{traceset['id']}").status_code == 204
+    return _edit(s, traceset["id"], {"name": "x"})
 
 
 def _complete(s: Scene) -> httpx.Response:
@@ -295,6 +311,12 @@ DRIVERS: dict[tuple[str, int], Driver] = {
     ("compare_tracesets", 404): lambda s: _compare(s, "ts_x", "ts_y"),
     ("compare_tracesets", 409): lambda s: _compare(s, _analysed(s), s.ready()["id"]),
     ("delete_traceset", 404): lambda s: s.http.delete(f"{LIST}/ts_x"),
+    ("edit_traceset", 200): lambda s: _edit(s, s.ready()["id"], {"name": "renamed"}),
+    ("edit_traceset", 400): lambda s: _edit(s, s.ready()["id"], {}),
+    ("edit_traceset", 403): _edit_by_a_member,
+    ("edit_traceset", 404): lambda s: _edit(s, "ts_x", {"name": "x"}),
+    ("edit_traceset", 409): _edit_deleted,
+    ("edit_traceset", 413): lambda s: _edit(s, "ts_x", TOO_BIG),
     ("promote_traceset", 200): lambda s: _promote(s, s.ready()["id"]),
     ("promote_traceset", 400): lambda s: s.http.post(
         f"{LIST}/{s.ready()['id']}/promote",

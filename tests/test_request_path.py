@@ -299,6 +299,12 @@ def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
             )
         )
         primaries = sum(1 for f in files if f.role == "primary")
+
+        def user(user_id: str) -> schemas.UserRef:
+            found = session.get(db.User, user_id)
+            assert found is not None
+            return schemas.UserRef(id=found.id, name=found.name)
+
         view = schemas.Traceset(
             id=row.id,
             name=row.name,
@@ -307,8 +313,12 @@ def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
             status=row.status,  # type: ignore[arg-type]
             scope=row.scope,  # type: ignore[arg-type]
             workspace_id=row.workspace_id,
+            created_by=user(row.created_by),
             created_at=row.created_at,
             updated_at=row.updated_at,
+            edited_at=row.edited_at,
+            edited_by=None if row.edited_by is None else user(row.edited_by),
+            can_edit=True,  # the bootstrap admin uploaded it
             expires_at=row.expires_at,
             ttl_days=row.ttl_days,
             rank_count_derived=row.rank_count,
@@ -325,7 +335,7 @@ def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
 
 
 @pytest.mark.parametrize(
-    "case", ["kineto ranks", "execution traces", "one primary file", "supporting only"]
+    "case", ["kineto ranks", "execution traces", "one primary file", "supporting only", "edited"]
 )
 def test_the_gets_answer_is_what_the_models_write(
     http: TestClient, services: Services, case: str
@@ -349,9 +359,13 @@ def test_the_gets_answer_is_what_the_models_write(
             {"shape": {"rankCount": 4}, "lr": 0.1, "big": 2**70, "note": "a\u0000b"},
         ),
         "supporting only": ({"a.bin": (b"x" * 10, "supporting")}, None),
+        "edited": ({"a.bin": (b"x" * 10, "supporting")}, None),
     }[case]
     done = upload(http, files, metadata, description="déjà vu", tags=["t1", "ü"])
     services.wait_for_background()
+    if case == "edited":  # editedAt and editedBy set, the tags replaced
+        edit = {"name": "renamed", "description": None, "tags": ["ö", "t2"]}
+        assert http.patch(f"/api/v1/tracesets/{done['id']}", json=edit).status_code == 200
     answer = http.get(f"/api/v1/tracesets/{done['id']}")
     assert answer.status_code == 200, answer.text
     assert json.loads(answer.text) == _as_the_models_write_it(services, done["id"])

@@ -7,7 +7,8 @@ traceset route, each cell an exact status; once with API tokens, once with JWT a
 
 A traceset one may not see answers 404 exactly as one that does not exist; writing (delete,
 promote, resume, complete) needs membership of its workspace, and a caller who may see but
-not write gets 404 too. Naming a workspace one is not a member of answers 403.
+not write gets 404 too. Naming a workspace one is not a member of answers 403. Editing
+(PATCH) is the uploader's or a tenant admin's: one who may see but not edit gets 403.
 """
 
 from __future__ import annotations
@@ -54,9 +55,14 @@ EXPECTED: dict[str, dict[str, tuple[Any, ...]]] = {
     "POST complete (retry)": WRITE,
     "POST promote": WRITE,
     "DELETE traceset": dict.fromkeys(SCOPES, (204, 404, 404)),
+    "PATCH traceset": {
+        "workspace": (200, 404, 404),
+        "tenant": (200, 403, 404),
+        "public": (200, 403, 403),
+    },
 }
 # Routes that change the traceset when they succeed: the owner's cells run them last.
-MUTATING = ("POST promote", "DELETE traceset")
+MUTATING = ("PATCH traceset", "POST promote", "DELETE traceset")
 
 Call = Callable[[TestClient, dict[str, Any], dict[str, str]], Any]
 
@@ -100,6 +106,11 @@ CALLS: dict[str, Call] = {
     ),
     "DELETE traceset": lambda http, ts, auth: (
         http.delete(f"/api/v1/tracesets/{ts['id']}", headers=auth).status_code
+    ),
+    "PATCH traceset": lambda http, ts, auth: (
+        http.patch(
+            f"/api/v1/tracesets/{ts['id']}", json={"addTags": ["seen"]}, headers=auth
+        ).status_code
     ),
 }
 

@@ -2,8 +2,9 @@
 precisions, parallelism degrees, scopes and statuses drawn from a seeded generator), the
 ``traceset_facts`` rows inspection would record for them and, for most of those with a
 Kineto trace, the analysis summary's medians (idle and overlap percentages, step time),
-loaded in bulk (``COPY`` on PostgreSQL, batched inserts on SQLite) with the secondary
-indexes rebuilt after."""
+their uploaders (the tenant's users, a few prolific) and tags (``traceset_tags``), loaded in
+bulk (``COPY`` on PostgreSQL, batched inserts on SQLite) with the secondary indexes rebuilt
+after."""
 
 from __future__ import annotations
 
@@ -58,6 +59,17 @@ COLUMNS = [
 ]
 ANALYSED = 0.7  # of the ready tracesets with a Kineto trace: the analysis found steps
 FACT_COLUMNS = ["fact", "value", "traceset_id"]
+TAG_COLUMNS = ["tag", "traceset_id"]
+# Each tenant's uploaders, the first few uploading most (weights 1/(rank+1)); the benchmark's
+# caller, user_bench, is tenant_a's fifth (2.2 % of its tracesets), user_tenant_a_49 its
+# rarest (0.22 %).
+UPLOADERS = {
+    t: [f"user_{t}_{i}" for i in range(n)] for t, n in {"tenant_a": 50, "tenant_b": 10}.items()
+}
+UPLOADERS["tenant_a"][4] = "user_bench"
+# Tags and the share of tracesets holding each (drawn apart); one in 10,000 also holds its
+# own "run-<n>" tag.
+TAGS = {"nightly": 0.3, "baseline": 0.2, "ablation": 0.05, "regression": 0.002}
 
 
 def _facts(rng: random.Random, traceset_id: str) -> list[tuple[str, str, str]]:
@@ -70,9 +82,25 @@ def _facts(rng: random.Random, traceset_id: str) -> list[tuple[str, str, str]]:
     return [(fact, value, traceset_id) for fact, value in sorted(found)]
 
 
-def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[str, str, str]]]]:
-    """Each traceset's row (``COLUMNS``) and its facts (``FACT_COLUMNS``)."""
+def _owner_and_tags(rng: random.Random, tenant: str, index: int) -> tuple[str, list[str]]:
+    """A traceset's uploader and tags (from their own generator: the other columns stay
+    what they were before the store had them)."""
+    users = UPLOADERS[tenant]
+    uploader = rng.choices(users, [1 / (rank + 1) for rank in range(len(users))])[0]
+    tags = [tag for tag, share in TAGS.items() if rng.random() < share]
+    if rng.random() < 0.0001:
+        tags.append(f"run-{index}")
+    return uploader, tags
+
+
+Row = tuple[tuple[Any, ...], list[tuple[str, str, str]], list[tuple[str, str]]]
+
+
+def rows(count: int, seed: int) -> Iterator[Row]:
+    """Each traceset's row (``COLUMNS``), its facts (``FACT_COLUMNS``) and its tags
+    (``TAG_COLUMNS``)."""
     rng = random.Random(seed)
+    owners = random.Random(seed + 1)
     start = datetime(2025, 1, 1, tzinfo=UTC)
     step = 365 * 86400 / count
     workspaces = [(t, f"ws_{t}_{i}") for t, n in TENANTS.items() for i in range(n)]
@@ -107,14 +135,15 @@ def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[st
         traceset_id = new_id("ts", now=created.timestamp())
         facts = _facts(rng, traceset_id)
         medians = _medians(rng) if facts and status == "ready" else (None, None, None)
+        uploader, tags = _owner_and_tags(owners, tenant, i)
         row = (
             traceset_id,
             tenant,
             workspace,
-            "user_bench",
+            uploader,
             f"{family}-{size}-{metadata['precision']}-run{rng.getrandbits(24):06x}",
             None,
-            "[]",
+            json.dumps(tags),
             status,
             scope,
             created,
@@ -132,7 +161,7 @@ def rows(count: int, seed: int) -> Iterator[tuple[tuple[Any, ...], list[tuple[st
             tp * dp * pp if facts else None,  # what inspection found, when it found anything
             *medians,
         )
-        yield row, facts
+        yield row, facts, [(tag, traceset_id) for tag in tags]
 
 
 def _medians(rng: random.Random) -> tuple[float | None, float | None, float | None]:
@@ -162,13 +191,15 @@ def _seed_principals(database: Database) -> None:
                     ),
                     {"w": f"ws_{tenant}_{i}", "t": tenant, "n": now},
                 )
-        conn.execute(
-            text(
-                "INSERT INTO users (id, tenant_id, name, is_tenant_admin, created_at) "
-                "VALUES ('user_bench', 'tenant_a', 'bench', false, :n)"
-            ),
-            {"n": now},
-        )
+        for tenant, users in UPLOADERS.items():
+            for user in users:
+                conn.execute(
+                    text(
+                        "INSERT INTO users (id, tenant_id, name, is_tenant_admin, created_at) "
+                        "VALUES (:u, :t, :u, false, :n)"
+                    ),
+                    {"u": user, "t": tenant, "n": now},
+                )
 
 
 def _index_definitions(database: Database) -> list[tuple[str, str]]:
@@ -201,14 +232,21 @@ def load(database: Database, count: int, seed: int) -> float:
             with raw.cursor() as cursor:  # type: ignore[attr-defined]
                 columns = ", ".join(COLUMNS)
                 facts: list[tuple[str, str, str]] = []
+                tags: list[tuple[str, str]] = []
                 with cursor.copy(f"COPY tracesets ({columns}) FROM STDIN") as copy:
-                    for row, held in rows(count, seed):
+                    for row, held, tagged in rows(count, seed):
                         copy.write_row(row)
                         facts.extend(held)
+                        tags.extend(tagged)
                 fact_columns = ", ".join(FACT_COLUMNS)
                 with cursor.copy(f"COPY traceset_facts ({fact_columns}) FROM STDIN") as copy:
                     for fact in facts:
                         copy.write_row(fact)
+                with cursor.copy(
+                    f"COPY traceset_tags ({', '.join(TAG_COLUMNS)}) FROM STDIN"
+                ) as copy:
+                    for tag in tags:
+                        copy.write_row(tag)
         else:
             fmt = "%Y-%m-%d %H:%M:%S.%f"
             marks = ", ".join("?" * len(COLUMNS))
@@ -217,17 +255,22 @@ def load(database: Database, count: int, seed: int) -> float:
             cursor.execute("BEGIN")
             batch: list[tuple[Any, ...]] = []
             fact_batch: list[tuple[str, str, str]] = []
+            tag_batch: list[tuple[str, str]] = []
             fact_sql = f"INSERT INTO traceset_facts ({', '.join(FACT_COLUMNS)}) VALUES (?, ?, ?)"
-            for row, held in rows(count, seed):
+            tag_sql = f"INSERT INTO traceset_tags ({', '.join(TAG_COLUMNS)}) VALUES (?, ?)"
+            for row, held, tagged in rows(count, seed):
                 stamp = row[9].strftime(fmt)
                 batch.append((*row[:9], stamp, stamp, *row[11:]))
                 fact_batch.extend(held)
+                tag_batch.extend(tagged)
                 if len(batch) == 50_000:
                     cursor.executemany(sql, batch)
                     cursor.executemany(fact_sql, fact_batch)
-                    batch, fact_batch = [], []
+                    cursor.executemany(tag_sql, tag_batch)
+                    batch, fact_batch, tag_batch = [], [], []
             cursor.executemany(sql, batch)
             cursor.executemany(fact_sql, fact_batch)
+            cursor.executemany(tag_sql, tag_batch)
             cursor.execute("COMMIT")
         raw.commit()
     finally:
@@ -238,5 +281,5 @@ def load(database: Database, count: int, seed: int) -> float:
         # PostgreSQL's autovacuum gathers statistics; nothing runs SQLite's ANALYZE, so the
         # SQLite store is measured without statistics, as its users' planner sees it.
         if database.dialect == "postgresql":
-            conn.exec_driver_sql("ANALYZE tracesets, traceset_facts")
+            conn.exec_driver_sql("ANALYZE tracesets, traceset_facts, traceset_tags")
     return time.perf_counter() - started

@@ -25,6 +25,7 @@ ITEM_KEYS = {
     "totalSize",
     "rankCountDerived",
     "createdAt",
+    "createdBy",
     "workload",
 }
 

@@ -260,6 +260,14 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
     type=click.FloatRange(0, 100),
     help="Analysis: median communication overlap % ≥ this.",
 )
+@click.option(
+    "--uploaded-by",
+    metavar="USER",
+    help="Only those this user uploaded: a user id (see `show`) or `me`.",
+)
+@click.option(
+    "--tag", "tags", multiple=True, help="Only those holding this exact tag; repeatable (all)."
+)
 @json_option
 @connection
 def ls(
@@ -279,9 +287,12 @@ def ls(
     min_idle_pct: float | None,
     max_idle_pct: float | None,
     min_overlap_pct: float | None,
+    uploaded_by: str | None,
+    tags: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """List tracesets you can see, newest first (every page, fetched as needed)."""
+    """List tracesets you can see, newest first (every page, fetched as needed), with who
+    uploaded each."""
     workload = _parse_filters(filters)
     if workload_family is not None:
         workload["workload_family"] = workload_family
@@ -303,6 +314,8 @@ def ls(
             min_idle_pct=min_idle_pct,
             max_idle_pct=max_idle_pct,
             min_overlap_pct=min_overlap_pct,
+            uploaded_by=uploaded_by,
+            tags=list(tags) or None,
         )
     )
     if as_json:
@@ -320,6 +333,57 @@ def ls(
 def show(client: Client, traceset_id: str, as_json: bool) -> None:
     """Show a traceset: status, rank count, workload metadata and files."""
     traceset = client.get_traceset(traceset_id)
+    if as_json:
+        echo_json(wire(traceset))
+    else:
+        click.echo(traceset_text(traceset))
+
+
+@click.command()
+@click.argument("traceset_id")
+@click.option("--name", help="The new name.")
+@click.option("--description", help="The new description.")
+@click.option("--no-description", is_flag=True, help="Remove the description.")
+@click.option("--tag", "tags", multiple=True, help="Add this tag; repeatable.")
+@click.option("--untag", "untags", multiple=True, help="Remove this tag; repeatable.")
+@click.option("--clear-tags", is_flag=True, help="Remove every tag (before any --tag).")
+@json_option
+@connection
+def edit(
+    client: Client,
+    traceset_id: str,
+    name: str | None,
+    description: str | None,
+    no_description: bool,
+    tags: tuple[str, ...],
+    untags: tuple[str, ...],
+    clear_tags: bool,
+    as_json: bool,
+) -> None:
+    """Change a traceset's name, description or tags: its uploader or a tenant admin. What
+    is not given is kept; the edit is recorded (shown by `show`)."""
+    if description is not None and no_description:
+        raise click.UsageError("Give --description or --no-description, not both")
+    if clear_tags and untags:
+        raise click.UsageError("Give --clear-tags or --untag, not both")
+    if (
+        name is None
+        and description is None
+        and not (no_description or tags or untags or clear_tags)
+    ):
+        raise click.UsageError(
+            "Nothing to change: give --name, --description, --no-description, --tag, --untag "
+            "or --clear-tags"
+        )
+    edits: dict[str, Any] = {}
+    if description is not None or no_description:
+        edits["description"] = description
+    if clear_tags:
+        edits["tags"] = list(tags)
+    else:
+        edits["add_tags"] = list(tags) or None
+        edits["remove_tags"] = list(untags) or None
+    traceset = client.edit_traceset(traceset_id, name=name, **edits)
     if as_json:
         echo_json(wire(traceset))
     else:
@@ -511,6 +575,7 @@ COMMANDS: tuple[click.Command, ...] = (
     upload,
     ls,
     show,
+    edit,
     analysis,
     promote,
     download,

@@ -190,10 +190,14 @@ def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
                 size_text(item.total_size),
                 "-" if item.rank_count_derived is None else str(item.rank_count_derived),
                 timestamp(item.created_at),
+                item.created_by.name if item.created_by else "-",
                 workload or "-",
             ]
         )
-    headers = ["ID", "NAME", "STATUS", "SCOPE", "FILES", "SIZE", "RANKS", "CREATED", "WORKLOAD"]
+    headers = [
+        *("ID", "NAME", "STATUS", "SCOPE", "FILES", "SIZE", "RANKS", "CREATED", "UPLOADER"),
+        "WORKLOAD",
+    ]
     return table(headers, rows)
 
 
@@ -273,6 +277,11 @@ def _expires_text(ts: schemas.Traceset) -> str:
     )
 
 
+def user_text(user: schemas.UserRef | None) -> str:
+    """A user as ``show`` names them: their name and, for ``ls --uploaded-by``, their id."""
+    return "-" if user is None else f"{shown(user.name)} ({shown(user.id)})"
+
+
 def traceset_text(ts: schemas.Traceset) -> str:
     """``tracestore show``: the traceset's members, then its files."""
     ranks = "-" if ts.rank_count_derived is None else str(ts.rank_count_derived)
@@ -286,8 +295,11 @@ def traceset_text(ts: schemas.Traceset) -> str:
         f"size:        {size_text(ts.total_size)} in {ts.file_count} files",
         f"hash:        {shown(ts.hash or '-')}",
         f"created:     {timestamp(ts.created_at)}",
-        f"expires:     {_expires_text(ts)}",
+        f"uploaded by: {user_text(ts.created_by)}",
     ]
+    if ts.edited_by is not None:
+        lines.append(f"edited:      {timestamp(ts.edited_at)} by {user_text(ts.edited_by)}")
+    lines += [f"expires:     {_expires_text(ts)}"]
     if ts.description:
         lines.append(f"description: {shown(ts.description)}")
     if ts.tags:

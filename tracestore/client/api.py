@@ -53,6 +53,7 @@ _LIST_PARAMS = {
     "max_rank_count": "maxRankCount",
     "min_world_size": "minWorldSize",
     "max_world_size": "maxWorldSize",
+    "uploaded_by": "uploadedBy",
 }
 # The analysis filters: percentages, sent as the service reads them (no exponent).
 _PERCENT_PARAMS = {
@@ -63,6 +64,16 @@ _PERCENT_PARAMS = {
 
 
 Answer = TypeVar("Answer", bound=BaseModel)
+
+
+class Keep:
+    """The type of ``KEEP``: a member ``edit_traceset`` leaves as it is (``None`` removes)."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = Keep()
 
 
 def _answer(response: httpx.Response, model: type[Answer]) -> Answer:
@@ -344,11 +355,40 @@ class ApiClient:
                 params.extend((path, _query_value(v)) for path, v in dict(value).items())
             elif key == "inspected":
                 params.extend((f"inspected.{f}", _query_value(v)) for f, v in dict(value).items())
+            elif key == "tags":  # every one of them; a bare string is one tag
+                params.extend(
+                    ("tag", tag) for tag in ([value] if isinstance(value, str) else value)
+                )
             elif key in _PERCENT_PARAMS:
                 params.append((_PERCENT_PARAMS[key], _percent(value)))
             else:
                 params.append((_LIST_PARAMS.get(key, key), _query_value(value)))
         return params
+
+    def edit_traceset(
+        self,
+        traceset_id: str,
+        *,
+        name: str | None = None,
+        description: str | Keep | None = KEEP,
+        tags: Sequence[str] | None = None,
+        add_tags: Sequence[str] | None = None,
+        remove_tags: Sequence[str] | None = None,
+    ) -> schemas.Traceset:
+        """Change a traceset's name, description (``None`` removes it) or tags (``tags``
+        replaces them; ``add_tags``/``remove_tags`` change the ones held): its uploader or a
+        tenant admin (else ``Forbidden``). What is not given is kept; the traceset, with
+        ``edited_at``/``edited_by`` recording the edit, is returned."""
+        body: dict[str, Any] = {}
+        if name is not None:
+            body["name"] = name
+        if not isinstance(description, Keep):
+            body["description"] = description
+        for member, value in (("tags", tags), ("addTags", add_tags), ("removeTags", remove_tags)):
+            if value is not None:
+                body[member] = list(value)
+        response = self._call("PATCH", f"{API}/{_segment(traceset_id)}", body=body)
+        return _answer(response, schemas.Traceset)
 
     def promote_traceset(
         self,

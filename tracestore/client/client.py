@@ -67,7 +67,9 @@ class Client(ApiClient):
         ``page_size`` (1–100), workload equality filters as snake_case keywords
         (``workload_family="llama"``) or, for dotted paths,
         ``workload={"shape.global_batch_size": 1024}``, and inspected facts as
-        ``inspected={"gpu_model": "H100", "world_size": 8}``.
+        ``inspected={"gpu_model": "H100", "world_size": 8}``, ``uploaded_by`` (a user's
+        id, ``created_by.id`` of a traceset, or ``"me"``) and ``tags`` (tracesets holding
+        every one of them).
         """
         cursor: str | None = None
         seen = 0

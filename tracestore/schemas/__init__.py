@@ -51,6 +51,7 @@ from tracestore.schemas.libraries import (
 )
 from tracestore.schemas.tracesets import (
     DownloadAnswer,
+    EditRequest,
     FileResponse,
     PromoteAnswer,
     PromoteRequest,
@@ -61,6 +62,7 @@ from tracestore.schemas.tracesets import (
     Traceset,
     TracesetListItem,
     TracesetPage,
+    UserRef,
     ValidateAnswer,
     ValidationCheck,
     WholeFile,
@@ -82,6 +84,7 @@ from tracestore.schemas.uploads import (
     sha256_hex,
 )
 from tracestore.schemas.wire import (
+    MAX_TAGS,
     NOT_UNICODE,
     SCOPES,
     STATUSES,
@@ -115,6 +118,7 @@ from tracestore.schemas.workload import (
 __all__ = [
     "MAX_FILE_SIZE",
     "MAX_NAME_BYTES",
+    "MAX_TAGS",
     "NAME_PATTERN",
     "NOT_UNICODE",
     "SCOPES",
@@ -130,6 +134,7 @@ __all__ = [
     "CompletedFileInput",
     "CompletedPart",
     "DownloadAnswer",
+    "EditRequest",
     "ErrorDetail",
     "ErrorEnvelope",
     "FileResponse",
@@ -185,6 +190,7 @@ __all__ = [
     "UploadUrlResponse",
     "UploadWorkloadMetadata",
     "User",
+    "UserRef",
     "ValidateAnswer",
     "ValidationCheck",
     "WholeFile",

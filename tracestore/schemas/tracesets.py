@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 
 from tracestore.schemas.inspection import Inspection
 from tracestore.schemas.wire import (
+    MAX_TAGS,
     NUL_FREE,
     MetadataStatus,
     Pagination,
@@ -18,8 +21,11 @@ from tracestore.schemas.wire import (
     Scope,
     SnakeWireModel,
     Status,
+    Tag,
     Text,
     Timestamp,
+    TracesetDescription,
+    TracesetName,
     WireModel,
     format_timestamp,
     without_nul,
@@ -47,6 +53,30 @@ class FileResponse(WireModel):
     )
 
 
+def _absent_by_default(schema: dict[str, Any]) -> None:
+    """A member that may be left out but not be null: its description has no default (a
+    null one would not be of its type)."""
+    schema.pop("default", None)
+
+
+# Who uploaded a traceset (createdBy): never null from this service; absent from one older
+# than it, which a client must still read.
+def _uploader() -> Any:
+    return Field(
+        default=None,
+        description="Who uploaded the traceset (an extension)",
+        json_schema_extra=_absent_by_default,
+    )
+
+
+class UserRef(WireModel):
+    """A user as a teammate recognises them: their id and their name (an email or a login
+    name for a user who signs in through the identity provider)."""
+
+    id: str
+    name: str
+
+
 class Traceset(WireModel):
     id: str
     name: str
@@ -55,8 +85,22 @@ class Traceset(WireModel):
     status: Status
     scope: Scope
     workspace_id: str
+    created_by: UserRef | SkipJsonSchema[None] = _uploader()
     created_at: Timestamp
     updated_at: Timestamp
+    edited_at: Timestamp | None = Field(
+        default=None,
+        description="When its name, description or tags were last edited (PATCH); null "
+        "until then (an extension)",
+    )
+    edited_by: UserRef | None = Field(
+        default=None, description="Who made that edit; null until then (an extension)"
+    )
+    can_edit: bool = Field(
+        default=False,
+        description="Whether the caller may edit its name, description and tags (PATCH): "
+        "its uploader or a tenant admin (an extension)",
+    )
     expires_at: Timestamp | None
     ttl_days: int
     rank_count_derived: int | None
@@ -97,6 +141,7 @@ class TracesetListItem(WireModel):
     total_size: int
     rank_count_derived: int | None
     created_at: Timestamp
+    created_by: UserRef | SkipJsonSchema[None] = _uploader()
     workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
 
 
@@ -209,6 +254,51 @@ class PromoteRequest(RequestModel):
     )
 
     _texts_without_nul = field_validator("description", "tags")(without_nul)
+
+
+def _not_null(value: Any, info: ValidationInfo) -> Any:
+    if value is None:
+        raise ValueError(f"{to_camel(info.field_name or '')} must not be null")
+    return value
+
+
+# A list of tags, up to a traceset's most.
+TagList = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
+
+
+class EditRequest(RequestModel):
+    """Body of ``PATCH /api/v1/tracesets/{id}`` (an extension): the members to change, at
+    least one; the rest are kept."""
+
+    # Every constraint inside the member's type: on an Optional, Field(min_length=...)
+    # of the union was applied to null (a TypeError, a 500). Absent is not null: only a
+    # description may be null (removed); the description of the others has no null.
+    name: TracesetName | SkipJsonSchema[None] = Field(
+        default=None, description="The new name", json_schema_extra=_absent_by_default
+    )
+    description: TracesetDescription | None = Field(
+        default=None, description="The new description; null removes it"
+    )
+    tags: TagList | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Replaces the tags; [] removes them all",
+        json_schema_extra=_absent_by_default,
+    )
+    add_tags: TagList | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Tags to add (those held are kept)",
+        json_schema_extra=_absent_by_default,
+    )
+    remove_tags: TagList | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Tags to remove (absent ones are ignored)",
+        json_schema_extra=_absent_by_default,
+    )
+
+    _given_not_null = field_validator("name", "tags", "add_tags", "remove_tags")(_not_null)
+    _texts_without_nul = field_validator("name", "description", "tags", "add_tags", "remove_tags")(
+        without_nul
+    )
 
 
 class PromoteAnswer(WireModel):

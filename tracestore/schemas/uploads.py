@@ -69,6 +69,8 @@ class UploadFileSpec(RequestModel):
 class TracesetUploadUrlRequest(RequestModel):
     """Body of ``POST /api/v1/tracesets/upload-url``."""
 
+    # The members PATCH takes too (schemas.EditRequest), with the same constraints; kept as
+    # they were written here, so the description (and schema fuzzing's data) stays as it was.
     name: Text = Field(min_length=1, max_length=255, json_schema_extra=NUL_FREE)
     description: Text | None = Field(default=None, max_length=4096, json_schema_extra=NUL_FREE)
     tags: list[Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]] = (

@@ -114,6 +114,12 @@ Integer = Annotated[int, BeforeValidator(integral)]
 NUL_FREE: dict[str, JsonValue] = {"pattern": "^[^\\x00]*$"}
 SHA256_HEX: dict[str, JsonValue] = {"pattern": "^[0-9a-fA-F]{64}$"}
 
+# A traceset's name, description and tags, as upload-url and PATCH take them.
+TracesetName = Annotated[Text, Field(min_length=1, max_length=255, json_schema_extra=NUL_FREE)]
+TracesetDescription = Annotated[Text, Field(max_length=4096, json_schema_extra=NUL_FREE)]
+Tag = Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra=NUL_FREE)]
+MAX_TAGS = 64
+
 
 class Pagination(WireModel):
     count: int

@@ -134,6 +134,7 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
                     schemas.UploadWorkloadMetadata,
                     schemas.WorkloadMetadata,
                     schemas.PromoteRequest,
+                    schemas.EditRequest,
                 )
             ],
             ref_template="#/components/schemas/{model}",

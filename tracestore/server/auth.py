@@ -54,6 +54,14 @@ class Principal:
     def can_write(self, traceset: db.Traceset | Row[Any]) -> bool:
         return traceset.workspace_id in self.workspace_ids
 
+    def can_edit(self, traceset: db.Traceset) -> bool:
+        """Its uploader, or an admin of its tenant, may change its name, description, tags."""
+        return self.may_edit(traceset.tenant_id, traceset.created_by)
+
+    def may_edit(self, tenant_id: str, created_by: str) -> bool:
+        """``can_edit`` of a traceset's tenant and uploader."""
+        return created_by == self.user_id or (self.is_tenant_admin and tenant_id == self.tenant_id)
+
     def require_member(self, workspace_id: str) -> None:
         if workspace_id not in self.workspace_ids:
             raise Forbidden(FORBIDDEN_MESSAGE)

@@ -61,7 +61,7 @@ def complete_upload(
             files = files_of(session, upload.traceset_id)
             etags, declared = _check_request(request, files)
     if finished:
-        return traceset_text(services, upload.traceset_id), False
+        return traceset_text(services, upload.traceset_id, viewer=principal), False
     if expired:
         raise Gone(f"Upload session '{upload.id}' has expired")
 
@@ -71,7 +71,7 @@ def complete_upload(
             upload = session.get(db.UploadSession, upload.id)  # type: ignore[assignment]
             finished = upload.state == "completed"
         if finished:
-            return traceset_text(services, upload.traceset_id), False
+            return traceset_text(services, upload.traceset_id, viewer=principal), False
         raise Conflict(COMPLETING_MESSAGE)
 
     stages = {f.position: staged_file(upload, f) for f in files}
@@ -104,7 +104,7 @@ def complete_upload(
     # process stopped first leaves them to lifecycle.clean_leftover_staging).
     services.run_in_background(_discard_staging, services, upload.id, list(stages.values()))
     run_inspection(services, inspection_job)
-    return traceset_text(services, upload.traceset_id), True
+    return traceset_text(services, upload.traceset_id, viewer=principal), True
 
 
 def _discard_staging(services: Services, upload_id: str, stages: Sequence[StagedFile]) -> None:

@@ -31,7 +31,7 @@ from tracestore.server.auth import Principal
 from tracestore.server.inspection import stored_census_checks
 from tracestore.server.request_bodies import parse_json_body
 from tracestore.server.services import Services
-from tracestore.server.tracesets import find_writable, store_metadata
+from tracestore.server.tracesets import find_writable, store_metadata, store_tags
 
 TARGETS: dict[str, schemas.Scope] = {"tenant": "tenant", "public": "public"}
 NEXT_SCOPE = {"workspace": "tenant", "tenant": "public"}
@@ -166,7 +166,7 @@ def promote_traceset(
         if request.description is not None:
             traceset.description = request.description
         if request.tags is not None:
-            traceset.tags = list(request.tags)
+            store_tags(session, traceset, request.tags)
         traceset.scope = target
         traceset.expires_at = None
         traceset.updated_at = now

@@ -1,4 +1,5 @@
-"""Use cases on tracesets that exist: get (the API's answer, written from its rows), delete."""
+"""Use cases on tracesets that exist: get (the API's answer, written from its rows), edit
+(name, description, tags: PATCH, an extension), delete."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, func, select, update
+from sqlalchemy import Text, bindparam, cast, delete, func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
-from tracestore import jsontext
-from tracestore.errors import NotFound
+from tracestore import jsontext, schemas
+from tracestore.errors import Conflict, Forbidden, NotFound, ValidationError
 from tracestore.server import db
 from tracestore.server.auth import Principal
+from tracestore.server.request_bodies import parse_json_body
 from tracestore.server.services import Services
 
 
@@ -45,6 +47,101 @@ def find_writable(session: Session, principal: Principal, traceset_id: str) -> d
     if not principal.can_write(traceset):
         raise _not_found(traceset_id)
     return traceset
+
+
+def tag_rows(traceset_id: str, tags: Sequence[str]) -> list[dict[str, str]]:
+    """The ``traceset_tags`` rows of a traceset holding ``tags`` (each tag once)."""
+    return [{"tag": tag, "traceset_id": traceset_id} for tag in dict.fromkeys(tags)]
+
+
+def store_tags(session: Session, traceset: db.Traceset, tags: Sequence[str]) -> None:
+    """Keep ``tags`` as the traceset's tags: its ``tags`` (as given) and its searchable
+    ``traceset_tags`` rows."""
+    traceset.tags = list(tags)
+    session.execute(delete(db.TracesetTag).where(db.TracesetTag.traceset_id == traceset.id))
+    rows = tag_rows(traceset.id, tags)
+    if rows:
+        session.execute(db.TracesetTag.__table__.insert(), rows)  # type: ignore[attr-defined]
+
+
+EDITABLE = ("name", "description", "tags", "add_tags", "remove_tags")
+NOTHING_TO_CHANGE = (
+    "Nothing to change: give at least one of name, description, tags, addTags and removeTags"
+)
+NOT_YOURS = (
+    "Only the traceset's uploader or an admin of its tenant may edit it; ask {name} "
+    "(its uploader) or a tenant admin"
+)
+
+
+def parse_edit_request(body: bytes) -> schemas.EditRequest:
+    """The PATCH body, checked as upload checks the same members; ValidationError (400)
+    names what is wrong, including a body that changes nothing."""
+    if not body.strip():
+        raise ValidationError(NOTHING_TO_CHANGE)
+    request = parse_json_body(body, schemas.EditRequest)
+    given = request.model_fields_set & set(EDITABLE)
+    if not given:
+        raise ValidationError(NOTHING_TO_CHANGE)
+    if "tags" in given and given & {"add_tags", "remove_tags"}:
+        raise ValidationError("Give tags (the whole list) or addTags/removeTags, not both")
+    both = set(_given(request, "add_tags")) & set(_given(request, "remove_tags"))
+    if both:
+        raise ValidationError(f"Tag {sorted(both)[0]!r} is both in addTags and in removeTags")
+    return request
+
+
+def _given(request: schemas.EditRequest, member: str) -> list[str]:
+    """The tags of ``member`` (addTags, removeTags) of the body; none when absent."""
+    return list(getattr(request, member) or ())
+
+
+def edited_tags(current: Sequence[str], request: schemas.EditRequest) -> list[str] | None:
+    """The tags after the edit (each once, in the order given), or None when it leaves
+    them alone; ValidationError when there would be more than upload allows."""
+    given = request.model_fields_set
+    if "tags" in given:
+        tags = list(dict.fromkeys(request.tags or ()))
+    elif given & {"add_tags", "remove_tags"}:
+        removed = set(_given(request, "remove_tags"))
+        kept = [tag for tag in current if tag not in removed]
+        tags = list(dict.fromkeys([*kept, *_given(request, "add_tags")]))
+    else:
+        return None
+    if len(tags) > schemas.MAX_TAGS:
+        raise ValidationError(
+            f"A traceset holds at most {schemas.MAX_TAGS} tags; this edit leaves {len(tags)}"
+        )
+    return tags
+
+
+def edit_traceset(services: Services, principal: Principal, traceset_id: str, body: bytes) -> str:
+    """Change the traceset's name, description or tags (its uploader or a tenant admin),
+    recording when and by whom; the traceset as GET answers it. 404 unless the caller may
+    see it, 403 when they may see it but not edit it, 409 once it is deleted."""
+    with services.db.session() as session:
+        traceset = find_visible(session, principal, traceset_id)
+        # Lock the row (PostgreSQL): two edits of the tags each see the other's.
+        session.refresh(traceset, with_for_update=True)
+        request = parse_edit_request(body)
+        if not principal.can_edit(traceset):
+            uploader = session.get(db.User, traceset.created_by)
+            raise Forbidden(NOT_YOURS.format(name=uploader.name if uploader else "its uploader"))
+        if traceset.status == "deleted":
+            raise Conflict(f"Traceset '{traceset.id}' is deleted; it cannot be edited")
+        given = request.model_fields_set
+        if request.name is not None:
+            traceset.name = request.name
+        if "description" in given:
+            traceset.description = request.description
+        tags = edited_tags(list(traceset.tags or []), request)
+        if tags is not None:
+            store_tags(session, traceset, tags)
+        now = services.now()
+        traceset.updated_at = now
+        traceset.edited_at = now
+        traceset.edited_by = principal.user_id
+    return traceset_text(services, traceset_id, viewer=principal)
 
 
 def store_metadata(traceset: db.Traceset, value: Any) -> None:
@@ -112,8 +209,22 @@ _TRACESET_COLUMNS = (
     *("id", "tenant_id", "workspace_id", "scope", "name", "description", "tags"),
     *("status", "created_at", "updated_at", "expires_at", "ttl_days", "rank_count"),
     *("total_size", "file_count", "hash", "metadata_text"),
+    *("created_by", "edited_at", "edited_by"),
 )
-_TIMESTAMPS = ("created_at", "updated_at", "expires_at")
+_TIMESTAMPS = ("created_at", "updated_at", "expires_at", "edited_at")
+
+
+def user_name(user_id: Any) -> Any:
+    """The name of the user ``user_id`` (a column) names, as a scalar subquery."""
+    return select(db.User.name).where(db.User.id == user_id).scalar_subquery()
+
+
+def user_ref(user_id: str | None, name: str | None) -> dict[str, str] | None:
+    """A user as answers show them (``schemas.UserRef``): a user id without a user row (none
+    is ever deleted) is shown by its id."""
+    if user_id is None:
+        return None
+    return {"id": user_id, "name": user_id if name is None else name}
 
 
 @functools.lru_cache(maxsize=4)
@@ -127,6 +238,8 @@ def _view_columns(dialect: str) -> Select[Any]:
             else getattr(db.Traceset, name)
             for name in _TRACESET_COLUMNS
         ),
+        user_name(db.Traceset.created_by).label("created_by_name"),
+        user_name(db.Traceset.edited_by).label("edited_by_name"),
         cast(db.Traceset.inspection, Text).label("inspection_text"),  # as stored, unparsed
     ).where(db.Traceset.id == bindparam("traceset_id"))
 
@@ -148,20 +261,31 @@ def get_traceset(services: Services, principal: Principal, traceset_id: str) -> 
     return traceset_text(services, traceset_id, principal)
 
 
-def traceset_text(services: Services, traceset_id: str, principal: Principal | None = None) -> str:
+def traceset_text(
+    services: Services,
+    traceset_id: str,
+    principal: Principal | None = None,
+    *,
+    viewer: Principal | None = None,
+) -> str:
     """The GET's answer: two Core queries and ``answer_text``, no ORM load of every file;
     NotFound unless the traceset exists and ``principal``, when given, may see it (without
-    one, the caller checked already: a completion's answer)."""
+    one, the caller checked already: a completion's answer). ``canEdit`` is whether
+    ``principal`` (or ``viewer``, who checked already) may edit it."""
     with services.db.read_connection() as reads:
         key = {"traceset_id": traceset_id}
         traceset = reads.first(_view_columns(services.db.dialect), key)
         if traceset is None or (principal is not None and not principal.may_see(*traceset[1:4])):
             raise _not_found(traceset_id)
         files = reads.all(_VIEW_FILES, key)
-    return answer_text(traceset, files)
+    caller = principal or viewer
+    can_edit = caller is not None and caller.may_edit(traceset[1], traceset[17])
+    return answer_text(traceset, files, can_edit=can_edit)
 
 
-def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
+def answer_text(
+    traceset: Sequence[Any], files: Sequence[Sequence[Any]], *, can_edit: bool = False
+) -> str:
     """The API's traceset of the GET's rows (``_view_columns``, ``_VIEW_FILES``), written
     straight from them: the models' construction cost more than the queries. The
     inspection is spliced in as its stored JSON text, never parsed, as is the
@@ -169,7 +293,8 @@ def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
     (``schemas.Traceset``) write of the same traceset, its oracle."""
     (id_, _tenant_id, workspace_id, scope, name, description, tags, status) = traceset[:8]
     (created_at, updated_at, expires_at, ttl_days, rank_count) = traceset[8:13]
-    (total_size, file_count, hash_, metadata_text, text) = traceset[13:]
+    (total_size, file_count, hash_, metadata_text) = traceset[13:17]
+    (created_by, edited_at, edited_by, created_by_name, edited_by_name, text) = traceset[17:]
     answer = {
         "id": id_,
         "name": name,
@@ -178,8 +303,12 @@ def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
         "status": status,
         "scope": scope,
         "workspaceId": workspace_id,
+        "createdBy": user_ref(created_by, created_by_name),
         "createdAt": db.timestamp_text(created_at),
         "updatedAt": db.timestamp_text(updated_at),
+        "editedAt": None if edited_at is None else db.timestamp_text(edited_at),
+        "editedBy": user_ref(edited_by, edited_by_name),
+        "canEdit": can_edit,
         "expiresAt": None if expires_at is None else db.timestamp_text(expires_at),
         "ttlDays": ttl_days,
         "rankCountDerived": rank_count,

@@ -20,7 +20,7 @@ from tracestore.server.presigned import RequestOrigin, request_base_url
 from tracestore.server.request_bodies import parse_json_body
 from tracestore.server.services import Services, stores_bytes_locally
 from tracestore.server.storage.blobs import StagedFile
-from tracestore.server.tracesets import files_of, metadata_columns
+from tracestore.server.tracesets import files_of, metadata_columns, tag_rows
 from tracestore.server.upload_sessions import (
     check_not_expired,
     part_size_for,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 _INSERT_TRACESET = insert(cast(Table, db.Traceset.__table__))
 _INSERT_FILES = insert(cast(Table, db.TracesetFile.__table__))
 _INSERT_SESSION = insert(cast(Table, db.UploadSession.__table__))
+_INSERT_TAGS = insert(cast(Table, db.TracesetTag.__table__))
 
 
 def parse_upload_request(body: bytes) -> tuple[schemas.TracesetUploadUrlRequest, int | None]:
@@ -176,6 +177,7 @@ def start_upload(
                 (_INSERT_TRACESET, [traceset]),
                 (_INSERT_FILES, files),
                 (_INSERT_SESSION, [session_row]),
+                (_INSERT_TAGS, tag_rows(traceset_id, request.tags)),
             ]
         )
         return answer

@@ -175,6 +175,10 @@ STEP_TIME_INDEXES = (
     ("ix_tracesets_scope_step_time", ("scope",)),
 )
 STEP_TIME_ANALYSED = "median_step_time_us IS NOT NULL"
+CREATOR_INDEXES = (
+    ("ix_tracesets_creator_workspace_created", ("created_by", "workspace_id", "created_at", "id")),
+    ("ix_tracesets_creator_scope_created", ("created_by", "scope", "created_at", "id")),
+)
 
 
 class Traceset(Base):
@@ -209,8 +213,15 @@ class Traceset(Base):
     median_idle_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
     median_overlap_pct: Mapped[float | None] = mapped_column(Double, nullable=True)
     median_step_time_us: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # The last edit of its name, description or tags (PATCH), and by whom (0010).
+    edited_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # A user's id; no foreign key: SQLite's DROP COLUMN (the downgrade) refuses one.
+    edited_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     __table_args__ = (
         Index("ix_tracesets_workspace_created", "workspace_id", "created_at", "id"),
+        # The uploadedBy filter (migration 0010): an uploader's tracesets per arm, in
+        # created order (the tenant and public arms share the scope one: a user's tenant is one).
+        *(Index(name, *columns) for name, columns in CREATOR_INDEXES),
         # Inspection facts (migration 0004): minWorldSize / maxWorldSize / inspected.world_size.
         Index("ix_tracesets_inspected_world_size", "inspected_world_size", "id"),
         # Analysis (migration 0009): minIdlePct / maxIdlePct, minOverlapPct, sort=step_time.
@@ -292,6 +303,16 @@ class TracesetFact(Base):
     value: Mapped[str] = mapped_column(String(255), primary_key=True)
     traceset_id: Mapped[str] = mapped_column(ForeignKey("tracesets.id"), primary_key=True)
     __table_args__ = (Index("ix_traceset_facts_traceset", "traceset_id"),)
+
+
+class TracesetTag(Base):
+    """One tag of a traceset (its ``tags`` hold the same, in the order given): the list's
+    ``tag`` filters are an indexed lookup of (tag, traceset) per row walked (0010)."""
+
+    __tablename__ = "traceset_tags"
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True)
+    traceset_id: Mapped[str] = mapped_column(ForeignKey("tracesets.id"), primary_key=True)
+    __table_args__ = (Index("ix_traceset_tags_traceset", "traceset_id"),)
 
 
 class TracesetAnalysis(Base):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracestore.server.auth import Principal
-from tracestore.server.listing.query import ListQuery, SortKey, WorkloadFilter
+from tracestore.server.listing.query import ME, ListQuery, SortKey, WorkloadFilter
 
 # Beyond this many workspaces one IN arm replaces an arm per workspace.
 MAX_WORKSPACE_ARMS = 16
@@ -37,6 +37,8 @@ class Shape:
     max_idle_pct: bool
     min_overlap_pct: bool
     inspected: tuple[str, ...]  # the facts filtered on, in order (values are f0, f1 ...)
+    uploaded_by: bool
+    tags: int  # how many tag filters (values are g0, g1 ...)
     workload: tuple[tuple[tuple[str, ...], str], ...]  # (path, kind of value)
     contradictory: bool  # two workload filters on a member and on a member inside it
     after: bool
@@ -81,6 +83,11 @@ def _containment_document(filters: tuple[WorkloadFilter, ...]) -> dict[str, Any]
     return document
 
 
+def uploader_id(principal: Principal, uploaded_by: str) -> str:
+    """The user an ``uploadedBy`` filter names: ``me`` is the caller."""
+    return principal.user_id if uploaded_by == ME else uploaded_by
+
+
 def _workspaces(principal: Principal, query: ListQuery) -> list[str]:
     if query.scope not in (None, "workspace"):
         return []
@@ -117,6 +124,9 @@ def plan(
     }
     values.update((k, v) for k, v in optional.items() if v is not None)
     values.update((f"f{i}", item.value) for i, item in enumerate(query.inspected))
+    values.update((f"g{i}", tag) for i, tag in enumerate(query.tags))
+    if query.uploaded_by is not None:
+        values["uploaded_by"] = uploader_id(principal, query.uploaded_by)
     for i, item in enumerate(query.workload):
         if dialect != "postgresql" and _kind(item.value) in ("text", "number"):
             values[f"w{i}"] = _sqlite_number(item.value)
@@ -135,6 +145,8 @@ def plan(
         search=bool(query.search),
         **{k: v is not None for k, v in optional.items()},
         inspected=tuple(item.fact for item in query.inspected),
+        uploaded_by=query.uploaded_by is not None,
+        tags=len(query.tags),
         workload=tuple((item.path, _kind(item.value)) for item in query.workload),
         contradictory=document is None,
         after=after is not None,

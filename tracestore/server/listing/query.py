@@ -18,6 +18,8 @@ come last under ``rankCount`` in both directions; ``name`` follows the database'
 one (which come last in both directions), in creation order (the sort's direction).
 ``minIdlePct``/``maxIdlePct`` bound the summary's median idle percentage, ``minOverlapPct``
 its median communication overlap; a traceset without that number matches neither.
+``uploadedBy`` is a user's id (``me``: the caller); ``tag`` an exact tag, and the only
+parameter that may be repeated: a traceset must hold every tag given.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ MAX_LIMIT = 100
 MAX_WORKLOAD_FILTERS = 16
 MAX_PATH_DEPTH = 8
 MAX_SEGMENT = 64
+MAX_TAG_FILTERS = 8
+ME = "me"
 KNOWN_PARAMETERS = (
     "workspaceId",
     "status",
@@ -65,6 +69,8 @@ KNOWN_PARAMETERS = (
     "minIdlePct",
     "maxIdlePct",
     "minOverlapPct",
+    "uploadedBy",
+    "tag",
 )
 # The analysis filters: a percentage each (ListQuery's field for each parameter).
 PERCENT_PARAMETERS = {
@@ -122,6 +128,8 @@ class ListQuery:
     min_idle_pct: float | None = None
     max_idle_pct: float | None = None
     min_overlap_pct: float | None = None
+    uploaded_by: str | None = None  # a user's id, or ME
+    tags: tuple[str, ...] = ()
 
     def binding(self) -> dict[str, Any]:
         """What a cursor is bound to: the sort and every filter (not the limit)."""
@@ -146,6 +154,8 @@ class ListQuery:
             "minIdlePct": self.min_idle_pct,
             "maxIdlePct": self.max_idle_pct,
             "minOverlapPct": self.min_overlap_pct,
+            "uploadedBy": self.uploaded_by,
+            "tag": sorted(self.tags),
         }
 
 
@@ -275,10 +285,16 @@ def _inspected_filter(name: str, text: str) -> tuple[str, Any]:
 def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
     """The query of ``GET /api/v1/tracesets``; ValidationError names any bad parameter."""
     seen: dict[str, str] = {}
+    tags: list[str] = []
     for name, value in params:
+        if name == "tag":
+            tags.append(_tag_filter(value))
+            continue
         if name in seen:
             raise ValidationError(f"Query parameter {name!r} is given more than once")
         seen[name] = value
+    if len(tags) > MAX_TAG_FILTERS:
+        raise ValidationError(f"At most {MAX_TAG_FILTERS} tag filters may be given")
     values: dict[str, Any] = {}
     workload: list[WorkloadFilter] = []
     inspected: list[InspectedFilter] = []
@@ -320,6 +336,13 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
             if not text:
                 raise ValidationError("workspaceId must not be empty")
             values["workspace_id"] = text
+        elif name == "uploadedBy":
+            if not text.strip() or len(text) > 64:
+                raise ValidationError(
+                    f"uploadedBy must be a user's id (createdBy.id of a traceset) or {ME}; "
+                    f"got {text!r}"
+                )
+            values["uploaded_by"] = text.strip()
         elif name == "next":
             if not CURSOR_FORM.fullmatch(text):
                 raise ValidationError("next must be a cursor from pagination.nextCursor")
@@ -337,4 +360,19 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
         size = values.pop("world_size")
         values["min_world_size"] = max(values.get("min_world_size", size), size)
         values["max_world_size"] = min(values.get("max_world_size", size), size)
-    return ListQuery(**values, workload=tuple(workload), inspected=tuple(inspected))
+    return ListQuery(
+        **values,
+        workload=tuple(workload),
+        inspected=tuple(inspected),
+        tags=tuple(dict.fromkeys(tags)),
+    )
+
+
+def _tag_filter(text: str) -> str:
+    """A ``tag`` filter: an exact tag, as upload takes them (1 to 64 characters)."""
+    if not 1 <= len(text) <= 64 or "\x00" in text or lone_surrogate(text) is not None:
+        raise ValidationError(
+            f"tag must be a tag as upload takes them (1 to 64 characters, no U+0000); "
+            f"got {text[:80]!r}"
+        )
+    return text

@@ -50,6 +50,8 @@ from tracestore.server.listing.query import SortKey
 
 T = db.Traceset
 F = db.TracesetFact
+G = db.TracesetTag
+U = db.User
 
 
 # --- the sort order as "atoms": (expression, direction, label) ---
@@ -173,6 +175,11 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
                 F.fact == literal(fact), F.value == bindparam(f"f{i}"), F.traceset_id == T.id
             )
         )
+    if shape.uploaded_by:  # the arms walk migration 0010's (uploader, ...) indexes
+        conditions.append(T.created_by == bindparam("uploaded_by"))
+    for i in range(shape.tags):
+        # As the facts: a primary-key lookup of (tag, id) per candidate row.
+        conditions.append(exists().where(G.tag == bindparam(f"g{i}"), G.traceset_id == T.id))
     if shape.contradictory:
         conditions.append(false())
     if not postgres:
@@ -251,10 +258,11 @@ class _MemberText(TypeDecorator[Any]):
 def statement(shape: Shape) -> Select[Any]:
     """The SELECT for one shape of query (cached: building one costs milliseconds): the
     page's rows (``_chosen``), each joined again to its traceset for the two members of its
-    workload metadata the page shows. Read after the page is chosen, the metadata is parsed
-    (or, on PostgreSQL, decompressed) for the page's rows only, never carried through a
-    sort; in the same statement, not a second one (a second select cost a sixth of the
-    page). On SQLite ``created_at`` is its stored text (``db.timestamp_text`` slices it)."""
+    workload metadata the page shows, and to its uploader for their name. Read after the page
+    is chosen, the metadata is parsed (or, on PostgreSQL, decompressed) for the page's rows
+    only, never carried through a sort; in the same statement, not a second one (a second
+    select cost a sixth of the page). On SQLite ``created_at`` is its stored text
+    (``db.timestamp_text`` slices it)."""
     page = _chosen(shape).subquery("chosen")
     # The chosen rows again in the sort's order: a join keeps no order of its own.
     order = [
@@ -266,8 +274,14 @@ def statement(shape: Shape) -> Select[Any]:
             *(page.c[name] for name in PAGE_COLUMNS[:-1]),
             db.stored_timestamp(page.c.created_at, shape.dialect),
         )
-        .add_columns(*_summary_columns(shape.dialect), page.c.median_step_time_us)
+        .add_columns(
+            *_summary_columns(shape.dialect),
+            page.c.median_step_time_us,
+            T.created_by,
+            U.name,
+        )
         .join_from(page, T, T.id == page.c.id)
+        .outerjoin(U, U.id == T.created_by)
         .order_by(*order)
     )
 

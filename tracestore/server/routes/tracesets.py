@@ -1,8 +1,8 @@
-"""A traceset by id: read, delete (and the refusal to create one outside an upload)."""
+"""A traceset by id: read, edit, delete (and the refusal to create one outside an upload)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
 from tracestore.errors import NotImplementedByService
@@ -42,6 +42,39 @@ def create_traceset(principal: PrincipalDep) -> None:
 async def get_traceset(traceset_id: str, caller: CallerDep) -> Response:
     """A traceset with its files and its workloadMetadata exactly as given."""
     return TracesetResponse(await caller.read(tracesets.get_traceset, traceset_id))
+
+
+_EDIT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EditRequest"}}},
+    }
+}
+
+
+@router.patch(
+    "/tracesets/{traceset_id}",
+    response_model=schemas.Traceset,
+    openapi_extra=_EDIT_BODY,
+    tags=["tracesets"],
+    responses=error_responses(
+        400,
+        403,
+        404,
+        409,
+        413,
+        *API_ERRORS,
+        s400="A member is invalid (as at upload), or the body changes nothing",
+        s403="The caller may see the traceset but is neither its uploader nor a tenant admin",
+        s409="The traceset is deleted",
+    ),
+)
+async def edit_traceset(traceset_id: str, request: Request, caller: CallerDep) -> Response:
+    """Change a traceset's name, description or tags (an extension): its uploader or an
+    admin of its tenant. The edit is recorded (``editedAt``, ``editedBy``); the answer is
+    the traceset as GET answers it."""
+    body = await request.body()
+    return TracesetResponse(await caller.run(tracesets.edit_traceset, traceset_id, body))
 
 
 @router.delete(

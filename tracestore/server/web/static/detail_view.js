@@ -54,6 +54,10 @@ function section(title, name, ...content) {
   return h("section", { class: `panel ${name}`, "aria-labelledby": `h-${name}` }, h("h2", { id: `h-${name}` }, title), content);
 }
 
+function userText(user) {
+  return user ? `${user.name} (${user.id})` : "—";
+}
+
 function header(traceset) {
   const facts = [
     ["Id", h("code", {}, traceset.id)],
@@ -62,7 +66,9 @@ function header(traceset) {
     ["Size", h("span", { title: `${traceset.totalSize} bytes` }, bytes(traceset.totalSize))],
     ["Workspace", h("code", {}, traceset.workspaceId)],
     ["Created", when(traceset.createdAt)],
+    ["Uploaded by", userText(traceset.createdBy)],
     ["Updated", when(traceset.updatedAt)],
+    traceset.editedBy && ["Edited", `${when(traceset.editedAt)} by ${userText(traceset.editedBy)}`],
     ["Expires", expiry(traceset)],
     ["Hash", traceset.hash ? h("code", { class: "hash" }, traceset.hash) : "—"],
   ];
@@ -81,7 +87,7 @@ function header(traceset) {
     ),
     traceset.description && h("p", { class: "description" }, traceset.description),
     traceset.tags.length > 0 && h("p", { class: "tags" }, traceset.tags.map((tag) => h("span", { class: "tag" }, tag))),
-    h("dl", { class: "head-facts" }, facts.map(([term, value]) => h("div", {}, h("dt", {}, term), h("dd", {}, value)))),
+    h("dl", { class: "head-facts" }, facts.filter(Boolean).map(([term, value]) => h("div", {}, h("dt", {}, term), h("dd", {}, value)))),
   );
 }
 

@@ -27,6 +27,8 @@ const LIMITS = ["20", "50", "100"];
 // [parameter, label, placeholder]: the form's fields, in the order they show.
 const TEXT_FILTERS = [
   ["search", "Name contains", ""],
+  ["tag", "Tags (all of, comma-separated)", "baseline, llama"],
+  ["uploadedBy", "Uploaded by", "me, or a user id"],
   ["workload_family", "Workload family", "llm"],
   ["workload_name", "Workload name", ""],
   ["createdAfter", "Created from", "2026-11-30 or 2026-11-30T09:00:00Z"],
@@ -55,6 +57,7 @@ const COLUMNS = [
   ["Status", "status"],
   ["Scope"],
   ["Created", "created"],
+  ["Uploaded by"],
 ];
 
 // How a workload value is written as a filter: the API reads a value as JSON when it is JSON
@@ -132,7 +135,7 @@ function filterForm(params, navigate) {
     return h("div", { class: wide ? "field wide" : "field" }, h("label", { for: control.id }, label), control);
   };
   const field = ([name, label, placeholder]) =>
-    labelled(label, h("input", { name, value: params.get(name) ?? "", placeholder, autocomplete: "off" }));
+    labelled(label, h("input", { name, value: params.getAll(name).join(", "), placeholder, autocomplete: "off" }));
   const choice = (name, label, values, anyLabel) =>
     labelled(
       label,
@@ -149,7 +152,7 @@ function filterForm(params, navigate) {
   const limits = LIMITS.includes(limit) ? LIMITS : [...LIMITS, limit];
   const extra = [...params.entries()].filter(([name]) => !FORM_PARAMS.has(name));
   const problem = h("p", { class: "error", role: "alert" });
-  const more = TEXT_FILTERS.slice(3);
+  const more = TEXT_FILTERS.slice(5);
 
   const form = h(
     "form",
@@ -157,7 +160,7 @@ function filterForm(params, navigate) {
     h(
       "div",
       { class: "filter-grid" },
-      TEXT_FILTERS.slice(0, 3).map(field),
+      TEXT_FILTERS.slice(0, 5).map(field),
       choice("status", "Status", STATUSES, "any but deleted"),
       choice("scope", "Scope", SCOPES, "any"),
       labelled(
@@ -206,6 +209,11 @@ function filterForm(params, navigate) {
       if (name === "workload") continue;
       if (name === "sort" && value === "created:desc") continue; // the API's default
       if (name === "limit" && value === "20") continue;
+      if (name === "tag") {
+        // One tag parameter a tag: the API keeps the tracesets holding all of them.
+        for (const tag of String(value).split(",")) if (tag.trim()) next.append("tag", tag.trim());
+        continue;
+      }
       if (String(value).trim() !== "") next.set(name, String(value).trim());
     }
     for (const line of String(data.get("workload")).split("\n")) {
@@ -278,6 +286,13 @@ function table(items, params, navigate, picker) {
     next.set("workload_family", filterText(value));
     return h("a", { href: listUrl(next), title: "Only this family" }, workloadText(value));
   };
+  const uploaderLink = (user) => {
+    if (!user) return "—";
+    const next = new URLSearchParams(params);
+    next.delete("next");
+    next.set("uploadedBy", user.id);
+    return h("a", { href: listUrl(next), title: `Only those ${user.name} uploaded (${user.id})` }, user.name);
+  };
   const rows = items.map((item) =>
     h(
       "tr",
@@ -291,6 +306,7 @@ function table(items, params, navigate, picker) {
       h("td", {}, h("span", { class: `badge status-${item.status}` }, item.status)),
       h("td", {}, h("span", { class: `badge scope-${item.scope}` }, item.scope)),
       h("td", { title: item.createdAt }, when(item.createdAt)),
+      h("td", { class: "uploader" }, uploaderLink(item.createdBy)),
       h("td", { class: "pick" }, picker.checkbox(item)),
     ),
   );

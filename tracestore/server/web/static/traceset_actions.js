@@ -1,6 +1,7 @@
 // What can be done with a traceset from its detail view: download (one file, the archive,
-// some ranks), validate, promote one scope up (optionally with corrected workloadMetadata,
-// sent as typed). Each answer, and each refusal, is shown in the API's words.
+// some ranks), validate, edit its name, description and tags (its uploader or a tenant
+// admin: the answer's canEdit), promote one scope up (optionally with corrected
+// workloadMetadata, sent as typed). Each answer, and each refusal, is shown in the API's words.
 import { api } from "/static/api.js";
 import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
@@ -78,7 +79,54 @@ export function actions(traceset, metadataText, reload) {
     !ready && h("p", { class: "muted" }, `The traceset is ${traceset.status}: downloads and validation need it ready.`),
     downloadProblem,
     validation,
+    editing(traceset, reload),
     promotion(traceset, metadataText, reload),
+  );
+}
+
+// The tags as the edit form writes them: comma-separated, each trimmed, none empty.
+export function tagList(text) {
+  return text.split(",").map((tag) => tag.trim()).filter((tag) => tag !== "");
+}
+
+function editing(traceset, reload) {
+  if (!traceset.canEdit || traceset.status === "deleted") return null;
+  const name = h("input", { name: "name", value: traceset.name, maxlength: 255, required: true, autocomplete: "off" });
+  const description = h("textarea", { name: "description", rows: 3, maxlength: 4096 }, traceset.description ?? "");
+  const tags = h("input", { name: "tags", value: traceset.tags.join(", "), autocomplete: "off", placeholder: "baseline, llama" });
+  const problem = h("p", { class: "edit-error error", role: "alert" });
+  const form = h(
+    "form",
+    { class: "edit", hidden: true, "aria-label": "Edit the traceset" },
+    h("p", {}, h("label", {}, "Name ", name)),
+    h("p", {}, h("label", {}, "Description (empty removes it) ", description)),
+    h("p", {}, h("label", {}, "Tags (comma-separated) ", tags)),
+    h("button", { type: "submit", class: "save-edit" }, "Save"),
+    " ",
+    h("button", { type: "button", class: "secondary", onclick: () => (form.hidden = true) }, "Cancel"),
+    problem,
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const button = form.querySelector("button.save-edit");
+    button.disabled = true;
+    problem.textContent = "";
+    const body = { name: name.value, description: description.value.trim() === "" ? null : description.value, tags: tagList(tags.value) };
+    try {
+      await api(`/tracesets/${encodeURIComponent(traceset.id)}`, { method: "PATCH", body, onRetry: waitingBanner().onRetry });
+      reload();
+    } catch (error) {
+      problem.textContent = `${error.message} ${nextStep(error)}`;
+      button.disabled = false;
+    } finally {
+      waitingBanner().done();
+    }
+  });
+  return h(
+    "div",
+    { class: "editing" },
+    h("button", { type: "button", class: "secondary edit", onclick: () => (form.hidden = false) }, "Edit name, description, tags…"),
+    form,
   );
 }
 
