@@ -25,6 +25,8 @@ ITEM_KEYS = {
     "totalSize",
     "rankCountDerived",
     "createdAt",
+    "census",
+    "missingRanks",
     "workload",
 }
 

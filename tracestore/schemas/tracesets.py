@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+from tracestore.choices import CensusVerdict
 from tracestore.schemas.inspection import Inspection
 from tracestore.schemas.wire import (
     NUL_FREE,
@@ -47,6 +48,14 @@ class FileResponse(WireModel):
     )
 
 
+CENSUS_TEXT = (
+    "The rank census judged whole (an extension): fail when any of its checks failed (ranks "
+    "missing, duplicated or unranked, degrees or process groups that disagree), pass when "
+    "none did, unknown until inspection has recorded it"
+)
+MISSING_RANKS_TEXT = "How many expected ranks no file holds; null while the census is unknown"
+
+
 class Traceset(WireModel):
     id: str
     name: str
@@ -63,6 +72,8 @@ class Traceset(WireModel):
     total_size: int
     file_count: int
     hash: str | None
+    census: CensusVerdict = Field(default="unknown", description=CENSUS_TEXT)
+    missing_ranks: int | None = Field(default=None, description=MISSING_RANKS_TEXT)
     workload_metadata: MetadataField = None
     files: list[FileResponse]
     inspection: Inspection | None = None
@@ -97,6 +108,8 @@ class TracesetListItem(WireModel):
     total_size: int
     rank_count_derived: int | None
     created_at: Timestamp
+    census: CensusVerdict = Field(default="unknown", description=CENSUS_TEXT)
+    missing_ranks: int | None = Field(default=None, description=MISSING_RANKS_TEXT)
     workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
 
 

@@ -15,6 +15,7 @@ from tracestore import jsontext
 from tracestore.errors import NotFound
 from tracestore.server import db
 from tracestore.server.auth import Principal
+from tracestore.server.inspection import census_answer, census_columns
 from tracestore.server.services import Services
 
 
@@ -127,6 +128,7 @@ def _view_columns(dialect: str) -> Select[Any]:
             else getattr(db.Traceset, name)
             for name in _TRACESET_COLUMNS
         ),
+        *census_columns(db.Traceset.id, dialect),
         cast(db.Traceset.inspection, Text).label("inspection_text"),  # as stored, unparsed
     ).where(db.Traceset.id == bindparam("traceset_id"))
 
@@ -169,7 +171,7 @@ def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
     (``schemas.Traceset``) write of the same traceset, its oracle."""
     (id_, _tenant_id, workspace_id, scope, name, description, tags, status) = traceset[:8]
     (created_at, updated_at, expires_at, ttl_days, rank_count) = traceset[8:13]
-    (total_size, file_count, hash_, metadata_text, text) = traceset[13:]
+    (total_size, file_count, hash_, metadata_text, verdict, missing, text) = traceset[13:]
     answer = {
         "id": id_,
         "name": name,
@@ -186,6 +188,7 @@ def answer_text(traceset: Sequence[Any], files: Sequence[Sequence[Any]]) -> str:
         "totalSize": total_size,
         "fileCount": file_count,
         "hash": hash_,
+        **census_answer(verdict, missing),
         "files": _file_answers(files, rank_count),
     }
     # Strings, integers, None (tags are strings, rankProvenance is kept only as one).

@@ -21,6 +21,7 @@ from tracestore import jsontext
 from tracestore.errors import ValidationError
 from tracestore.server import db
 from tracestore.server.auth import Principal
+from tracestore.server.inspection import census_answer
 from tracestore.server.listing import plan as query_plan
 from tracestore.server.listing import sql
 from tracestore.server.listing.query import ListQuery, SortKey, parse_list_query
@@ -144,7 +145,7 @@ def _cursor_created(value: Any, dialect: str) -> Any:
 def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
     # The row is sql.statement's: id, name, status, scope, workspace_id, file_count,
     # total_size, rank_count, created_at (stored text on SQLite), the workload members, the
-    # median step time.
+    # median step time, the census verdict and missing ranks.
     values: list[Any] = []
     created = row[8]
     created_value = {"s": created} if isinstance(created, str) else created.isoformat()
@@ -214,6 +215,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             "totalSize": size,
             "rankCountDerived": ranks,
             "createdAt": db.timestamp_text(created),
+            **census_answer(verdict, missing),
             "workload": {"workload_family": family, "workload_name": workload_name},
         }
         for (
@@ -229,6 +231,8 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             family,
             workload_name,
             _step_time,
+            verdict,
+            missing,
         ) in rows[: query.limit]
     ]
     next_cursor = (

@@ -36,6 +36,7 @@ class Shape:
     min_idle_pct: bool
     max_idle_pct: bool
     min_overlap_pct: bool
+    census: str | None  # "unknown" (no verdict recorded), "recorded" (bound as census), None
     inspected: tuple[str, ...]  # the facts filtered on, in order (values are f0, f1 ...)
     workload: tuple[tuple[tuple[str, ...], str], ...]  # (path, kind of value)
     contradictory: bool  # two workload filters on a member and on a member inside it
@@ -43,6 +44,10 @@ class Shape:
     # With step_time first in the sort: whether the cursor is past every traceset with a
     # step time (the page then holds only tracesets without one).
     after_missing_step: bool = False
+
+
+def _census_kind(verdict: str) -> str:
+    return "unknown" if verdict == "unknown" else "recorded"
 
 
 def _kind(value: Any) -> str:
@@ -117,6 +122,8 @@ def plan(
     }
     values.update((k, v) for k, v in optional.items() if v is not None)
     values.update((f"f{i}", item.value) for i, item in enumerate(query.inspected))
+    if query.census in ("pass", "fail"):
+        values["census"] = query.census
     for i, item in enumerate(query.workload):
         if dialect != "postgresql" and _kind(item.value) in ("text", "number"):
             values[f"w{i}"] = _sqlite_number(item.value)
@@ -134,6 +141,7 @@ def plan(
         status=query.status is not None,
         search=bool(query.search),
         **{k: v is not None for k, v in optional.items()},
+        census=None if query.census is None else _census_kind(query.census),
         inspected=tuple(item.fact for item in query.inspected),
         workload=tuple((item.path, _kind(item.value)) for item in query.workload),
         contradictory=document is None,

@@ -18,6 +18,7 @@ come last under ``rankCount`` in both directions; ``name`` follows the database'
 one (which come last in both directions), in creation order (the sort's direction).
 ``minIdlePct``/``maxIdlePct`` bound the summary's median idle percentage, ``minOverlapPct``
 its median communication overlap; a traceset without that number matches neither.
+``census`` is the recorded census verdict (``pass``, ``fail``; ``unknown``: none recorded).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+from tracestore.choices import CENSUS_VERDICTS, STATUSES
 from tracestore.choices import SCOPES as SCOPES
-from tracestore.choices import STATUSES
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
 from tracestore.schemas import lone_surrogate
@@ -65,6 +66,7 @@ KNOWN_PARAMETERS = (
     "minIdlePct",
     "maxIdlePct",
     "minOverlapPct",
+    "census",
 )
 # The analysis filters: a percentage each (ListQuery's field for each parameter).
 PERCENT_PARAMETERS = {
@@ -122,6 +124,7 @@ class ListQuery:
     min_idle_pct: float | None = None
     max_idle_pct: float | None = None
     min_overlap_pct: float | None = None
+    census: str | None = None
 
     def binding(self) -> dict[str, Any]:
         """What a cursor is bound to: the sort and every filter (not the limit)."""
@@ -146,6 +149,7 @@ class ListQuery:
             "minIdlePct": self.min_idle_pct,
             "maxIdlePct": self.max_idle_pct,
             "minOverlapPct": self.min_overlap_pct,
+            "census": self.census,
         }
 
 
@@ -297,6 +301,12 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
                     f"Invalid status: {text!r}. Valid statuses: {', '.join(STATUSES)}"
                 )
             values["status"] = text
+        elif name == "census":
+            if text not in CENSUS_VERDICTS:
+                raise ValidationError(
+                    f"Invalid census: {text!r}. Valid verdicts: {', '.join(CENSUS_VERDICTS)}"
+                )
+            values["census"] = text
         elif name == "scope":
             if text not in SCOPES:
                 raise ValidationError(f"Invalid scope: {text!r}. Valid scopes: {', '.join(SCOPES)}")
