@@ -42,3 +42,19 @@ export function rangeList(ranges) {
 export function plural(count, one, many = one + "s") {
   return `${count} ${count === 1 ? one : many}`;
 }
+
+// A traceset's census verdict in words, and the class that colours it: a ready traceset
+// whose census failed is never shown like a complete one (the list, the detail's header).
+export function censusVerdict(traceset) {
+  if (traceset.census === "fail") {
+    const missing = traceset.missingRanks ? `: ${plural(traceset.missingRanks, "rank")} missing` : "";
+    return { text: `census failed${missing}`, className: "census-fail" };
+  }
+  if (traceset.census === "pass") return { text: "census passed", className: "census-pass" };
+  return { text: "census not known yet", className: "census-unknown" };
+}
+
+// The status badge's class: a ready traceset failing its census is not the green "ready".
+export function statusClass(traceset) {
+  return traceset.status === "ready" && traceset.census === "fail" ? "status-incomplete" : `status-${traceset.status}`;
+}
