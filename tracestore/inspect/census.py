@@ -129,6 +129,14 @@ def validation_checks(census: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def upload_problems(census: RankCensus) -> list[str]:
+    """What an upload is warned of before it is sent (``tracestore upload``, the web page's
+    upload): the messages of the rank-count and parallelism checks that fail. Process groups
+    are left to the service's full inspection: a quick one does not read them all."""
+    checks = (census.rank_count_matches, census.parallelism_consistent)
+    return [check.message for check in checks if not check.passed]
+
+
 # The searchable facts (``traceset_facts``) a recorded census leaves: its verdict, which the
 # list's ``census`` filter looks up, and how many ranks it misses, which list items show.
 CENSUS_FACT = "census"
