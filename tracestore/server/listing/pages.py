@@ -200,6 +200,11 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).
             reads.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+        if shape.dialect == "postgresql" and shape.census is not None:
+            # Its walk stops after a page's matches (a thousand rows when one in twenty
+            # fails): parallel workers cost more to start than it (240 ms against 15 at a
+            # million tracesets, bench/list.py).
+            reads.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
         rows = reads.all(sql.statement(shape), values, key=shape)
     has_more = len(rows) > query.limit
     # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us
