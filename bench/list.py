@@ -1,14 +1,15 @@
 """Benchmark of GET /api/v1/tracesets' use case at a million tracesets, on PostgreSQL and SQLite.
 
 Loads N tracesets with varied metadata (and, in the same run, a small baseline of 10,000),
-then times the real use case (``pages.page_text``, what the route runs) for ten
+then times the real use case (``pages.page_text``, what the route runs) for eleven
 queries: the first page unfiltered, page 100 by cursor, a ``workload_family`` filter, a
 ``workload_family`` + ``shape.global_batch_size`` filter, a ``search`` substring, an inspected fact
 (``inspected.gpu_model=H100``, from the ``traceset_facts`` rows each traceset carries), an
 inspected world-size range (``minWorldSize``/``maxWorldSize``), and the analysis summary's:
-``maxIdlePct=20``, ``minOverlapPct=50`` and ``sort=step_time:desc``; and who uploaded and
+``maxIdlePct=20``, ``minOverlapPct=50`` and ``sort=step_time:desc``; who uploaded and
 the tags (issue 43): ``uploadedBy=me`` (2.2 % of the tenant's), ``tag=nightly`` (30 %) and
-``tag=nightly&tag=baseline``. Prints p50/p99 per size, the
+``tag=nightly&tag=baseline``; and the census's verdict (``census=fail``, one inspected
+traceset in twenty). Prints p50/p99 per size, the
 large/baseline ratio of each p50 (targets: p50 <= 20 ms at 1M on PostgreSQL, ratio <= 3)
 and the EXPLAIN of each query at the large size. The store it loads is
 ``listbench/store.py``'s, the EXPLAIN capture ``listbench/plans.py``'s.
@@ -61,6 +62,7 @@ QUERIES: dict[str, dict[str, str] | list[tuple[str, str]]] = {
     "uploadedBy=me": {"uploadedBy": "me"},
     "tag=nightly": {"tag": "nightly"},
     "tag=nightly&tag=baseline": [("tag", "nightly"), ("tag", "baseline")],
+    "census=fail": {"census": "fail"},
 }
 # With --extra: queries outside the targets, to show where the design's limits are.
 EXTRA_QUERIES = {
@@ -71,6 +73,7 @@ EXTRA_QUERIES = {
     "search a rare term": {"search": "run0000"},
     "rare family (GIN/@>)": {"workload_family": "t5", "precision": "fp32", "parallelism.tp": "8"},
     "rare GPU (B200)": {"inspected.gpu_model": "B200"},
+    "census=unknown, sort=name:asc": {"census": "unknown", "sort": "name:asc"},
     "idle <= 5, slowest first": {"maxIdlePct": "5", "sort": "step_time:desc"},
     "step_time:asc, page by cursor": {"sort": "step_time:asc", "minOverlapPct": "90"},
     "a rare uploader": {"uploadedBy": "user_tenant_a_49"},

@@ -68,6 +68,12 @@ RULES: dict[str, list[tuple[int, str]]] = {
     ],
     "POST /api/v1/tracesets/upload-url": _UPLOAD,
     "POST /api/v1/tracesets/upload-url/check": _UPLOAD,  # its dry run: the same refusals
+    "POST /api/v1/tracesets/upload-url/census": [
+        *_METADATA,
+        (400, "File name .* appears more than once$"),
+        (400, "head of .* holds"),  # a base64 text of its length may decode past 1 MiB
+        (400, "An upload may hold at most"),
+    ],
     "POST /api/v1/tracesets/upload-url/complete": [
         (400, ""),  # parts and files that do not match what was sent
         (410, ""),

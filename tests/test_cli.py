@@ -687,3 +687,43 @@ def test_upload_says_what_promotion_will_refuse_and_what_was_meant(
         "(dp, tp, sp, ep, pp) (workloadMetadata.shape.rank_count is not read as a declaration "
         "of the rank count: did you mean `rankCount`?)"
     ) in " ".join(refused.stderr.split())
+
+
+def test_ls_shows_an_incomplete_traceset_as_such_and_filters_by_census(
+    run: Any, tmp_path: Path
+) -> None:
+    meta = tmp_path / "eight.json"
+    meta.write_text('{"shape": {"rankCount": 8}}')
+    kineto = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())
+    made = {}
+    for name, ranks in (
+        ("whole", range(8)),
+        ("no-rank-3", [0, 1, 2, 4, 5, 6, 7]),
+        ("half", [0, 1, 2, 3]),
+    ):
+        directory = tmp_path / name
+        directory.mkdir()
+        for rank in ranks:
+            (directory / kineto[rank].name).write_bytes(kineto[rank].read_bytes())
+        made[name] = upload(run, directory, meta, "--name", name)["id"]
+    listed = run("ls")
+    assert listed.exit_code == 0, listed.output
+    lines = {line.split()[1]: line for line in listed.stdout.splitlines()[1:]}
+    assert listed.stdout.splitlines()[0].split()[:5] == ["ID", "NAME", "STATUS", "CENSUS", "SCOPE"]
+    assert lines["whole"].split()[2:4] == ["ready", "pass"]
+    assert lines["no-rank-3"].split()[2:5] == ["ready", "FAIL", "(1"]
+    assert "FAIL (1 missing)" in lines["no-rank-3"] and "FAIL (4 missing)" in lines["half"]
+    failed = run("ls", "--census", "fail", "--json")
+    assert failed.exit_code == 0, failed.output
+    items = json.loads(failed.stdout)
+    assert {item["id"]: item["missingRanks"] for item in items} == {
+        made["no-rank-3"]: 1,
+        made["half"]: 4,
+    }
+    assert all(item["census"] == "fail" for item in items)
+    passed = [item["id"] for item in json.loads(run("ls", "--census", "pass", "--json").stdout)]
+    assert passed == [made["whole"]]
+    wrong = run("ls", "--census", "failed")
+    assert (
+        wrong.exit_code == 2 and "'failed' is not one of 'pass', 'fail', 'unknown'" in wrong.output
+    )

@@ -160,3 +160,40 @@ def test_a_tag_filter_keeps_the_arms_ordered_walk(database: Database) -> None:
         "ix_tracesets_scope_tenant_created",
         "ix_tracesets_scope_created",
     ]
+
+
+def _fact_searches(database: Database, items: list[tuple[str, str]]) -> list[str]:
+    """How the statement reads ``traceset_facts``, each search as the planner words it."""
+    shape, values = listing_plan.plan(PRINCIPAL, parse_list_query(items), "sqlite", None)
+    compiled = sql.statement(shape).compile(database.engine)
+    params = compiled.construct_params(values)
+    positional = tuple(params[name] for name in compiled.positiontup or ())
+    with database.read_engine.connect() as conn:
+        plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), positional).all()
+    return [row[-1] for row in plan if "traceset_facts" in row[-1]]
+
+
+@pytest.mark.parametrize("verdict", ["fail", "pass", "unknown"])
+def test_the_census_filter_keeps_the_ordered_walk_and_looks_each_row_up(
+    database: Database, verdict: str
+) -> None:
+    # The verdict is a fact: each candidate row is one lookup of the facts' primary key
+    # (fact, value, id), on the walk in the sort's order, which stops after a page.
+    assert _arm_indexes(database, [("census", verdict)]) == [
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_workspace_created",
+        "ix_tracesets_scope_tenant_created",
+        "ix_tracesets_scope_created",
+    ]
+    searches = _fact_searches(database, [("census", verdict)])
+    lookups = [s for s in searches if "sqlite_autoindex_traceset_facts_1" in s]
+    assert len(lookups) == 4, searches  # one per arm
+    assert all("(fact=? AND value=? AND traceset_id=?)" in s for s in lookups), lookups
+
+
+def test_a_pages_census_is_read_through_the_facts_traceset_index(database: Database) -> None:
+    # The page's rows' verdicts and missing ranks: never the primary key's (fact, ...)
+    # prefix, which would walk every traceset's census.
+    searches = _fact_searches(database, [])
+    assert len(searches) == 2, searches
+    assert all("INDEX ix_traceset_facts_traceset (traceset_id=?)" in s for s in searches)

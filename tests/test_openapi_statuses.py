@@ -30,6 +30,11 @@ LIST = "/api/v1/tracesets"
 UPLOAD = "/api/v1/tracesets/upload-url"
 COMPLETE = "/api/v1/tracesets/upload-url/complete"
 CHECK = "/api/v1/tracesets/upload-url/check"
+CENSUS = "/api/v1/tracesets/upload-url/census"
+ONE_HEAD = {
+    "files": [{"name": "a", "size": 2, "head": "e30="}],
+    "workloadMetadata": {"shape": {"rankCount": 1}},
+}
 BODY_LIMIT = 64 * 1024
 FAR = int(time.time()) + 10 * 365 * 86400  # a signature's expiry that outlives the test
 ONE_FILE = {"name": "x", "files": [{"name": "a", "size": 1, "role": "supporting"}]}
@@ -112,6 +117,7 @@ API_OPERATIONS: dict[str, tuple[str, str]] = {
     "request_upload_urls": ("POST", UPLOAD),
     "complete_upload": ("POST", COMPLETE),
     "check_upload_url": ("POST", CHECK),
+    "census_before_upload": ("POST", CENSUS),
     "resume_upload": ("GET", f"{UPLOAD}/up_x"),
     "get_traceset": ("GET", f"{LIST}/ts_x"),
     "delete_traceset": ("DELETE", f"{LIST}/ts_x"),
@@ -282,6 +288,11 @@ DRIVERS: dict[tuple[str, int], Driver] = {
         CHECK, json={**ONE_FILE, "workspaceId": "ws_other"}
     ),
     ("check_upload_url", 413): lambda s: s.http.post(CHECK, json=TOO_BIG),
+    ("census_before_upload", 200): lambda s: s.http.post(CENSUS, json=ONE_HEAD),
+    ("census_before_upload", 400): lambda s: s.http.post(CENSUS, json={"files": []}),
+    ("census_before_upload", 413): lambda s: s.http.post(
+        CENSUS, json={**ONE_HEAD, "pad": "x" * s.services.settings.max_json_body}
+    ),
     ("complete_upload", 201): _complete,
     ("complete_upload", 200): _complete_twice,
     ("complete_upload", 400): lambda s: s.http.post(COMPLETE, json={"files": []}),

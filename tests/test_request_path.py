@@ -22,6 +22,7 @@ from tests.conftest import TESTDATA
 from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
 from tracestore import jsontext, schemas
 from tracestore.cli.serve import _listen
+from tracestore.inspect.census import census_verdict
 from tracestore.server import admin, db
 from tracestore.server.auth import Principal, TokenCache, create_tenant
 from tracestore.server.deps import Caller
@@ -305,6 +306,13 @@ def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
             assert found is not None
             return schemas.UserRef(id=found.id, name=found.name)
 
+        # The verdict judged afresh from the stored census, not read from its facts.
+        inspection = row.inspection if isinstance(row.inspection, dict) else {}
+        verdict, missing = (
+            census_verdict(inspection["census"])
+            if inspection.get("status") == "complete"
+            else ("unknown", None)
+        )
         view = schemas.Traceset(
             id=row.id,
             name=row.name,
@@ -325,6 +333,8 @@ def _as_the_models_write_it(services: Services, traceset_id: str) -> Any:
             total_size=row.total_size,
             file_count=row.file_count,
             hash=row.hash,
+            census=verdict,  # type: ignore[arg-type]
+            missing_ranks=missing,
             workload_metadata=(
                 None if row.metadata_text is None else jsontext.RawJSON(row.metadata_text)
             ),

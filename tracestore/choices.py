@@ -5,7 +5,9 @@ the command line reads them at start.
 
 The statuses are the reference API's six: tracestore never sets ``processing`` or
 ``metadata_failed`` (inspection runs after a traceset is ready and never fails it), so the
-filter takes them and they match nothing. The scopes go from the narrowest to the widest."""
+filter takes them and they match nothing. The scopes go from the narrowest to the widest.
+A ready traceset's census verdict (``inspect.census.census_verdict``) is ``pass`` or
+``fail`` once inspection has recorded it, ``unknown`` before (or when it could not run)."""
 
 from __future__ import annotations
 
@@ -15,3 +17,5 @@ Status = Literal["uploading", "processing", "ready", "upload_failed", "metadata_
 STATUSES: tuple[Status, ...] = get_args(Status)
 Scope = Literal["workspace", "tenant", "public"]
 SCOPES: tuple[Scope, ...] = get_args(Scope)
+CensusVerdict = Literal["pass", "fail", "unknown"]
+CENSUS_VERDICTS: tuple[CensusVerdict, ...] = get_args(CensusVerdict)

@@ -1,10 +1,10 @@
 """The store ``bench/list.py`` lists: tracesets with varied metadata (workload families, sizes,
 precisions, parallelism degrees, scopes and statuses drawn from a seeded generator), the
-``traceset_facts`` rows inspection would record for them and, for most of those with a
-Kineto trace, the analysis summary's medians (idle and overlap percentages, step time),
-their uploaders (the tenant's users, a few prolific) and tags (``traceset_tags``), loaded in
-bulk (``COPY`` on PostgreSQL, batched inserts on SQLite) with the secondary indexes rebuilt
-after."""
+``traceset_facts`` rows inspection would record for them (the census's verdict too) and,
+for most of those with a Kineto trace, the analysis summary's medians (idle and overlap
+percentages, step time), their uploaders (the tenant's users, a few prolific) and tags
+(``traceset_tags``), loaded in bulk (``COPY`` on PostgreSQL, batched inserts on SQLite) with
+the secondary indexes rebuilt after."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from tracestore.inspect.census import census_facts
 from tracestore.server.db.database import Database
 from tracestore.server.ids import new_id
 
@@ -70,6 +71,7 @@ UPLOADERS["tenant_a"][4] = "user_bench"
 # Tags and the share of tracesets holding each (drawn apart); one in 10,000 also holds its
 # own "run-<n>" tag.
 TAGS = {"nightly": 0.3, "baseline": 0.2, "ablation": 0.05, "regression": 0.002}
+INCOMPLETE = 0.05  # of the inspected tracesets: their census fails
 
 
 def _facts(rng: random.Random, traceset_id: str) -> list[tuple[str, str, str]]:
@@ -79,6 +81,10 @@ def _facts(rng: random.Random, traceset_id: str) -> list[tuple[str, str, str]]:
         return []
     found = {("gpu_model", gpu.lower()), ("backend", "nccl"), ("format", "kineto_json")}
     found.update(("gpu_model", word.lower()) for word in gpu.split())
+    # The census's verdict and missing ranks: one inspected traceset in twenty incomplete.
+    missing = rng.randint(1, 4) if rng.random() < INCOMPLETE else 0
+    failed = {"passed": missing == 0}
+    found.update(census_facts({"missingCount": missing, "checks": {"rankCountMatches": failed}}))
     return [(fact, value, traceset_id) for fact, value in sorted(found)]
 
 

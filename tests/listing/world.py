@@ -26,6 +26,8 @@ ITEM_KEYS = {
     "rankCountDerived",
     "createdAt",
     "createdBy",
+    "census",
+    "missingRanks",
     "workload",
 }
 

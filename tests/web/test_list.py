@@ -41,8 +41,8 @@ def test_filter_to_one_workload_family_and_the_url_carries_it_to_another_tab(
     assert sorted(names(page)) == ["gpt-large", "gpt-small"]
     assert query(page) == {"workload_family": ["llm"]}
     row = page.locator("table.tracesets tbody tr", has_text="gpt-large")
-    assert row.locator("td").all_inner_texts()[1:8] == [
-        "llm", "—", "2", "2", "164 B", "ready", "workspace"
+    assert row.locator("td").all_inner_texts()[1:9] == [
+        "llm", "—", "2", "2", "164 B", "ready", "pass", "workspace"
     ]  # fmt: skip
     page.screenshot(path=str(SCREENSHOTS / "list.png"))
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracestore.choices import SCOPES, STATUSES
+from tracestore.choices import CENSUS_VERDICTS, SCOPES, STATUSES
 from tracestore.cli.common import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
@@ -225,6 +225,11 @@ def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, 
 @click.option("--workspace", "workspace_id", help="Only this workspace (and what it sees).")
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--scope", type=click.Choice(SCOPES))
+@click.option(
+    "--census",
+    type=click.Choice(CENSUS_VERDICTS),
+    help="The rank census's verdict: fail lists the incomplete tracesets (ranks missing ...).",
+)
 @click.option("--search", help="Case-insensitive substring of the name.")
 @click.option(
     "--sort", help="e.g. created:desc or name:asc,size:desc; step_time:desc (slowest first)."
@@ -275,6 +280,7 @@ def ls(
     workspace_id: str | None,
     status: str | None,
     scope: str | None,
+    census: str | None,
     search: str | None,
     sort: str | None,
     limit: int | None,
@@ -305,6 +311,7 @@ def ls(
             workspace_id=workspace_id,
             status=status,
             scope=scope,
+            census=census,
             search=search,
             sort=sort,
             workload=workload or None,

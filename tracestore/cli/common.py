@@ -210,6 +210,7 @@ def census_problems(
         return []
     from tracestore.client.transfers import collect_files
     from tracestore.inspect import inspect_path, rank_census
+    from tracestore.inspect.census import upload_problems
 
     try:
         files = [
@@ -219,8 +220,7 @@ def census_problems(
         census = rank_census(files, declared_rank_count=declared, workload_metadata=metadata)
     except Exception as exc:  # an inspection bug must never stop an upload
         return [f"the local inspection failed ({type(exc).__name__}: {exc}); not checked"]
-    checks = (census.rank_count_matches, census.parallelism_consistent)
-    return [check.message for check in checks if not check.passed]
+    return upload_problems(census)
 
 
 def promotion_problems(metadata: Any, declared: int | None) -> list[str]:

@@ -174,6 +174,15 @@ def timestamp(value: Any) -> str:
     return schemas.format_timestamp(value) if value is not None else "-"
 
 
+def census_text(verdict: str, missing: int | None) -> str:
+    """A list item's census verdict: ``pass``; ``FAIL`` (with the ranks missing, when some
+    are), so an incomplete traceset never reads like a complete one; ``unknown`` until
+    inspected."""
+    if verdict != "fail":
+        return verdict
+    return f"FAIL ({missing} missing)" if missing else "FAIL"
+
+
 def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
     rows = []
     for item in items:
@@ -185,6 +194,7 @@ def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
                 item.id,
                 item.name,
                 item.status,
+                census_text(item.census, item.missing_ranks),
                 item.scope,
                 str(item.file_count),
                 size_text(item.total_size),
@@ -195,7 +205,8 @@ def list_rows(items: Sequence[schemas.TracesetListItem]) -> str:
             ]
         )
     headers = [
-        *("ID", "NAME", "STATUS", "SCOPE", "FILES", "SIZE", "RANKS", "CREATED", "UPLOADER"),
+        *("ID", "NAME", "STATUS", "CENSUS", "SCOPE", "FILES", "SIZE", "RANKS", "CREATED"),
+        "UPLOADER",
         "WORKLOAD",
     ]
     return table(headers, rows)

@@ -45,6 +45,7 @@ _LIST_PARAMS = {
     "workspace_id": "workspaceId",
     "status": "status",
     "scope": "scope",
+    "census": "census",
     "search": "search",
     "sort": "sort",
     "created_after": "createdAfter",

@@ -59,7 +59,8 @@ class Client(ApiClient):
     ) -> Iterator[schemas.TracesetListItem]:
         """Every traceset matching ``filters``, following ``pagination.nextCursor``.
 
-        Filters: ``workspace_id``, ``status``, ``scope``, ``search``, ``sort``
+        Filters: ``workspace_id``, ``status``, ``scope``, ``census`` (the rank census's
+        verdict: ``pass``, ``fail``, ``unknown``), ``search``, ``sort``
         (``"name:asc,created:desc"``; ``"step_time:desc"``: the analysis's median step
         time), ``created_after``, ``created_before``, ``min_rank_count``,
         ``max_rank_count``, ``min_world_size``, ``max_world_size``, the analysis summary's

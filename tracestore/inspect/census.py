@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tracestore.choices import CensusVerdict
 from tracestore.inspect.census_files import (
     RankRange,
     rank_provenance,
@@ -126,6 +127,38 @@ def validation_checks(census: Mapping[str, Any]) -> list[dict[str, Any]]:
         for key, name in VALIDATION_CHECK_NAMES.items()
         if key in checks
     ]
+
+
+def upload_problems(census: RankCensus) -> list[str]:
+    """What an upload is warned of before it is sent (``tracestore upload``, the web page's
+    upload): the messages of the rank-count and parallelism checks that fail. Process groups
+    are left to the service's full inspection: a quick one does not read them all."""
+    checks = (census.rank_count_matches, census.parallelism_consistent)
+    return [check.message for check in checks if not check.passed]
+
+
+# The searchable facts (``traceset_facts``) a recorded census leaves: its verdict, which the
+# list's ``census`` filter looks up, and how many ranks it misses, which list items show.
+CENSUS_FACT = "census"
+MISSING_RANKS_FACT = "census_missing"
+
+
+def census_verdict(census: Mapping[str, Any]) -> tuple[CensusVerdict, int]:
+    """A census in its JSON form (``RankCensus.to_json()``) judged whole: ``fail`` when any
+    of its checks failed (as promotion judges it), else ``pass``; and its missing ranks."""
+    checks = census.get("checks")
+    failed = isinstance(checks, Mapping) and any(
+        isinstance(check, Mapping) and check.get("passed") is False for check in checks.values()
+    )
+    missing = census.get("missingCount")
+    count = missing if isinstance(missing, int) and not isinstance(missing, bool) else 0
+    return ("fail" if failed else "pass"), count
+
+
+def census_facts(census: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """The ``(fact, value)`` pairs a recorded census is listed and filtered by."""
+    verdict, missing = census_verdict(census)
+    return {(CENSUS_FACT, verdict), (MISSING_RANKS_FACT, str(missing))}
 
 
 @dataclass

@@ -16,6 +16,7 @@ again).
 from __future__ import annotations
 
 import gzip
+import io
 import lzma
 import os
 import re
@@ -97,6 +98,46 @@ def inspect_path(
     return inspect_file(
         lambda: location.open("rb"), name or str(path), quick=quick, limits=limits, stored_size=size
     )
+
+
+class _Head:
+    """A file's first bytes standing for the whole file, read once from the start: ``past``
+    says whether a reader asked for bytes after them."""
+
+    def __init__(self, head: bytes) -> None:
+        self._head = memoryview(head)
+        self._at = 0
+        self.past = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        end = len(self._head) if size < 0 else self._at + size
+        if end > len(self._head):
+            self.past = True
+        chunk = bytes(self._head[self._at : end])
+        self._at += len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        self._head.release()
+
+
+def inspect_head(
+    head: bytes, name: str, size: int, *, limits: Limits = DEFAULT_LIMITS
+) -> tuple[FileInspection, bool]:
+    """Quickly inspect a file of ``size`` bytes of which only ``head``, its first bytes, is
+    at hand (what a browser sends of a file before uploading it): as ``inspect_path(quick=
+    True)`` inspects the whole file when ``head`` is all of it; otherwise from a stream that
+    ends after ``head``, and whether the inspection asked for bytes past it (then what it
+    says, a rank above all, may be missing what they hold). Decompression is budgeted by
+    ``len(head)``: the work grows with the bytes given, not with ``size``."""
+    if len(head) >= size:
+        whole = inspect_file(
+            lambda: io.BytesIO(head), name, quick=True, limits=limits, stored_size=len(head)
+        )
+        return whole, False
+    reader = _Head(head)
+    found = inspect_file(lambda: reader, name, quick=True, limits=limits, stored_size=len(head))
+    return found, reader.past
 
 
 def sniff_format(head: bytes, name: str) -> Format:

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
+from tracestore.choices import CensusVerdict
 from tracestore.schemas.inspection import Inspection
 from tracestore.schemas.wire import (
     MAX_TAGS,
@@ -77,6 +78,14 @@ class UserRef(WireModel):
     name: str
 
 
+CENSUS_TEXT = (
+    "The rank census judged whole (an extension): fail when any of its checks failed (ranks "
+    "missing, duplicated or unranked, degrees or process groups that disagree), pass when "
+    "none did, unknown until inspection has recorded it"
+)
+MISSING_RANKS_TEXT = "How many expected ranks no file holds; null while the census is unknown"
+
+
 class Traceset(WireModel):
     id: str
     name: str
@@ -107,6 +116,8 @@ class Traceset(WireModel):
     total_size: int
     file_count: int
     hash: str | None
+    census: CensusVerdict = Field(default="unknown", description=CENSUS_TEXT)
+    missing_ranks: int | None = Field(default=None, description=MISSING_RANKS_TEXT)
     workload_metadata: MetadataField = None
     files: list[FileResponse]
     inspection: Inspection | None = None
@@ -142,6 +153,8 @@ class TracesetListItem(WireModel):
     rank_count_derived: int | None
     created_at: Timestamp
     created_by: UserRef | SkipJsonSchema[None] = _uploader()
+    census: CensusVerdict = Field(default="unknown", description=CENSUS_TEXT)
+    missing_ranks: int | None = Field(default=None, description=MISSING_RANKS_TEXT)
     workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
 
 

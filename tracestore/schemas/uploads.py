@@ -1,13 +1,17 @@
 """The upload's wire models: the upload-url request and its files, the part URLs answered for
-them (at start and on resume), and the completion request."""
+them (at start and on resume), the completion request, and the census of files before they
+are sent."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from tracestore.choices import CensusVerdict
 from tracestore.schemas.filenames import (
     MAX_NAME_BYTES,
     NAME_PATTERN,
@@ -196,3 +200,74 @@ class CompleteRequest(RequestModel):
 
     upload_id: Text
     files: list[CompletedFileInput]
+
+
+# The most of a file's first bytes the census before upload reads (a Kineto trace's
+# distributedInfo and an execution trace's first record_param_comms rows come well before).
+CENSUS_HEAD_BYTES = 1024 * 1024
+_BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+class CensusFile(RequestModel):
+    """A primary file about to be uploaded, known by its first bytes."""
+
+    name: Text = Field(
+        description="Its name in the upload: a relative POSIX path, 1–1,024 bytes",
+        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": MAX_NAME_BYTES},
+    )
+    size: Integer = Field(ge=0, le=MAX_FILE_SIZE, description="Its whole size in bytes")
+    head: Text = Field(
+        description="Its first bytes, base64 (all of it when it is no larger than "
+        f"{CENSUS_HEAD_BYTES:,} bytes; at most that many)",
+        json_schema_extra={"pattern": _BASE64, "maxLength": (CENSUS_HEAD_BYTES + 2) // 3 * 4},
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_relative_path(cls, value: str) -> str:
+        problem = file_name_problem(value)
+        if problem:
+            raise ValueError(f"File name {value!r} {problem}")
+        return value
+
+    @model_validator(mode="after")
+    def _head_is_base64(self) -> CensusFile:
+        try:
+            held = len(base64.b64decode(self.head, validate=True))
+        except (binascii.Error, ValueError):
+            raise ValueError(f"head of {self.name!r} must be base64 (RFC 4648, padded)") from None
+        if held > CENSUS_HEAD_BYTES:
+            raise ValueError(
+                f"head of {self.name!r} holds {held} bytes; send at most its first "
+                f"{CENSUS_HEAD_BYTES}"
+            )
+        return self
+
+    def head_bytes(self) -> bytes:
+        """The bytes ``head`` holds."""
+        return base64.b64decode(self.head)
+
+
+class UploadCensusRequest(RequestModel):
+    """Body of ``POST /api/v1/tracesets/upload-url/census``: the primary files of an upload
+    about to start, each by its first bytes, and its workloadMetadata."""
+
+    files: list[CensusFile] = Field(min_length=1)
+    workload_metadata: MetadataField = None
+
+
+class UploadCensusAnswer(WireModel):
+    """The rank census of files not sent yet, as ``tracestore upload`` takes it locally."""
+
+    census: CensusVerdict = Field(
+        description="fail: the files miss ranks, hold some twice, or disagree with the "
+        "declared degrees; pass; unknown: a file's rank is not in the bytes sent of it"
+    )
+    missing_ranks: int | None = Field(description="Expected ranks no file holds (null: unknown)")
+    expected_rank_count: int | None
+    ranks_found: list[int]
+    problems: list[str] = Field(description="What fails, in the census's words")
+    unread: list[str] = Field(
+        description="Files whose first bytes did not tell their rank: the service reads them "
+        "whole once uploaded"
+    )

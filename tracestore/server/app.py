@@ -131,6 +131,7 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 (m, "validation")
                 for m in (
                     schemas.TracesetUploadUrlRequest,
+                    schemas.UploadCensusRequest,
                     schemas.UploadWorkloadMetadata,
                     schemas.WorkloadMetadata,
                     schemas.PromoteRequest,
@@ -269,6 +270,7 @@ def create_app(
         settings,
         upload_url_path=_route_of(routers, uploads.request_upload_urls).path,
         complete_path=_route_of(routers, uploads.complete_upload).path,
+        census_path=_route_of(routers, uploads.census_before_upload).path,
     )
     local = stores_bytes_locally(settings)
     laned = _lanes(routers, part_lane=local) if with_lanes else Lanes(())

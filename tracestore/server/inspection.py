@@ -26,7 +26,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import ColumnElement, delete, literal_column, select
 from sqlalchemy.orm import Session
 
 from tracestore import schemas
@@ -37,6 +37,7 @@ from tracestore.inspect import (
     rank_census,
     validation_checks,
 )
+from tracestore.inspect.census import CENSUS_FACT, MISSING_RANKS_FACT, census_facts
 from tracestore.inspect.jsonscan import Tap
 from tracestore.inspect.readiness import readiness, readiness_checks
 from tracestore.inspect.summary import (
@@ -207,7 +208,7 @@ def record_census(
         row.rank_provenance = told if isinstance(told, str) else None
     limit = settings.inspection_distinct_values
     view = inspection_view(census, found, services.now(), max_values=limit)
-    record_facts(session, traceset, view["summary"], max_values=limit)
+    record_facts(session, traceset, view["summary"], max_values=limit, census=view["census"])
     traceset.inspection = bounded(view, settings.max_inspection_size)
 
 
@@ -217,15 +218,46 @@ def record_facts(
     summary: dict[str, Any],
     *,
     max_values: int = MAX_DISTINCT_VALUES,
+    census: dict[str, Any] | None = None,
 ) -> None:
     """Replace the traceset's searchable facts with those of ``summary`` (at most
-    ``max_values`` values per fact, and as many GPU-model words)."""
+    ``max_values`` values per fact, and as many GPU-model words) and of its ``census``
+    (its verdict and missing ranks: ``census_facts``)."""
+    facts = search_facts(summary, max_values=max_values)
+    if census is not None:
+        facts |= census_facts(census)
     session.execute(delete(db.TracesetFact).where(db.TracesetFact.traceset_id == traceset.id))
     session.add_all(
         db.TracesetFact(traceset_id=traceset.id, fact=fact, value=value)
-        for fact, value in sorted(search_facts(summary, max_values=max_values))
+        for fact, value in sorted(facts)
     )
     traceset.inspected_world_size = summary_world_size(summary)
+
+
+def census_columns(traceset_id: Any, dialect: str) -> list[ColumnElement[Any]]:
+    """The recorded census verdict (``census``) and missing ranks (``census_missing``, as
+    text) of the traceset whose id is ``traceset_id``, as two scalar subqueries: a list
+    page's rows or one GET read them through the facts' traceset index. On SQLite the fact
+    is compared as ``+fact``, which no index answers: its planner, without statistics, took
+    the primary key's (fact, ...) prefix and walked every traceset's census."""
+    F = db.TracesetFact
+    fact: Any = F.fact if dialect == "postgresql" else literal_column("+traceset_facts.fact")
+    return [
+        select(F.value)
+        .where(F.traceset_id == traceset_id, fact == name)
+        .limit(1)
+        .scalar_subquery()
+        .label(label)
+        for name, label in ((CENSUS_FACT, "census"), (MISSING_RANKS_FACT, "census_missing"))
+    ]
+
+
+def census_answer(verdict: str | None, missing: str | None) -> dict[str, Any]:
+    """The ``census`` and ``missingRanks`` members of a traceset's answer (a list item's
+    too) from ``census_columns``: ``unknown`` and null until inspection has recorded it."""
+    if verdict not in ("pass", "fail"):
+        return {"census": "unknown", "missingRanks": None}
+    return {"census": verdict, "missingRanks": int(missing) if missing and missing.isdigit() else 0}
 
 
 def inspect_blob(

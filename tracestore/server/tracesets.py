@@ -16,6 +16,7 @@ from tracestore import jsontext, schemas
 from tracestore.errors import Conflict, Forbidden, NotFound, ValidationError
 from tracestore.server import db
 from tracestore.server.auth import Principal
+from tracestore.server.inspection import census_answer, census_columns
 from tracestore.server.request_bodies import parse_json_body
 from tracestore.server.services import Services
 
@@ -240,6 +241,7 @@ def _view_columns(dialect: str) -> Select[Any]:
         ),
         user_name(db.Traceset.created_by).label("created_by_name"),
         user_name(db.Traceset.edited_by).label("edited_by_name"),
+        *census_columns(db.Traceset.id, dialect),
         cast(db.Traceset.inspection, Text).label("inspection_text"),  # as stored, unparsed
     ).where(db.Traceset.id == bindparam("traceset_id"))
 
@@ -294,7 +296,8 @@ def answer_text(
     (id_, _tenant_id, workspace_id, scope, name, description, tags, status) = traceset[:8]
     (created_at, updated_at, expires_at, ttl_days, rank_count) = traceset[8:13]
     (total_size, file_count, hash_, metadata_text) = traceset[13:17]
-    (created_by, edited_at, edited_by, created_by_name, edited_by_name, text) = traceset[17:]
+    (created_by, edited_at, edited_by, created_by_name, edited_by_name) = traceset[17:22]
+    (verdict, missing, text) = traceset[22:]
     answer = {
         "id": id_,
         "name": name,
@@ -315,6 +318,7 @@ def answer_text(
         "totalSize": total_size,
         "fileCount": file_count,
         "hash": hash_,
+        **census_answer(verdict, missing),
         "files": _file_answers(files, rank_count),
     }
     # Strings, integers, None (tags are strings, rankProvenance is kept only as one).

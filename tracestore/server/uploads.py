@@ -91,6 +91,51 @@ def check_upload(
     return schemas.UploadCheckAnswer(rank_count=checked.rank_count, warnings=checked.warnings)
 
 
+def upload_census(
+    services: Services, principal: Principal, body: bytes
+) -> schemas.UploadCensusAnswer:
+    """The rank census of an upload's primary files before they are sent, each known by its
+    first bytes: the quick inspection and the checks ``tracestore upload`` runs on the
+    whole files (``census.upload_problems``), ``unknown`` when a file's first bytes do not
+    tell its rank. Nothing is stored; the work grows with the bytes sent."""
+    from tracestore.inspect import rank_census
+    from tracestore.inspect.census import upload_problems
+    from tracestore.inspect.files import inspect_head
+
+    request = parse_json_body(body, schemas.UploadCensusRequest)
+    settings = services.settings
+    if len(request.files) > settings.max_files_per_upload:
+        raise ValidationError(
+            f"An upload may hold at most {settings.max_files_per_upload} files; "
+            f"got {len(request.files)}"
+        )
+    names = [spec.name for spec in request.files]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise ValidationError(f"File name {twice!r} appears more than once")
+    declared = metadata.check_upload_metadata(request.workload_metadata, has_primary_files=True)
+    found, unread = [], []
+    for spec in request.files:
+        result, past = inspect_head(
+            spec.head_bytes(), spec.name, spec.size, limits=settings.inspect_limits
+        )
+        if past and result.rank is None:
+            unread.append(spec.name)
+        found.append((spec.name, result))
+    census = rank_census(
+        found, declared_rank_count=declared, workload_metadata=request.workload_metadata
+    )
+    problems = upload_problems(census)
+    return schemas.UploadCensusAnswer(
+        census="unknown" if unread else "fail" if problems else "pass",
+        missing_ranks=None if unread else census.missing_count,
+        expected_rank_count=census.expected_rank_count,
+        ranks_found=list(census.ranks_found),
+        problems=problems,
+        unread=unread,
+    )
+
+
 def start_upload(
     services: Services, principal: Principal, body: bytes, base_url: str
 ) -> schemas.UploadUrlResponse:

@@ -21,6 +21,7 @@ from tracestore import jsontext
 from tracestore.errors import ValidationError
 from tracestore.server import db
 from tracestore.server.auth import Principal
+from tracestore.server.inspection import census_answer
 from tracestore.server.listing import plan as query_plan
 from tracestore.server.listing import sql
 from tracestore.server.listing.query import ListQuery, SortKey, parse_list_query
@@ -145,7 +146,7 @@ def _cursor_created(value: Any, dialect: str) -> Any:
 def _cursor_values(sort: tuple[SortKey, ...], row: Sequence[Any]) -> list[Any]:
     # The row is sql.statement's: id, name, status, scope, workspace_id, file_count,
     # total_size, rank_count, created_at (stored text on SQLite), the workload members, the
-    # median step time, the uploader's id and name.
+    # median step time, the uploader's id and name, the census verdict and missing ranks.
     values: list[Any] = []
     created = row[8]
     created_value = {"s": created} if isinstance(created, str) else created.isoformat()
@@ -200,6 +201,11 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
             # selective this search term or metadata document is (index walk vs GIN/trigram).
             reads.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+        if shape.dialect == "postgresql" and shape.census is not None:
+            # Its walk stops after a page's matches (a thousand rows when one in twenty
+            # fails): parallel workers cost more to start than it (240 ms against 15 at a
+            # million tracesets, bench/list.py).
+            reads.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
         rows = reads.all(sql.statement(shape), values, key=shape)
     has_more = len(rows) > query.limit
     # By position, not by name: a Row's attribute lookup misses its class first (~0.5 us
@@ -216,6 +222,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             "rankCountDerived": ranks,
             "createdAt": db.timestamp_text(created),
             "createdBy": user_ref(uploader, uploader_name),
+            **census_answer(verdict, missing),
             "workload": {"workload_family": family, "workload_name": workload_name},
         }
         for (
@@ -233,6 +240,8 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
             _step_time,
             uploader,
             uploader_name,
+            verdict,
+            missing,
         ) in rows[: query.limit]
     ]
     next_cursor = (

@@ -36,6 +36,7 @@ class Shape:
     min_idle_pct: bool
     max_idle_pct: bool
     min_overlap_pct: bool
+    census: str | None  # "unknown" (no verdict recorded), "recorded" (bound as census), None
     inspected: tuple[str, ...]  # the facts filtered on, in order (values are f0, f1 ...)
     uploaded_by: bool
     tags: int  # how many tag filters (values are g0, g1 ...)
@@ -45,6 +46,10 @@ class Shape:
     # With step_time first in the sort: whether the cursor is past every traceset with a
     # step time (the page then holds only tracesets without one).
     after_missing_step: bool = False
+
+
+def _census_kind(verdict: str) -> str:
+    return "unknown" if verdict == "unknown" else "recorded"
 
 
 def _kind(value: Any) -> str:
@@ -127,6 +132,8 @@ def plan(
     values.update((f"g{i}", tag) for i, tag in enumerate(query.tags))
     if query.uploaded_by is not None:
         values["uploaded_by"] = uploader_id(principal, query.uploaded_by)
+    if query.census in ("pass", "fail"):
+        values["census"] = query.census
     for i, item in enumerate(query.workload):
         if dialect != "postgresql" and _kind(item.value) in ("text", "number"):
             values[f"w{i}"] = _sqlite_number(item.value)
@@ -144,6 +151,7 @@ def plan(
         status=query.status is not None,
         search=bool(query.search),
         **{k: v is not None for k, v in optional.items()},
+        census=None if query.census is None else _census_kind(query.census),
         inspected=tuple(item.fact for item in query.inspected),
         uploaded_by=query.uploaded_by is not None,
         tags=len(query.tags),

@@ -20,6 +20,7 @@ one (which come last in both directions), in creation order (the sort's directio
 its median communication overlap; a traceset without that number matches neither.
 ``uploadedBy`` is a user's id (``me``: the caller); ``tag`` an exact tag, and the only
 parameter that may be repeated: a traceset must hold every tag given.
+``census`` is the recorded census verdict (``pass``, ``fail``; ``unknown``: none recorded).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+from tracestore.choices import CENSUS_VERDICTS, STATUSES
 from tracestore.choices import SCOPES as SCOPES
-from tracestore.choices import STATUSES
 from tracestore.errors import ValidationError
 from tracestore.inspect.summary import SEARCH_FACTS, WORLD_SIZE_FACT, fact_value
 from tracestore.schemas import lone_surrogate
@@ -71,6 +72,7 @@ KNOWN_PARAMETERS = (
     "minOverlapPct",
     "uploadedBy",
     "tag",
+    "census",
 )
 # The analysis filters: a percentage each (ListQuery's field for each parameter).
 PERCENT_PARAMETERS = {
@@ -130,6 +132,7 @@ class ListQuery:
     min_overlap_pct: float | None = None
     uploaded_by: str | None = None  # a user's id, or ME
     tags: tuple[str, ...] = ()
+    census: str | None = None
 
     def binding(self) -> dict[str, Any]:
         """What a cursor is bound to: the sort and every filter (not the limit)."""
@@ -156,6 +159,7 @@ class ListQuery:
             "minOverlapPct": self.min_overlap_pct,
             "uploadedBy": self.uploaded_by,
             "tag": sorted(self.tags),
+            "census": self.census,
         }
 
 
@@ -313,6 +317,12 @@ def parse_list_query(params: Iterable[tuple[str, str]]) -> ListQuery:
                     f"Invalid status: {text!r}. Valid statuses: {', '.join(STATUSES)}"
                 )
             values["status"] = text
+        elif name == "census":
+            if text not in CENSUS_VERDICTS:
+                raise ValidationError(
+                    f"Invalid census: {text!r}. Valid verdicts: {', '.join(CENSUS_VERDICTS)}"
+                )
+            values["census"] = text
         elif name == "scope":
             if text not in SCOPES:
                 raise ValidationError(f"Invalid scope: {text!r}. Valid scopes: {', '.join(SCOPES)}")

@@ -44,7 +44,9 @@ from sqlalchemy.orm import InstrumentedAttribute
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import BindParameter
 
+from tracestore.inspect.census import CENSUS_FACT
 from tracestore.server import db
+from tracestore.server.inspection import census_columns
 from tracestore.server.listing.plan import Shape
 from tracestore.server.listing.query import SortKey
 
@@ -180,6 +182,17 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
     for i in range(shape.tags):
         # As the facts: a primary-key lookup of (tag, id) per candidate row.
         conditions.append(exists().where(G.tag == bindparam(f"g{i}"), G.traceset_id == T.id))
+    if shape.census is not None:
+        # The verdict is a fact (inspection.census_facts): a primary-key lookup per row.
+        verdicts: list[Any] = (
+            [bindparam("census")]
+            if shape.census == "recorded"
+            else [literal("pass"), literal("fail")]
+        )
+        recorded = exists().where(
+            F.fact == literal(CENSUS_FACT), F.value.in_(verdicts), F.traceset_id == T.id
+        )
+        conditions.append(recorded if shape.census == "recorded" else ~recorded)
     if shape.contradictory:
         conditions.append(false())
     if not postgres:
@@ -280,6 +293,7 @@ def statement(shape: Shape) -> Select[Any]:
             T.created_by,
             U.name,
         )
+        .add_columns(*census_columns(page.c.id, shape.dialect))
         .join_from(page, T, T.id == page.c.id)
         .outerjoin(U, U.id == T.created_by)
         .order_by(*order)
@@ -287,7 +301,7 @@ def statement(shape: Shape) -> Select[Any]:
 
 
 # The chosen rows' columns, which the page reads by position (listing.page_text) before the
-# two workload members (and the step time, a cursor's value, after them).
+# two workload members (and after them the step time, a cursor's value, and the census).
 PAGE_COLUMNS = (
     "id",
     "name",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tracestore import schemas
-from tracestore.choices import STATUSES
+from tracestore.choices import CENSUS_VERDICTS, STATUSES
 from tracestore.schemas import wire
 from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
 from tracestore.server.deps import query_parameter as _parameter
@@ -77,6 +77,13 @@ _PARAMETERS = [
         PERCENT,
         "Inclusive, 0 to 100: the analysis summary's median communication overlap "
         "(overlapPct.median)",
+    ),
+    _parameter(
+        "census",
+        {"type": "string", "enum": list(CENSUS_VERDICTS)},
+        "The rank census's verdict (an extension): fail finds the incomplete tracesets (ranks "
+        "missing, duplicated or unranked, degrees or groups that disagree), unknown those not "
+        "inspected yet",
     ),
     _parameter(
         "inspected.gpu_model",

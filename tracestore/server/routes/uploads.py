@@ -31,6 +31,15 @@ _UPLOAD_BODY = {
     }
 }
 
+_CENSUS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/UploadCensusRequest"}}
+        },
+    }
+}
+
 
 @router.post(
     "/tracesets/upload-url",
@@ -135,3 +144,23 @@ async def check_upload_url(request: Request, caller: CallerDep) -> schemas.Uploa
     """upload-url's dry run (an extension): the same body, the same checks and refusals,
     nothing created; ``valid`` when upload-url would accept it. Safe to send again."""
     return await uploads.upload_check_answer(caller, await request.body())
+
+
+@router.post(
+    "/tracesets/upload-url/census",
+    response_model=schemas.UploadCensusAnswer,
+    openapi_extra=_CENSUS_BODY,
+    tags=["uploads"],
+    responses=error_responses(
+        400,
+        413,
+        *API_ERRORS,
+        s400="A malformed body, or workloadMetadata upload-url would refuse: its error",
+        s413="The body is larger than TRACESTORE_MAX_JSON_BODY",
+    ),
+)
+async def census_before_upload(request: Request, caller: CallerDep) -> schemas.UploadCensusAnswer:
+    """The rank census of files not uploaded yet (an extension), from each one's first
+    bytes: what ``tracestore upload`` warns of before it sends, for a browser, which has
+    only the files. Creates nothing; safe to send again."""
+    return await caller.run(uploads.upload_census, await request.body())

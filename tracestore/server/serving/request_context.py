@@ -83,7 +83,8 @@ UPLOAD_FILE_BODY = _ESCAPED * (MAX_NAME_BYTES + 255) + 512
 class BodyLimits:
     """The largest JSON body each route takes (413 above it), from the rules of its members:
     upload-url's grows with ``TRACESTORE_MAX_FILES_PER_UPLOAD``, completion's with the parts
-    an upload may have; the others are small. None passes ``TRACESTORE_MAX_JSON_BODY``.
+    an upload may have, the census before upload's with the files' first bytes; the others
+    are small. None passes ``TRACESTORE_MAX_JSON_BODY``.
     The two routes' paths are their routes' own (``create_app`` hands them over)."""
 
     upload_url: int
@@ -91,10 +92,16 @@ class BodyLimits:
     other: int
     upload_url_path: str = ""
     complete_path: str = ""
+    census_path: str = ""  # the census before upload: files' first bytes, up to the most
 
     @classmethod
     def of(
-        cls, settings: Settings, *, upload_url_path: str = "", complete_path: str = ""
+        cls,
+        settings: Settings,
+        *,
+        upload_url_path: str = "",
+        complete_path: str = "",
+        census_path: str = "",
     ) -> BodyLimits:
         most = settings.max_json_body
         files = SMALL_BODY + settings.max_files_per_upload * UPLOAD_FILE_BODY
@@ -104,13 +111,14 @@ class BodyLimits:
             other=min(most, SMALL_BODY),
             upload_url_path=upload_url_path,
             complete_path=complete_path,
+            census_path=census_path,
         )
 
     def of_request(self, scope: Scope) -> int:
         path = scope.get("path")
         if path in (self.upload_url_path, self.upload_url_path + "/check"):
             return self.upload_url
-        return self.complete if path == self.complete_path else self.other
+        return self.complete if path in (self.complete_path, self.census_path) else self.other
 
 
 class RequestContext:

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from tracestore.choices import SCOPES, STATUSES
+from tracestore.choices import CENSUS_VERDICTS, SCOPES, STATUSES
 from tracestore.server.settings import Settings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -119,10 +119,12 @@ def docs_headers(page: str, *, inline_styles: bool = False) -> dict[str, str]:
 
 def shell_html(settings: Settings) -> str:
     """index.html with the deployment's login, if any, in a ``<meta>`` for app.js, and the
-    traceset statuses and scopes (``tracestore.choices``) in two for the list's filters."""
+    traceset statuses, scopes and census verdicts (``tracestore.choices``) for the list's
+    filters."""
     text = (STATIC_DIR / "index.html").read_text()
     config = login_config(settings)
     meta = _meta("tracestore-statuses", list(STATUSES)) + _meta("tracestore-scopes", list(SCOPES))
+    meta += _meta("tracestore-census", list(CENSUS_VERDICTS))
     if config is not None:
         meta += _meta("tracestore-login", config)
     return text.replace(_CONFIG_MARK, meta)

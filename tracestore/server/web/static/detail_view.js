@@ -8,7 +8,7 @@ import { censusGrid } from "/static/census_grid.js";
 import { checkList, readinessList } from "/static/checks.js";
 import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
-import { bytes, expiry, plural, rangeList, rankList, when } from "/static/format.js";
+import { bytes, censusVerdict, expiry, plural, rangeList, rankList, statusClass, when } from "/static/format.js";
 import { member, metadataTree, parseExact } from "/static/metadata_tree.js";
 import { actions, download } from "/static/traceset_actions.js";
 
@@ -81,7 +81,10 @@ function header(traceset) {
       {},
       h("span", { class: "name" }, traceset.name),
       " ",
-      h("span", { class: `badge status-${traceset.status}` }, traceset.status),
+      h("span", { class: `badge ${statusClass(traceset)}` }, traceset.status),
+      " ",
+      // Beside "ready", the census's verdict: an incomplete set does not read as complete.
+      traceset.status === "ready" && censusHeadBadge(traceset),
       " ",
       h("span", { class: `badge scope-${traceset.scope}`, dataset: { scope: traceset.scope } }, traceset.scope),
     ),
@@ -89,6 +92,11 @@ function header(traceset) {
     traceset.tags.length > 0 && h("p", { class: "tags" }, traceset.tags.map((tag) => h("span", { class: "tag" }, tag))),
     h("dl", { class: "head-facts" }, facts.filter(Boolean).map(([term, value]) => h("div", {}, h("dt", {}, term), h("dd", {}, value)))),
   );
+}
+
+function censusHeadBadge(traceset) {
+  const { text, className } = censusVerdict(traceset);
+  return h("span", { class: `badge ${className}`, dataset: { census: traceset.census } }, text);
 }
 
 // --- inspection: census grid, checks, process groups, summary ---

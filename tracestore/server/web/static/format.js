@@ -50,3 +50,19 @@ export function expiry(traceset) {
   const days = plural(traceset.ttlDays, "day");
   return `${when(traceset.expiresAt)}: ${days} after its last use (a download counts); promote it to keep it`;
 }
+
+// A traceset's census verdict in words, and the class that colours it: a ready traceset
+// whose census failed is never shown like a complete one (the list, the detail's header).
+export function censusVerdict(traceset) {
+  if (traceset.census === "fail") {
+    const missing = traceset.missingRanks ? `: ${plural(traceset.missingRanks, "rank")} missing` : "";
+    return { text: `census failed${missing}`, className: "census-fail" };
+  }
+  if (traceset.census === "pass") return { text: "census passed", className: "census-pass" };
+  return { text: "census not known yet", className: "census-unknown" };
+}
+
+// The status badge's class: a ready traceset failing its census is not the green "ready".
+export function statusClass(traceset) {
+  return traceset.status === "ready" && traceset.census === "fail" ? "status-incomplete" : `status-${traceset.status}`;
+}

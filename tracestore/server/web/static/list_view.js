@@ -4,12 +4,14 @@
 import { api } from "/static/api.js";
 import { h, show } from "/static/dom.js";
 import { errorPanel, isAbort, waitingBanner } from "/static/errors.js";
-import { bytes, when } from "/static/format.js";
+import { bytes, censusVerdict, statusClass, when } from "/static/format.js";
 
-// The service's statuses and scopes, which the shell carries (tracestore/choices.py).
+// The service's statuses, scopes and census verdicts, which the shell carries
+// (tracestore/choices.py).
 const shellList = (name) => JSON.parse(document.querySelector(`meta[name="tracestore-${name}"]`).content);
 const STATUSES = shellList("statuses");
 const SCOPES = shellList("scopes");
+const CENSUS = shellList("census");
 const SORTS = [
   ["created:desc", "Newest first"],
   ["created:asc", "Oldest first"],
@@ -44,7 +46,7 @@ const TEXT_FILTERS = [
   ["maxWorldSize", "World size at most", ""],
   ["workspaceId", "Workspace id", "workspace_…"],
 ];
-const FORM_PARAMS = new Set([...TEXT_FILTERS.map(([name]) => name), "status", "scope", "sort", "limit", "next"]);
+const FORM_PARAMS = new Set([...TEXT_FILTERS.map(([name]) => name), "status", "scope", "census", "sort", "limit", "next"]);
 
 // The columns; those the API sorts by have their sort field.
 const COLUMNS = [
@@ -55,6 +57,7 @@ const COLUMNS = [
   ["Files"],
   ["Size", "size"],
   ["Status", "status"],
+  ["Census"],
   ["Scope"],
   ["Created", "created"],
   ["Uploaded by"],
@@ -163,6 +166,7 @@ function filterForm(params, navigate) {
       TEXT_FILTERS.slice(0, 5).map(field),
       choice("status", "Status", STATUSES, "any but deleted"),
       choice("scope", "Scope", SCOPES, "any"),
+      choice("census", "Rank census", CENSUS, "any"),
       labelled(
         "Sort",
         h("select", { name: "sort" }, sorts.map(([value, label]) => h("option", { value, selected: value === sort }, label))),
@@ -303,7 +307,8 @@ function table(items, params, navigate, picker) {
       h("td", { class: "num" }, item.rankCountDerived ?? "—"),
       h("td", { class: "num" }, item.fileCount),
       h("td", { class: "num", title: `${item.totalSize} bytes` }, bytes(item.totalSize)),
-      h("td", {}, h("span", { class: `badge status-${item.status}` }, item.status)),
+      h("td", {}, h("span", { class: `badge ${statusClass(item)}` }, item.status)),
+      h("td", { class: "census" }, censusBadge(item)),
       h("td", {}, h("span", { class: `badge scope-${item.scope}` }, item.scope)),
       h("td", { title: item.createdAt }, when(item.createdAt)),
       h("td", { class: "uploader" }, uploaderLink(item.createdBy)),
@@ -312,6 +317,13 @@ function table(items, params, navigate, picker) {
   );
   header.push(h("th", { scope: "col" }, "Compare"));
   return h("table", { class: "tracesets" }, h("thead", {}, h("tr", {}, header)), h("tbody", {}, rows));
+}
+
+// The census column: fail (with the ranks missing) in red, pass in green, unknown grey.
+function censusBadge(item) {
+  const { text, className } = censusVerdict(item);
+  const short = item.census === "fail" && item.missingRanks ? `fail · ${item.missingRanks} missing` : item.census;
+  return h("span", { class: `badge ${className}`, title: text }, short);
 }
 
 function pager(pagination, params, cursors, navigate) {

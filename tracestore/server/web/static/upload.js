@@ -158,6 +158,36 @@ export function checkUpload({ name, files, metadataText, signal, onRetry }) {
   });
 }
 
+// The census before upload (POST /tracesets/upload-url/census): the primary files' first
+// bytes, which the service inspects as `tracestore upload` inspects the whole files before
+// sending (the same code, the same verdict; `unknown` for a file whose first bytes do not
+// tell its rank). At most 1 MiB a file, and 8 MiB in all (fewer a file when there are many),
+// so the body stays under the service's JSON limit. Creates nothing: retried like a read.
+export const CENSUS_HEAD_BYTES = 1024 * 1024;
+const CENSUS_BYTES = 8 * 1024 * 1024;
+
+function base64Of(bytes) {
+  let text = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(text);
+}
+
+export async function censusBeforeUpload({ files, metadataText, signal }) {
+  const primary = files.filter((f) => f.role === "primary");
+  const each = Math.min(CENSUS_HEAD_BYTES, Math.floor(CENSUS_BYTES / Math.max(primary.length, 1)));
+  const members = [];
+  for (const f of primary) {
+    const head = new Uint8Array(await f.file.slice(0, each).arrayBuffer());
+    members.push(`{"name":${JSON.stringify(f.name)},"size":${f.size},"head":"${base64Of(head)}"}`);
+  }
+  return api("/tracesets/upload-url/census", {
+    method: "POST",
+    bodyText: `{"files":[${members.join(",")}],"workloadMetadata":${metadataText ?? "null"}}`,
+    idempotent: true,
+    signal,
+  });
+}
+
 // POST /tracesets/upload-url: the upload's state is saved before any part goes. Returns
 // { session, state }. Sent once: a failure after it went may have created the traceset
 // (UnansweredError, worded here for the person who pressed Upload).

@@ -6,9 +6,10 @@
 import { ApiError } from "/static/api.js";
 import { h } from "/static/dom.js";
 import { isAbort } from "/static/errors.js";
-import { bytes, expiry } from "/static/format.js";
+import { bytes, expiry, plural } from "/static/format.js";
 import { progressPanel } from "/static/upload_progress.js";
 import {
+  censusBeforeUpload,
   checkUpload,
   continueUpload,
   differences,
@@ -219,6 +220,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
   );
   const fileFields = h("div", { class: "upload-fields", hidden: true }, h("label", {}, "Metadata JSON file ", metadataFile));
   const verdict = h("p", { class: "upload-verdict", role: "status" });
+  const censusText = h("div", { class: "upload-census", role: "status", "aria-live": "polite" });
   const refusal = h("p", { class: "error", role: "alert" });
   const submit = h("button", { type: "submit" }, "Upload");
   const form = h(
@@ -238,6 +240,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
       fileFields,
       verdict,
     ),
+    censusText,
     refusal,
     submit,
   );
@@ -279,6 +282,41 @@ export function mountUploadView(container, { onUploaded } = {}) {
     return { name: uploadName(), files, metadataText: metadataText?.trim() ?? null };
   }
 
+  // The rank census of the files before they are sent, as `tracestore upload` warns of it.
+  // A failed one is said beside the button, which then reads "Upload anyway".
+  function sayCensus(answer, problem) {
+    censusText.className = "upload-census";
+    submit.textContent = "Upload";
+    censusText.dataset.census = answer?.census ?? "";
+    if (problem) {
+      censusText.replaceChildren(h("p", { class: "muted" }, `The rank census could not be taken before upload (${problem}); the service takes it after.`));
+      return;
+    }
+    if (!answer) {
+      censusText.replaceChildren();
+      return;
+    }
+    const found = `${plural(answer.ranksFound.length, "rank")} found` +
+      (answer.expectedRankCount !== null ? ` of ${answer.expectedRankCount} expected` : "");
+    if (answer.census === "pass") {
+      censusText.classList.add("pass");
+      censusText.replaceChildren(h("p", {}, `Rank census passed: ${found}.`));
+    } else if (answer.census === "fail") {
+      censusText.classList.add("fail");
+      submit.textContent = "Upload anyway";
+      censusText.replaceChildren(
+        h("p", {}, `Rank census failed: ${found}` + (answer.missingRanks ? `, ${answer.missingRanks} missing` : "") + "."),
+        h("ul", {}, answer.problems.map((text) => h("li", {}, text))),
+        h("p", {}, "Fix the files or the metadata, or upload it as it is: the list will show it as incomplete."),
+      );
+    } else {
+      censusText.classList.add("unknown");
+      censusText.replaceChildren(
+        h("p", {}, `Rank census not known before upload: the first bytes of ${plural(answer.unread.length, "file")} do not tell the rank (${answer.unread.slice(0, 5).join(", ")}${answer.unread.length > 5 ? ", …" : ""}); the service reads them whole once uploaded.`),
+      );
+    }
+  }
+
   // The verdict, and what the service warns of in metadata it accepts (a member promotion
   // will refuse, a near miss of one it reads), each on a line of its own.
   function sayVerdict(text, refused, warnings = []) {
@@ -291,6 +329,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
   // A question still waiting when another is asked is dropped.
   let asking = null;
   let askTimer = 0;
+  let lastCensus = null; // { key, answer }: the census of these files and metadata
   async function askService() {
     clearTimeout(askTimer);
     asking?.abort();
@@ -312,10 +351,29 @@ export function mountUploadView(container, { onUploaded } = {}) {
       const answer = await checkUpload({ ...upload, signal: controller.signal });
       const said = answer.rankCount === null ? "No rank count declared." : `Rank count: ${answer.rankCount}`;
       sayVerdict(said, false, answer.warnings ?? []);
+      upload.census = null;
+      if (upload.files.some((f) => f.role === "primary")) {
+        try {
+          // Asked again only when the files or the metadata changed (not the name): it
+          // sends up to 8 MiB of the files.
+          const key = JSON.stringify([upload.metadataText, upload.files.map((f) => [f.name, f.size, f.lastModified, f.role])]);
+          if (lastCensus?.key !== key) {
+            lastCensus = { key, answer: await censusBeforeUpload({ ...upload, signal: controller.signal }) };
+          }
+          upload.census = lastCensus.answer;
+          sayCensus(upload.census);
+        } catch (error) {
+          if (controller.signal.aborted || isAbort(error)) return null;
+          sayCensus(null, error instanceof ApiError ? error.message : String(error?.message ?? error));
+        }
+      } else {
+        sayCensus(null);
+      }
       return upload;
     } catch (error) {
       if (controller.signal.aborted || isAbort(error)) return null;
       sayVerdict(error instanceof ApiError ? error.message : String(error?.message ?? error), true);
+      sayCensus(null);
       return null;
     } finally {
       if (asking === controller) {
@@ -395,6 +453,7 @@ export function mountUploadView(container, { onUploaded } = {}) {
     submit.disabled = true;
     try {
       // Asked once more, for exactly what is sent: the service's verdict, before anything is created.
+      // The census too: it is on the view (failed, beside "Upload anyway") before a byte goes.
       const upload = await askService();
       if (!upload) {
         refusal.textContent = verdict.textContent;
