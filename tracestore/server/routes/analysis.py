@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from tracestore import schemas
 from tracestore.ranks import RANKS_PATTERN
 from tracestore.server import analysis_answer, comparison
-from tracestore.server.deps import API_ERRORS, CallerDep, error_responses
+from tracestore.server.deps import API_ERRORS, CallerDep, authenticated, error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["tracesets"])
 
@@ -62,6 +62,9 @@ def _selection(alias: str, what: str) -> Any:
 
 @router.get(
     "/tracesets/{traceset_id}/compare",
+    # The token checked before the query's required `with`: a caller without a valid token
+    # learns that first (401), as on every other route, not how to phrase the request.
+    dependencies=[Depends(authenticated)],
     response_model=schemas.TracesetComparison,
     responses=error_responses(
         400,
