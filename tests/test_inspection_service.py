@@ -184,6 +184,7 @@ def test_validate_reports_the_census_naming_file_and_rank(http: TestClient) -> N
         "rank_census": True,
         "parallelism_consistency": True,
         "process_groups": True,
+        "stragglers": None,  # a warning at most (issue 45); no device event to analyse here
     }
     assert [(r["name"], r["tool"], r["ready"]) for r in answer["readiness"]] == [
         ("hta_ready", "HTA", True),
