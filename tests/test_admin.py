@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
-from tests.conftest import FakeClock
-from tests.tenancy import person
+from tests.support.clock import FakeClock
+from tests.support.tenancy import person
 from tracestore.cli import main
 from tracestore.errors import NotFound, ValidationError
 from tracestore.server import admin, db

@@ -13,10 +13,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.kineto_traces import TraceBuilder, dlrm_ranks, pytorch_json
-from tests.tenancy import person
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.kineto_traces import TraceBuilder, dlrm_ranks, pytorch_json
+from tests.support.paths import TESTDATA
+from tests.support.tenancy import person
+from tests.support.uploading import upload
 from tracestore import schemas
 from tracestore.analysis import analyze_path, traceset_json
 from tracestore.analysis.model import KERNEL_ROWS

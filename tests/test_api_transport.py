@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler
 import httpx
 import pytest
 
-from tests.httpserver import serving
+from tests.support.httpserver import serving
 from tracestore.client import Client
 from tracestore.client.sendfile import SendfileTransport
 

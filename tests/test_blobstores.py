@@ -23,8 +23,8 @@ from boto3.s3.transfer import TransferConfig
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import TEST_BASE
-from tests.s3server import with_s3_bytes
+from tests.support.paths import TEST_BASE
+from tests.support.s3server import with_s3_bytes
 from tracestore.errors import ValidationError
 from tracestore.server import db, upload_sessions
 from tracestore.server.services import Services

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.bounded import bounded_memory
+from tests.support.bounded import bounded_memory
 from tracestore.cli.inspect import census_lines
 from tracestore.inspect import FileInspection, ProcessGroup, rank_census
 from tracestore.inspect.groups import process_group_check

@@ -19,9 +19,10 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.httpserver import serving
-from tests.tenancy import person
+from tests.support.clock import FakeClock
+from tests.support.httpserver import serving
+from tests.support.paths import TESTDATA
+from tests.support.tenancy import person
 from tracestore.choices import STATUSES
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from tests.uploading import one_part_session
+from tests.support.uploading import one_part_session
 from tracestore import errors, jsontext, schemas
 from tracestore.client import Client, ProgressEvent, UploadInterrupted
 from tracestore.schemas import format_timestamp

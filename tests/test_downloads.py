@@ -18,8 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.conftest import FakeClock
-from tests.uploading import put_parts, request_upload, upload
+from tests.support.clock import FakeClock
+from tests.support.uploading import put_parts, request_upload, upload
 from tracestore.server import db
 from tracestore.server.integrity import VerifiedBlobs
 from tracestore.server.lifecycle import sweep

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from tests.inspect_fixtures import TESTDATA
-from tests.uploading import upload
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
 from tracestore.cli import main
 from tracestore.errors import ValidationError
 from tracestore.ranks import parse_ranks, ranks_text, within

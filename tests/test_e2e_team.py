@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_e2e_serve import (
+from tests.support.served import (
     MIB,
     Served,
     make_traces,
@@ -27,7 +27,7 @@ from tests.test_e2e_serve import (
     tracestore,
     write_meta,
 )
-from tests.uploading import UPLOAD_URL
+from tests.support.uploading import UPLOAD_URL
 from tracestore.client import Client
 from tracestore.server.settings import Settings
 

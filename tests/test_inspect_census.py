@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.inspect_fixtures import (
-    TESTDATA,
-    census_of,
-    chakra_allreduce,
-    chakra_trace,
-    kineto_trace,
-)
+from tests.support.inspect_fixtures import census_of, chakra_allreduce, chakra_trace, kineto_trace
+from tests.support.paths import TESTDATA
 from tracestore.inspect import (
     FileInspection,
     ProcessGroup,

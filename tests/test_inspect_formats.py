@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.inspect_fixtures import (
-    TESTDATA,
+from tests.support.inspect_fixtures import (
     chakra_allreduce,
     chakra_metadata_attrs,
     chakra_node,
@@ -24,6 +23,7 @@ from tests.inspect_fixtures import (
     execution_trace_with_rows,
     old_comms_values,
 )
+from tests.support.paths import TESTDATA
 from tracestore.inspect import FileInspection, inspect_file, inspect_path
 
 RESNET = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"

@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import FakeClock
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.uploading import upload
 from tracestore.server import db, file_jobs, inspection, jobs
 from tracestore.server.app import create_app
 from tracestore.server.jobs import ClaimedJob, LeaseLost

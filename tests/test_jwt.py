@@ -23,8 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import FakeClock
-from tests.idp import (
+from tests.support.clock import FakeClock
+from tests.support.idp import (
     EC_KEY,
     OTHER_RSA_KEY,
     RSA_KEY,
@@ -34,7 +34,7 @@ from tests.idp import (
     with_jwt_login,
     write_jwks,
 )
-from tests.tenancy import RANKS_256, UPLOAD_URL, tenant_id, upload_ready, workspace_id
+from tests.support.tenancy import RANKS_256, UPLOAD_URL, tenant_id, upload_ready, workspace_id
 from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.jwt_auth import JwtVerifier

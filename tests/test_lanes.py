@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from tests.laning import comparable, gone_mid_body, presigned_path, taken_by
-from tests.tenancy import person
-from tests.uploading import UPLOAD_URL, request_upload, upload
+from tests.support.laning import comparable, gone_mid_body, presigned_path, taken_by
+from tests.support.tenancy import person
+from tests.support.uploading import UPLOAD_URL, request_upload, upload
 from tracestore.server import receiving, tracesets
 from tracestore.server.app import create_app
 from tracestore.server.routes import web

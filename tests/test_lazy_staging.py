@@ -7,8 +7,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import complete, put_parts, request_upload
+from tests.support.clock import FakeClock
+from tests.support.uploading import complete, put_parts, request_upload
 from tracestore.server.lifecycle import sweep
 from tracestore.server.presigned import PartGrant
 from tracestore.server.receiving import open_part

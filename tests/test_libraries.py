@@ -9,8 +9,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.tenancy import RANKS_256, person, send_parts, start_upload
+from tests.support.clock import FakeClock
+from tests.support.tenancy import RANKS_256, person, send_parts, start_upload
 from tracestore.server import lifecycle
 from tracestore.server.services import Services
 

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
-from tests.conftest import FakeClock
-from tests.s3server import MotoServer, with_s3_bytes
-from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
+from tests.support.clock import FakeClock
+from tests.support.s3server import MotoServer, with_s3_bytes
+from tests.support.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
 from tracestore.cli import main
 from tracestore.server import db
 from tracestore.server.app import create_app

@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from tests.uploading import UPLOAD_URL, record_counts
+from tests.support.uploading import UPLOAD_URL, record_counts
 from tracestore.server import db, uploads
 from tracestore.server.app import create_app
 from tracestore.server.db import loop_writes

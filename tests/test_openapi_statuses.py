@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.conftest import FakeClock
-from tests.idp import AUDIENCE, ISSUER, token
-from tests.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
+from tests.support.clock import FakeClock
+from tests.support.idp import AUDIENCE, ISSUER, token
+from tests.support.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
 from tracestore.server import db, presigned, receiving
 from tracestore.server.app import create_app
 from tracestore.server.services import Services, build_services

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import start_upload
-from tests.uploading import COMPLETE_URL, UPLOAD_URL, checksum_b64
+from tests.support.attackers import start_upload
+from tests.support.served import Served, serving
+from tests.support.uploading import COMPLETE_URL, UPLOAD_URL, checksum_b64
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,10 @@ import httpx
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.tenancy import RANKS_256, person, start_upload, upload_ready
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.paths import TESTDATA
+from tests.support.tenancy import RANKS_256, person, start_upload, upload_ready
+from tests.support.uploading import upload
 from tracestore.server import db
 from tracestore.server.services import Services
 

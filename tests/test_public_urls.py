@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import request_upload
+from tests.support.clock import FakeClock
+from tests.support.uploading import request_upload
 from tracestore.server.app import create_app
 from tracestore.server.auth import bootstrap
 from tracestore.server.services import build_services

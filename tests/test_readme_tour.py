@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_e2e_serve import serving
+from tests.support.served import serving
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

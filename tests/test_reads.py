@@ -16,7 +16,7 @@ from sqlalchemy import Integer, TypeDecorator, bindparam, event, func, literal_c
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.sql import Select
 
-from tests.uploading import upload
+from tests.support.uploading import upload
 from tracestore.schemas import format_timestamp
 from tracestore.server import db, receiving, tracesets
 from tracestore.server.auth import Principal, create_tenant

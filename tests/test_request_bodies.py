@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.uploading import UPLOAD_URL
+from tests.support.uploading import UPLOAD_URL
 from tracestore.server import uploads
 from tracestore.server.app import create_app
 from tracestore.server.services import Services

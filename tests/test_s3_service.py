@@ -18,10 +18,15 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.ports import free_port
-from tests.s3server import MotoServer, with_s3_bytes
-from tests.uploading import complete, complete_in_a_process_that_dies, put_parts, request_upload
+from tests.support.clock import FakeClock
+from tests.support.ports import free_port
+from tests.support.s3server import MotoServer, with_s3_bytes
+from tests.support.uploading import (
+    complete,
+    complete_in_a_process_that_dies,
+    put_parts,
+    request_upload,
+)
 from tracestore.client import Client
 from tracestore.server.app import create_app
 from tracestore.server.services import Services

@@ -15,8 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.test_e2e_serve import Served, serving
-from tests.uploading import UPLOAD_URL
+from tests.support.attackers import open_body, other_session_parts, server_log, start_upload
+from tests.support.served import Served, serving
 from tracestore.client import Client, RetryPolicy, RetryWait
 
 pytestmark = pytest.mark.slow  # a server process per module
@@ -33,49 +33,6 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served(data_dir: Path) -> Iterator[Served]:
     with serving(data_dir) as server:
         yield server
-
-
-def start_upload(served: Served, sizes: dict[str, int], **extra: Any) -> dict[str, Any]:
-    """An upload of supporting files of ``sizes`` (``extra``: more members of the request);
-    its upload-url answer."""
-    with served.api() as api:
-        response = api.post(
-            UPLOAD_URL,
-            json={
-                "name": "attacked",
-                "files": [{"name": n, "size": s, "role": "supporting"} for n, s in sizes.items()],
-                **extra,
-            },
-        )
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def open_body(url: str, length: int, sent: bytes = b"") -> socket.socket:
-    """A PUT of ``url`` declaring ``length`` bytes, of which only ``sent`` go out."""
-    parts = urlsplit(url)
-    sock = socket.create_connection((parts.hostname or "", parts.port or 80), timeout=30)
-    head = (
-        f"PUT {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-        f"Content-Length: {length}\r\n\r\n"
-    )
-    sock.sendall(head.encode() + sent)
-    return sock
-
-
-def other_session_parts(served: Served, timeout: float = 10) -> float:
-    """Seconds that 20 small parts of a new session take to go in, one after the other."""
-    other = start_upload(served, {f"g{i}.bin": 100 for i in range(20)})
-    started = time.monotonic()
-    with httpx.Client(timeout=timeout) as plain:
-        for entry in other["files"]:
-            response = plain.put(entry["parts"][0]["url"], content=b"g" * 100)
-            assert response.status_code == 200, response.text
-    return time.monotonic() - started
-
-
-def server_log(data_dir: Path) -> str:
-    return (data_dir.parent / "server.log").read_text(errors="replace")
 
 
 def test_the_log_holds_no_signature_and_no_traceback_for_a_dropped_part(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.uploading import UPLOAD_URL, complete, request_upload
+from tests.support.uploading import UPLOAD_URL, complete, request_upload
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
 from tracestore.server.storage import local

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 from click.testing import CliRunner
 
-from tests.ports import free_port
-from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
+from tests.support.ports import free_port
+from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
     fresh_database,
     newest_revision,
     postgres,
@@ -20,7 +20,7 @@ from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtur
     replicas,
     s3,
 )
-from tests.s3server import AWS_ENV, MotoServer
+from tests.support.s3server import AWS_ENV, MotoServer
 from tracestore.cli import main
 from tracestore.server.db.database import schema_exists
 

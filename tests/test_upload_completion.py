@@ -16,8 +16,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import (
+from tests.support.clock import FakeClock
+from tests.support.uploading import (
     complete,
     complete_in_a_process_that_dies,
     put_parts,

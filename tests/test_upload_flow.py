@@ -12,8 +12,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import (
+from tests.support.clock import FakeClock
+from tests.support.uploading import (
     complete,
     one_part_upload,
     put_parts,

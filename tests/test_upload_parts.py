@@ -11,8 +11,8 @@ from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import complete, one_part_upload, record_counts
+from tests.support.clock import FakeClock
+from tests.support.uploading import complete, one_part_upload, record_counts
 from tracestore.server.services import Services
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.uploading import UPLOAD_URL, raw_post, record_counts, upload
+from tests.support.uploading import UPLOAD_URL, raw_post, record_counts, upload
 from tracestore.metadata import MISSING_RANK_COUNT_MESSAGE
 from tracestore.server.services import Services
 

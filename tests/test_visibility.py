@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.idp import token, with_jwt_login
-from tests.tenancy import (
+from tests.support.idp import token, with_jwt_login
+from tests.support.tenancy import (
     RANKS_256,
     UPLOAD_URL,
     Person,

@@ -13,18 +13,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
-from tests import crafted
-from tests.ports import free_port
-from tests.processes import stop_process
-from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
+from tests.support import crafted
+from tests.support.ports import free_port
+from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
     admin_token,
     fresh_database,
     postgres,
@@ -32,9 +30,10 @@ from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtur
     replica_env,
     replicas,
     s3,
+    worker_process,
 )
-from tests.s3server import AWS_ENV, MotoServer
-from tests.test_e2e_serve import serving
+from tests.support.s3server import AWS_ENV, MotoServer
+from tests.support.served import serving
 from tracestore.client import Client
 
 LEASE_SECONDS = 2
@@ -54,29 +53,6 @@ def big_kineto(path: Path) -> None:
         handle.write('"traceEvents": [')
         handle.write(",".join(event % i for i in range(EVENTS)))
         handle.write("]}")
-
-
-@contextmanager
-def worker_process(
-    root: Path, name: str, env: dict[str, str], data_dir: Path | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A `tracestore worker` with ``env``'s settings (on ``data_dir``, by default
-    ``root/name``); its output in ``root/name.log``."""
-    with open(root / f"{name}.log", "wb") as log:
-        process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "tracestore.cli", "worker"),
-                *("--data-dir", str(data_dir or root / name)),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield process
-        finally:
-            if process.poll() is None:
-                stop_process(process, timeout=30)
 
 
 def job_row(database_url: str) -> dict[str, Any] | None:

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.listing.world import LIST, World, add, list_all
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
+from tests.support.world import LIST, World, add, list_all
 from tracestore.server import db
 
 # (idle, overlap, step time) per traceset; None where the analysis has no such number.

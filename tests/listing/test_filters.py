@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.listing.world import LIST, World, add, list_all, member
+from tests.support.world import LIST, World, add, list_all, member
 
 Predicate = Callable[[dict[str, Any]], bool]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from tests.inspect_fixtures import TESTDATA
-from tests.listing.world import LIST, World, add, list_all
-from tests.uploading import upload
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
+from tests.support.world import LIST, World, add, list_all
 from tracestore.server import db
 from tracestore.server.inspection import record_facts
 

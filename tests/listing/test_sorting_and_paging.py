@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlalchemy import insert
 
-from tests.conftest import FakeClock
-from tests.listing.world import (
+from tests.support.clock import FakeClock
+from tests.support.world import (
     FAMILIES,
     ITEM_KEYS,
     LIST,

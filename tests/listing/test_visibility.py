@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.listing.world import LIST, World, add, list_all, names
+from tests.support.clock import FakeClock
+from tests.support.world import LIST, World, add, list_all, names
 from tracestore.server import auth
 from tracestore.server.app import create_app
 from tracestore.server.listing.plan import MAX_WORKSPACE_ARMS

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.test_e2e_serve import Served, serving
+from tests.support.served import Served, serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium reaches for Google's hosts at every start,
@@ -24,7 +24,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 @pytest.fixture(scope="session")

@@ -18,13 +18,11 @@ import psycopg
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.conftest import TESTDATA
-from tests.kineto_traces import dlrm_ranks
-from tests.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
-from tests.test_e2e_serve import Served, serving
-from tests.test_worker_processes import worker_process
-from tests.web.conftest import SCREENSHOTS
-from tests.web.seeding import sign_in
+from tests.support.kineto_traces import dlrm_ranks
+from tests.support.paths import SCREENSHOTS, TESTDATA
+from tests.support.replica_processes import fresh_database, postgres, worker_process  # noqa: F401 - the fixture
+from tests.support.seeding import sign_in
+from tests.support.served import Served, serving
 from tracestore.client import Client
 
 KINETO = TESTDATA / "kineto-dlrm-8ranks"

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, Route, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.seeding import admin, chakra_ranks, sign_in, upload
+from tests.support.seeding import admin, chakra_ranks, sign_in, upload
+from tests.support.served import Served
 
 
 def refuse_first(count: int, dropped: list[str]) -> Callable[[Route], None]:

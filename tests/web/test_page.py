@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.test_e2e_serve import Served
+from tests.support.served import Served
 from tracestore.server.settings import Settings
 from tracestore.server.web import STATIC_DIR, page_headers
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from playwright.sync_api import Page, Request, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.seeding import chakra_ranks, sign_in, upload
+from tests.support.seeding import chakra_ranks, sign_in, upload
+from tests.support.served import Served
 
 
 def test_the_token_stays_in_session_storage_and_the_authorization_header(

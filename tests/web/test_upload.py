@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, Request, expect
 
-from tests.test_e2e_serve import PART, Served
-from tests.web.seeding import sign_in
-from tests.web.upload_page import (
+from tests.support.seeding import sign_in
+from tests.support.served import PART, Served
+from tests.support.upload_page import (
     fill_rank_count,
     make_folder,
     mount_recording_view,

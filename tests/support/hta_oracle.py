@@ -1,6 +1,6 @@
 """HTA 0.5.0's numbers for a directory of Kineto traces, as JSON on standard output.
 
-Run as ``python tests/hta_oracle.py DIR``, in a process of its own: HTA loads pandas and
+Run as ``python tests/support/hta_oracle.py DIR``, in a process of its own: HTA loads pandas and
 plotly and forks a pool per directory, none of which belongs in the test process. The calls
 are those ANALYTICS.md names as the oracle's.
 """

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.conftest import TESTDATA
-from tests.test_e2e_serve import Served
+from tests.support.paths import TESTDATA
+from tests.support.served import Served
 from tracestore import jsontext, schemas
 from tracestore.client import Client
 
