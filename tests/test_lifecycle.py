@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
 from tests.support.s3server import MotoServer, with_s3_bytes
 from tests.support.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
 from tracestore.cli import main
@@ -175,12 +176,9 @@ def test_expired_session_fails_its_traceset_removes_partial_bytes_and_answers_41
     assert _status(http, started["tracesetId"]) == "upload_failed"
     assert not staging.exists()
     late = complete(http, started["uploadId"], etags)
-    assert late.status_code == 410
-    assert late.json()["error"] == {
-        "code": "GONE",
-        "message": f"Upload session '{started['uploadId']}' has expired",
-        "requestId": late.json()["error"]["requestId"],
-    }
+    assert assert_error(late, 410, "GONE")["message"] == (
+        f"Upload session '{started['uploadId']}' has expired"
+    )
     assert http.get(f"/api/v1/tracesets/upload-url/{started['uploadId']}").status_code == 410
     assert sweep(services).failed_sessions == 0
 

@@ -16,8 +16,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
 from tests.support.idp import AUDIENCE, ISSUER, token
 from tests.support.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
+from tracestore.errors import ERRORS_BY_STATUS
 from tracestore.server import db, presigned, receiving
 from tracestore.server.app import create_app
 from tracestore.server.services import Services, build_services
@@ -403,4 +405,4 @@ def test_the_app_answers_each_documented_status(scene: Scene, operation: str, st
     response = DRIVERS[(operation, status)](scene)
     assert response.status_code == status, response.text
     if status >= 400 and status != 416:
-        assert set(response.json()["error"]) == {"code", "message", "requestId"}
+        assert_error(response, status, ERRORS_BY_STATUS[status].code)

@@ -16,9 +16,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
 from tests.support.paths import TESTDATA
 from tests.support.tenancy import RANKS_256, person, start_upload, upload_ready
 from tests.support.uploading import upload
+from tracestore.errors import ERRORS_BY_STATUS
 from tracestore.server import db
 from tracestore.server.services import Services
 
@@ -36,10 +38,7 @@ def promote(http: httpx.Client, traceset_id: str, body: Any = None, **kw: Any) -
 
 
 def error(response: httpx.Response, status: int) -> str:
-    assert response.status_code == status, response.text
-    envelope = response.json()["error"]
-    assert set(envelope) == {"code", "message", "requestId"}
-    return str(envelope["message"])
+    return assert_error(response, status, ERRORS_BY_STATUS[status].code)["message"]
 
 
 def stored(http: httpx.Client, traceset_id: str) -> dict[str, Any]:

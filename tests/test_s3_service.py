@@ -19,6 +19,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
 from tests.support.ports import free_port
 from tests.support.s3server import MotoServer, with_s3_bytes
 from tests.support.uploading import (
@@ -130,8 +131,7 @@ def test_with_the_bytes_in_s3_the_embedded_store_routes_are_not_mounted(
         ("GET", "/blobs/content/x"),
     ):
         response = http.request(method, path, content=b"x" if method == "PUT" else None)
-        assert response.status_code == 404, response.text
-        assert response.json()["error"]["code"] == "NOT_FOUND"
+        assert_error(response, 404, "NOT_FOUND")
 
 
 def test_an_oversize_part_fails_the_session_and_leaves_no_bytes(
@@ -147,8 +147,10 @@ def test_an_oversize_part_fails_the_session_and_leaves_no_bytes(
     done = complete(
         http, answer["uploadId"], {"rank_0.et": [{"partNumber": 1, "etag": sent.headers["etag"]}]}
     )
-    assert done.status_code == 413, done.text
-    assert "larger than its declared size of 100 bytes" in done.json()["error"]["message"]
+    assert (
+        "larger than its declared size of 100 bytes"
+        in assert_error(done, 413, "PAYLOAD_TOO_LARGE")["message"]
+    )
     traceset = http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()
     assert traceset["status"] == "upload_failed"
     store = _store(services)

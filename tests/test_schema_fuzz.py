@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.envelopes import assert_error
 from tests.support.served import Served, serving
 from tracestore.client import Client
 
@@ -109,7 +110,6 @@ def test_no_generated_request_gets_a_server_error(tmp_path: Path) -> None:
             f"{served.url}/api/v1/tracesets",
             headers={"Authorization": f"Bearer {served.token}"},
         )
-        assert answer.status_code == 501
-        assert answer.json()["error"]["code"] == "NOT_IMPLEMENTED"
+        assert_error(answer, 501, "NOT_IMPLEMENTED")
     log = (tmp_path / "server.log").read_text()
     assert "Traceback" not in log, log[-4000:]
