@@ -30,6 +30,7 @@ from tests.support.served import (
     write_meta,
 )
 from tests.support.uploading import complete, put_parts, request_upload
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 
 pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
@@ -68,15 +69,13 @@ def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> 
     process, upload_id = start_upload(served, tmp_path / "traces", meta)
 
     client = Client(served.url, served.token)
-    deadline = time.monotonic() + 120
-    while True:
-        session = client.resume_upload(upload_id)
-        received = sum(len(f.received_parts) for f in session.files)
-        if received >= 2:
-            break
+
+    def two_parts_in() -> bool:
         assert process.poll() is None, "the upload ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+        session = client.resume_upload(upload_id)
+        return sum(len(f.received_parts) for f in session.files) >= 2
+
+    wait_until(two_parts_in, "two parts never arrived", timeout=120, every=0.02)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert process.returncode == -signal.SIGKILL
@@ -101,9 +100,12 @@ def test_ctrl_c_prints_the_resume_command(served: Served, tmp_path: Path) -> Non
     meta = write_meta(tmp_path / "meta.json", 2)
     process, upload_id = start_upload(served, tmp_path / "traces", meta)
     client = Client(served.url, served.token)
-    while not any(f.received_parts for f in client.resume_upload(upload_id).files):
+
+    def a_part_in() -> bool:
         assert process.poll() is None, "the upload ended before it could be interrupted"
-        time.sleep(0.02)
+        return any(f.received_parts for f in client.resume_upload(upload_id).files)
+
+    wait_until(a_part_in, "no part arrived", timeout=120, every=0.02)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.support.clock import FakeClock
 from tests.support.envelopes import assert_error
 from tests.support.s3server import MotoServer, with_s3_bytes
 from tests.support.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
+from tests.support.waiting import wait_until
 from tracestore.cli import main
 from tracestore.server import db
 from tracestore.server.app import create_app
@@ -400,10 +400,7 @@ def test_the_server_sweeps_on_a_timer_and_stops_cleanly(
         client.headers["Authorization"] = f"Bearer {admin_token}"
         ts = upload(client, {"a.bin": (b"abc", "supporting")}, ttlDays=1)
         clock.advance(days=2)
-        deadline = time.monotonic() + 10
-        while _status(client, ts["id"]) != "deleted":
-            assert time.monotonic() < deadline, "the timer never swept"
-            time.sleep(0.05)
+        wait_until(lambda: _status(client, ts["id"]) == "deleted", "the timer never swept", 10)
 
 
 def test_gc_command_sweeps_a_data_directory(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.support.uploading import (
     put_parts,
     request_upload,
 )
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
@@ -201,10 +201,12 @@ def serving(services: Services) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
+
+    def started() -> bool:
+        assert thread.is_alive(), "uvicorn stopped"
+        return bool(server.started)
+
+    wait_until(started, "uvicorn did not start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.attackers import open_body, other_session_parts, server_log, start_upload
 from tests.support.served import Served, serving
+from tests.support.waiting import wait_until
 from tracestore.client import Client, RetryPolicy, RetryWait
 
 pytestmark = pytest.mark.slow  # a server process per module
@@ -42,11 +43,12 @@ def test_the_log_holds_no_signature_and_no_traceback_for_a_dropped_part(
     dropped, whole = (entry["parts"][0]["url"] for entry in answer["files"])
     open_body(dropped, 1000, b"x" * 10).close()
     assert httpx.put(whole, content=b"y" * 10).status_code == 200
-    deadline = time.monotonic() + 10
-    while "PUT /blobs/parts" not in server_log(data_dir) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # the dropped body's end is logged once its thread notices
-    log = server_log(data_dir)
+    # Both PUTs logged: the dropped body's end once its thread notices.
+    log = wait_until(
+        lambda: (text := server_log(data_dir)).count("PUT /blobs/parts") >= 2 and text,
+        lambda: f"both part PUTs were not logged:\n{server_log(data_dir)}",
+        10,
+    )
     for url in (dropped, whole):
         signature = parse_qs(urlsplit(url).query)["signature"][0]
         assert signature not in log

@@ -34,6 +34,7 @@ from tests.support.replica_processes import (  # noqa: F401 - the postgres and s
 )
 from tests.support.s3server import AWS_ENV, MotoServer
 from tests.support.served import serving
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 
 LEASE_SECONDS = 2
@@ -67,14 +68,10 @@ def job_row(database_url: str) -> dict[str, Any] | None:
 
 
 def wait_for(predicate: Any, what: str, timeout: float, logs: list[Path]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}:\n" + "\n".join(p.read_text() for p in logs))
-        time.sleep(0.05)
+    """``wait_until``, failing with the processes' logs."""
+    return wait_until(
+        predicate, lambda: f"{what}:\n" + "\n".join(p.read_text() for p in logs), timeout
+    )
 
 
 class Watcher:

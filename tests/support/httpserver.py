@@ -5,7 +5,6 @@ running the body protocol."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 from tracestore.server.serving.body_protocol import BodyProtocol
 
 
@@ -40,10 +40,7 @@ def uvicorn_serving(app: Any, **config: Any) -> Iterator[int]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
+    wait_until(lambda: server.started, "uvicorn did not start", timeout=10, every=0.01)
     try:
         yield port
     finally:

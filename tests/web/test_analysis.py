@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,6 +22,7 @@ from tests.support.paths import SCREENSHOTS, TESTDATA
 from tests.support.replica_processes import fresh_database, postgres, worker_process  # noqa: F401 - the fixture
 from tests.support.seeding import sign_in
 from tests.support.served import Served, serving
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 
 KINETO = TESTDATA / "kineto-dlrm-8ranks"
@@ -38,13 +38,11 @@ def analysis_of(served: Served, traceset_id: str) -> dict[str, Any]:
 
 
 def wait_analysed(served: Served, traceset_id: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
+    def analysed() -> dict[str, Any] | None:
         answer = analysis_of(served, traceset_id)
-        if answer["status"] != "pending":
-            return answer
-        assert time.monotonic() < deadline, f"still pending after {timeout} s"
-        time.sleep(0.2)
+        return answer if answer["status"] != "pending" else None
+
+    return wait_until(analysed, "the analysis is still pending", timeout=timeout, every=0.2)
 
 
 def upload_files(served: Served, name: str, files: list[Path], ranks: int) -> str:
