@@ -41,7 +41,10 @@ from tracestore.server.storage.local import LocalBlobStore
 from tracestore.server.storage.s3 import S3BlobStore
 
 # The store contract does not depend on the database engine: SQLite pass only.
-pytestmark = pytest.mark.engine_independent
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.engine_independent,
+]  # the S3 store's contract runs against a moto server
 
 PART = 5 * MIB  # the part size of the test settings
 

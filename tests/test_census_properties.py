@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,8 @@ from tracestore.inspect.groups import process_group_check
 from tracestore.inspect.readiness import readiness
 from tracestore.inspect.summary import search_facts, traceset_summary
 from tracestore.metadata import MAX_RANK_COUNT
+
+pytestmark = pytest.mark.slow  # hypothesis: 400 cases under a memory bound
 
 BOUND = MAX_RANK_COUNT
 # Counts and degrees: the bounds and their neighbours often, anything in 1..2³¹−1 otherwise.

@@ -20,6 +20,8 @@ from tracestore.inspect import FileInspection, inspect_file, rank_census
 from tracestore.inspect.model import Draft, ProcessGroup, TimeSpan
 from tracestore.inspect.streams import DEFAULT_LIMITS, Limits
 
+pytestmark = pytest.mark.slow  # bombs read in child processes
+
 MIB = crafted.MIB
 LIMIT = "inspection stopped after"
 

@@ -29,6 +29,8 @@ from tracestore.inspect.summary import MAX_DISTINCT_VALUES, SEARCH_FACTS
 from tracestore.server import db
 from tracestore.server.services import Services
 
+pytestmark = pytest.mark.slow  # hypothesis and memory-bounded uploads
+
 BOUND = 2_147_483_647  # shape.rankCount's largest value in the rules
 
 # Ranks 0 and 5 of a world of 8 (each with its default process group of 8) and rank 3's

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
@@ -24,6 +25,8 @@ from tests.support.metadata_strategies import promotion_metadata
 from tests.support.uploading import upload
 from tracestore.errors import UnprocessableEntity
 from tracestore.metadata import check_promotion_metadata
+
+pytestmark = pytest.mark.slow  # hypothesis: thousands of cases
 
 
 @seed(15)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
@@ -17,6 +18,8 @@ from tests.support.metadata_model import TOO_DEEP, answered, depth, model, refus
 from tests.support.metadata_strategies import metadata_values
 from tracestore.errors import ValidationError
 from tracestore.metadata import check_upload_metadata
+
+pytestmark = pytest.mark.slow  # hypothesis: thousands of cases
 
 
 @seed(15)

@@ -28,6 +28,8 @@ from starlette.routing import Route
 from tests.support.httpserver import uvicorn_serving
 from tracestore.server.serving.pathsend import PATHSEND, SLICE
 
+pytestmark = pytest.mark.slow  # a real uvicorn, raw sockets and timed waits
+
 
 class FilesApp:
     """``GET /files/{name}`` a file of ``root`` (``/stale/{name}``: with the size it had

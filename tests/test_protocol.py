@@ -31,6 +31,8 @@ from tracestore.server.serving.body_protocol import (
     receive_into,
 )
 
+pytestmark = pytest.mark.slow  # a real uvicorn, raw sockets and trickling bodies
+
 
 class HashingApp:
     """``PUT /sink`` answers the body's SHA-256 and length, and whether it came through the

@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.served import serving
 
+pytestmark = pytest.mark.slow  # a real serve and the CLI as processes
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 

@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.ports import free_port
 from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
@@ -33,6 +34,8 @@ from tests.support.replica_processes import (  # noqa: F401 - the postgres and s
 )
 from tests.support.s3server import AWS_ENV, MotoServer
 from tracestore.client import Client
+
+pytestmark = pytest.mark.slow  # replicas as processes, on PostgreSQL and S3
 
 ROUNDS = 5
 

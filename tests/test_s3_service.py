@@ -34,6 +34,8 @@ from tracestore.server.services import Services
 from tracestore.server.settings import MIB, Settings
 from tracestore.server.storage.s3 import S3BlobStore
 
+pytestmark = pytest.mark.slow  # a moto server and the service over S3
+
 
 @pytest.fixture
 def settings(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from tests.support.envelopes import assert_error
@@ -24,6 +25,8 @@ from tests.support.replica_processes import (  # noqa: F401 - the postgres and s
 from tests.support.s3server import AWS_ENV, MotoServer
 from tracestore.cli import main
 from tracestore.server.db.database import schema_exists
+
+pytestmark = pytest.mark.slow  # serve processes on PostgreSQL and S3
 
 # --- migrate, and admin commands that do not make a store by accident ---
 

@@ -29,6 +29,8 @@ from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.storage.local import LocalBlobStore
 
+pytestmark = pytest.mark.slow  # hypothesis: hundreds of cases through the app
+
 UPLOAD = "/api/v1/tracesets/upload-url"
 CHECK = UPLOAD + "/check"
 MAX_FILES = 3

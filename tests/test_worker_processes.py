@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from tests.support import crafted
 from tests.support.ports import free_port
@@ -36,6 +37,8 @@ from tests.support.s3server import AWS_ENV, MotoServer
 from tests.support.served import serving
 from tests.support.waiting import wait_until
 from tracestore.client import Client
+
+pytestmark = pytest.mark.slow  # replicas and workers as processes, on PostgreSQL and S3
 
 LEASE_SECONDS = 2
 MIB = crafted.MIB
