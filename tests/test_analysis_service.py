@@ -336,6 +336,7 @@ def test_answer_text_writes_the_models_members_in_order() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_64_rank_set_from_the_real_sample(http: TestClient, services: Services) -> None:
     files = {name: (data, "primary") for name, data in dlrm_ranks(64).items()}
     traceset = upload(http, files, {"shape": {"rankCount": 64}})

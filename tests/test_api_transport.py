@@ -236,6 +236,7 @@ def test_an_answer_given_before_the_body_was_taken_is_the_answer(
         assert http.get(f"{url}/chunked").json() == {"a": 1}
 
 
+@pytest.mark.slow
 def test_an_answer_abandoned_on_a_closing_connection_closes_its_socket(
     served: tuple[str, Seen], transport: SendfileTransport
 ) -> None:

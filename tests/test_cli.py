@@ -216,6 +216,7 @@ def test_the_local_service_and_its_admin_token_are_found_in_the_data_dir(
     assert stale.exit_code == 2 and "is not running" in stale.stderr
 
 
+@pytest.mark.slow
 def test_a_url_where_nothing_answers_fails_within_seconds_naming_what_to_check() -> None:
     # Issue 43, 5: ten "Waiting for the service" lines and 62 s for a wrong port.
     started = time.monotonic()
@@ -229,6 +230,7 @@ def test_a_url_where_nothing_answers_fails_within_seconds_naming_what_to_check()
     assert NEXT_STEPS["NETWORK_ERROR"] in result.stderr
 
 
+@pytest.mark.slow
 def test_a_service_that_answered_and_went_away_is_waited_for(tmp_path: Path) -> None:
     # A restart of a service that was answering is waited out with the long patience,
     # saying so; a few seconds would fail uploads through every restart.
@@ -261,6 +263,7 @@ def test_a_service_that_answered_and_went_away_is_waited_for(tmp_path: Path) -> 
     assert answered == ["/api/v1/tracesets"]
 
 
+@pytest.mark.slow
 def test_the_local_service_recorded_running_is_waited_for_while_it_restarts(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -628,6 +631,7 @@ def test_an_error_message_prints_its_control_characters_escaped(run: Any) -> Non
     assert result.stderr.splitlines()[0] == f"Error: Traceset 'ts_{HOSTILE_SHOWN}' not found"
 
 
+@pytest.mark.slow
 def test_the_python_client_on_a_url_where_nothing_answers_fails_within_seconds() -> None:
     # Issue 43, 5: the Client waited 65 s in silence.
     waits: list[RetryWait] = []

@@ -557,6 +557,7 @@ def _leaves(found: dict[str, Any]) -> list[dict[str, Any]]:
     return [leaf for member in members for leaf in _leaves(member)] if members else [found]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CRAFTED))
 def test_a_crafted_trace_is_stored_ready_and_answered_as_json(http: TestClient, name: str) -> None:
     """Issue 41's hostile traces: each is stored, its inspection recorded with the reason

@@ -182,6 +182,7 @@ def test_bad_file_names_are_refused_naming_the_file(
     assert not re.fullmatch(NAME_PATTERN, name) or len(name) > MAX_NAME_BYTES  # described
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.from_regex(NAME_PATTERN, fullmatch=True).filter(lambda n: len(n) <= MAX_NAME_BYTES))
 def test_every_name_the_description_allows_is_a_good_file_name(name: str) -> None:

@@ -368,6 +368,7 @@ def test_feeder_json_nodes_with_integer_node_types_are_counted() -> None:
     assert result.rank == 2
 
 
+@pytest.mark.slow
 def test_chakra_json_larger_than_a_chunk_and_truncated() -> None:
     nodes = [chakra_json_node(i, "COMM_COLL_NODE", "0") for i in range(40_000)]
     data = b"".join(json.dumps(o, indent=2).encode() for o in [{"version": "0.0.4"}, *nodes])

@@ -67,6 +67,7 @@ def _requests(services: Services, admin_token: str, http: TestClient) -> list[An
     return [(path, header) for path in paths for header in headers]
 
 
+@pytest.mark.slow
 def test_a_lane_answers_what_its_route_answers(
     services: Services, admin_token: str, http: TestClient, both: tuple[TestClient, TestClient]
 ) -> None:

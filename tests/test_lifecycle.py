@@ -297,6 +297,7 @@ def second_services(settings: Settings, clock: FakeClock) -> Iterator[Services]:
     other.close()
 
 
+@pytest.mark.slow
 def test_two_sweepers_at_once_do_each_thing_exactly_once(
     http: TestClient, services: Services, second_services: Services, clock: FakeClock
 ) -> None:
@@ -413,6 +414,7 @@ def test_gc_command_sweeps_a_data_directory(tmp_path: Path) -> None:
     assert human.exit_code == 0 and "expired 0 tracesets" in human.output
 
 
+@pytest.mark.slow
 def test_a_zero_purge_grace_lets_gc_reclaim_the_bytes_now(
     http: TestClient, services: Services, settings: Settings
 ) -> None:

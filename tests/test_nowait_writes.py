@@ -216,6 +216,7 @@ def test_writes_now_raises_writer_busy_before_any_statement(
         pass
 
 
+@pytest.mark.slow
 def test_the_loops_commits_are_checkpointed_by_a_worker_thread(
     sqlite_file: Path, http: TestClient, services: Services, on_loop: list[bool]
 ) -> None:

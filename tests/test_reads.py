@@ -288,6 +288,7 @@ def test_a_json_member_is_read_from_sqlite_as_the_json_parser_reads_it(member: s
     assert process(member) == (None if member is None else json.loads(member))
 
 
+@pytest.mark.slow
 def test_a_list_shape_made_again_is_not_compiled_again(
     sqlite_only: None, services: Services, admin_token: str
 ) -> None:

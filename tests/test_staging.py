@@ -133,6 +133,7 @@ def test_a_part_written_in_place_adds_names_not_inodes(
     assert {p.stat().st_ino for p in upload_dir.iterdir()} == {inode}
 
 
+@pytest.mark.slow
 def test_the_files_of_one_upload_keep_to_their_own_names(http: TestClient) -> None:
     # Positions 1 and 10 share a first digit: neither file sees the other's parts.
     files = {f"r{i}.et": (bytes([i]) * (MIB + i), "primary") for i in range(12)}
