@@ -247,9 +247,10 @@ def report(
 
 
 def _straggler_set(root: Path, ranks: int, collectives: int) -> list[Path]:
-    """A synthetic set whose rank ``ranks // 3`` computes 20 % longer (tests/kineto_traces)."""
+    """A synthetic set whose rank ``ranks // 3`` computes 20 % longer
+    (tests/support/kineto_traces)."""
     sys.path.insert(0, str(REPO))
-    from tests.kineto_traces import straggler_run
+    from tests.support.kineto_traces import straggler_run
 
     steps = max(1, collectives // 25)
     run = straggler_run(ranks, steps, slow={ranks // 3: 1.2}, jitter=0.03, collectives_per_step=25)
@@ -278,7 +279,7 @@ def _through_service(root: Path, paths: list[Path], rounds: int) -> dict[str, li
     """Upload to analysis complete, with the pass and without, alternating; the pass's time."""
     from fastapi.testclient import TestClient
 
-    from tests.uploading import upload
+    from tests.support.uploading import upload
     from tracestore.analysis.stragglers import Verdict, verdict
     from tracestore.server import analysis
     from tracestore.server.app import create_app

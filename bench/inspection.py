@@ -54,7 +54,7 @@ def _write_repeated(
 
 def write_kineto(path: Path, size: int, info_at: str) -> int:
     """A synthetic Kineto trace of rank 3 of 8; the number of event blocks."""
-    from tests.inspect_fixtures import kineto_parts
+    from tests.support.inspect_fixtures import kineto_parts
 
     head, block, tail = kineto_parts(RANK, WORLD, info_at=info_at)  # type: ignore[arg-type]
     return _write_repeated(path, head, block, tail, size, b",\n")
@@ -62,7 +62,7 @@ def write_kineto(path: Path, size: int, info_at: str) -> int:
 
 def write_execution_trace(path: Path, size: int) -> int:
     """A synthetic execution trace of rank 3 of 8; the number of node blocks."""
-    from tests.inspect_fixtures import execution_trace_parts
+    from tests.support.inspect_fixtures import execution_trace_parts
 
     head, block, tail = execution_trace_parts(RANK, WORLD)
     return _write_repeated(path, head, block, tail, size, b",\n")
@@ -70,7 +70,7 @@ def write_execution_trace(path: Path, size: int) -> int:
 
 def write_chakra(path: Path, size: int, converter_like: bool) -> tuple[int, float]:
     """A synthetic Chakra trace; ``(block count, mean node size in bytes)``."""
-    from tests.inspect_fixtures import chakra_block, chakra_converter_block, chakra_metadata
+    from tests.support.inspect_fixtures import chakra_block, chakra_converter_block, chakra_metadata
 
     block = chakra_converter_block() if converter_like else chakra_block()
     return _write_repeated(path, chakra_metadata(), block, b"", size, b""), len(block) / 100
@@ -184,7 +184,7 @@ def report(
     results: list[tuple[str, str, int, dict[str, Any], str]], kineto_blocks: int, et_blocks: int
 ) -> int:
     """Print the table and check the findings and the targets."""
-    from tests.inspect_fixtures import BLOCK_COLLECTIVES
+    from tests.support.inspect_fixtures import BLOCK_COLLECTIVES
 
     baselines = {
         what.split(",")[0]: run for label, what, _, run, _ in results if label.startswith("json")

@@ -38,7 +38,7 @@ from dataclasses import dataclass  # noqa: E402
 from listbench.plans import explain  # noqa: E402
 from listbench.store import MEMBER_OF, load  # noqa: E402
 
-from tests.pgserver import PostgresServer  # noqa: E402
+from tests.support.pgserver import PostgresServer  # noqa: E402
 from tracestore.server.auth import Principal  # noqa: E402
 from tracestore.server.db.database import Database  # noqa: E402
 from tracestore.server.listing import pages  # noqa: E402

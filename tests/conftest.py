@@ -2,7 +2,7 @@
 
 The database is SQLite unless ``TRACESTORE_TEST_DATABASE_URL`` names a PostgreSQL server;
 with ``TRACESTORE_TEST_POSTGRES=1`` the session starts a throwaway PostgreSQL 15 cluster itself
-(tests/pgserver.py) and fails loudly when it cannot. Each test then gets its own database on
+(tests/support/pgserver.py) and fails loudly when it cannot. Each test then gets its own database on
 it, copied from a template database migrated once per session.
 """
 
@@ -12,38 +12,17 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.s3server import MotoServer
+from tests.support.clock import FakeClock
+from tests.support.s3server import MotoServer
 from tracestore.server.app import create_app
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.services import Services, build_services
 from tracestore.server.settings import MIB, Settings
-
-REPO = Path(__file__).resolve().parents[1]
-# Real public trace samples, carried by the repository (tests/data/SOURCES.md says whence).
-TESTDATA = REPO / "tests" / "data"
-
-
-# Where in-process tests reach the app (TestClient's Host): the base of its presigned URLs.
-TEST_BASE = "http://testserver"
-
-
-class FakeClock:
-    """A clock the tests move by hand (time travel without sleeping)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(microsecond=0)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
 
 
 def _database_url(tmp_path: Path) -> str | None:
@@ -87,7 +66,7 @@ def postgres_server() -> Iterator[str | None]:
         return
     import psycopg
 
-    from tests.pgserver import PostgresServer
+    from tests.support.pgserver import PostgresServer
     from tracestore.server.db.database import Database
 
     server = PostgresServer().start()
@@ -183,7 +162,7 @@ def http(services: Services, admin_token: str) -> Iterator[TestClient]:
 @pytest.fixture
 def both(services: Services, admin_token: str) -> Iterator[tuple[TestClient, TestClient]]:
     """The app with its lanes, and the same app routing everything through FastAPI
-    (tests/laning.py holds the one to the other)."""
+    (tests/support/laning.py holds the one to the other)."""
     with (
         TestClient(create_app(services=services), raise_server_exceptions=False) as laned,
         TestClient(
@@ -195,6 +174,6 @@ def both(services: Services, admin_token: str) -> Iterator[tuple[TestClient, Tes
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[MotoServer]:
-    """A real S3-protocol server (moto, tests/s3server.py) shared by the session."""
+    """A real S3-protocol server (moto, tests/support/s3server.py) shared by the session."""
     with MotoServer() as server:
         yield server

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
-from tests.conftest import FakeClock
-from tests.tenancy import person
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.tenancy import person
 from tracestore.cli import main
 from tracestore.errors import NotFound, ValidationError
 from tracestore.server import admin, db
@@ -178,7 +179,7 @@ def test_a_disabled_user_is_refused_from_the_next_request_on(
     disabled = admin.disable_user(services, "ada")
     assert disabled.disabled_at is not None
     refused = http.get("/api/v1/tracesets", headers=headers)
-    assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHORIZED"
+    assert_error(refused, 401, "UNAUTHORIZED")
     with pytest.raises(ValidationError, match="User 'ada' is disabled"):
         admin.create_token(services, user="ada")
     with pytest.raises(ValidationError, match="bootstrap admin"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.kineto_traces import TraceBuilder, pytorch_json
+from tests.support.kineto_traces import TraceBuilder, pytorch_json
 from tracestore.analysis import (
     AnalysedRank,
     KinetoEvents,

@@ -1,6 +1,6 @@
 """HTA 0.5.0 as the oracle of the per-rank analysis (ANALYTICS.md, "Where HTA is the oracle").
 
-HTA runs once per directory in a process of its own (``tests/hta_oracle.py``). Where
+HTA runs once per directory in a process of its own (``tests/support/hta_oracle.py``). Where
 ANALYTICS.md says HTA is the oracle (whole-µs times, no stream-bound ``cuda_sync``) the
 numbers must be equal: on the repository's real Kineto samples, and on synthetic ranks that
 cover both NCCL kernel namings, memcpy and memset, overlap of every kind, several streams,
@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from tests.kineto_traces import TraceBuilder
+from tests.support.kineto_traces import TraceBuilder
 from tracestore.analysis import AnalysedRank, analyze_path, traceset_json
 
 pytestmark = pytest.mark.slow
-ORACLE = Path(__file__).with_name("hta_oracle.py")
+ORACLE = Path(__file__).with_name("support") / "hta_oracle.py"
 SAMPLES = Path(__file__).with_name("data") / "kineto-dlrm-8ranks"
 GEMM = "void gemm_kernel<float, 128>(float const*, float*, int)"
 RELU = "relu_kernel(float*, int)"

@@ -13,10 +13,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.kineto_traces import TraceBuilder, dlrm_ranks, pytorch_json
-from tests.tenancy import person
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.kineto_traces import TraceBuilder, dlrm_ranks, pytorch_json
+from tests.support.paths import TESTDATA
+from tests.support.tenancy import person
+from tests.support.uploading import upload
 from tracestore import schemas
 from tracestore.analysis import analyze_path, traceset_json
 from tracestore.analysis.model import KERNEL_ROWS
@@ -145,8 +147,7 @@ def test_ranks_selects_entries_and_a_bad_list_is_named(
     assert _analysis(http, traceset["id"], ranks="100-200")["ranks"] == []
     for bad, words in (("x", "'x' is not a rank"), ("7-2", "ends before it starts"), ("", "")):
         answer = http.get(f"/api/v1/tracesets/{traceset['id']}/analysis", params={"ranks": bad})
-        assert answer.status_code == 400, answer.text
-        assert words in answer.json()["error"]["message"]
+        assert words in assert_error(answer, 400, "VALIDATION_ERROR")["message"]
 
 
 def test_visibility_is_the_tracesets(http: TestClient, services: Services) -> None:
@@ -154,8 +155,10 @@ def test_visibility_is_the_tracesets(http: TestClient, services: Services) -> No
     services.wait_for_background()
     outsider = person(services, "outsider", "elsewhere", ["theirs"])
     answer = http.get(f"/api/v1/tracesets/{traceset['id']}/analysis", headers=outsider.auth)
-    assert answer.status_code == 404
-    assert answer.json()["error"]["message"] == f"Traceset '{traceset['id']}' not found"
+    assert (
+        assert_error(answer, 404, "NOT_FOUND")["message"]
+        == f"Traceset '{traceset['id']}' not found"
+    )
     assert http.get("/api/v1/tracesets/ts_nope/analysis").status_code == 404
     unauthenticated = http.get(
         f"/api/v1/tracesets/{traceset['id']}/analysis?ranks=x", headers={"Authorization": ""}
@@ -333,6 +336,7 @@ def test_answer_text_writes_the_models_members_in_order() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_64_rank_set_from_the_real_sample(http: TestClient, services: Services) -> None:
     files = {name: (data, "primary") for name, data in dlrm_ranks(64).items()}
     traceset = upload(http, files, {"shape": {"rankCount": 64}})

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import TESTDATA
-from tests.kineto_traces import TraceBuilder, straggler_run
-from tests.uploading import upload
+from tests.support.kineto_traces import TraceBuilder, straggler_run
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
 from tracestore.analysis import AnalysedRank, Limits, analyze_path, traceset_json
 from tracestore.analysis.model import KERNEL_ROWS
 from tracestore.analysis.stragglers import CollectiveColumns, RankSource, verdict

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler
 import httpx
 import pytest
 
-from tests.httpserver import serving
+from tests.support.httpserver import serving
 from tracestore.client import Client
 from tracestore.client.sendfile import SendfileTransport
 
@@ -236,6 +236,7 @@ def test_an_answer_given_before_the_body_was_taken_is_the_answer(
         assert http.get(f"{url}/chunked").json() == {"a": 1}
 
 
+@pytest.mark.slow
 def test_an_answer_abandoned_on_a_closing_connection_closes_its_socket(
     served: tuple[str, Seen], transport: SendfileTransport
 ) -> None:

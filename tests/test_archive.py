@@ -16,9 +16,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.conftest import TEST_BASE, FakeClock
-from tests.s3server import MotoServer, with_s3_bytes
-from tests.uploading import complete, put_parts, request_upload, upload
+from tests.support.clock import FakeClock
+from tests.support.paths import TEST_BASE
+from tests.support.s3server import MotoServer, with_s3_bytes
+from tests.support.uploading import complete, put_parts, request_upload, upload
 from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.archive import (

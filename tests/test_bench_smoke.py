@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.engine_independent
+pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]  # each starts benchmarks
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 MODULES = {"served.py", "comparison.py"}  # imported by the scripts, not run

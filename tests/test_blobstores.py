@@ -23,8 +23,8 @@ from boto3.s3.transfer import TransferConfig
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import TEST_BASE
-from tests.s3server import with_s3_bytes
+from tests.support.paths import TEST_BASE
+from tests.support.s3server import with_s3_bytes
 from tracestore.errors import ValidationError
 from tracestore.server import db, upload_sessions
 from tracestore.server.services import Services
@@ -41,7 +41,10 @@ from tracestore.server.storage.local import LocalBlobStore
 from tracestore.server.storage.s3 import S3BlobStore
 
 # The store contract does not depend on the database engine: SQLite pass only.
-pytestmark = pytest.mark.engine_independent
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.engine_independent,
+]  # the S3 store's contract runs against a moto server
 
 PART = 5 * MIB  # the part size of the test settings
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from tests.inspect_fixtures import (
-    TESTDATA,
+from tests.support.inspect_fixtures import (
     census_of,
     comms_values,
     execution_trace_with_rows,
     kineto_trace,
     old_comms_values,
 )
+from tests.support.paths import TESTDATA
 from tracestore.inspect import FileInspection, RankRange, inspect_file, inspect_path, rank_census
 
 # --- execution traces ------------------------------------------------------------------

@@ -16,16 +16,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.bounded import bounded_memory
+from tests.support.bounded import bounded_memory
 from tracestore.cli.inspect import census_lines
 from tracestore.inspect import FileInspection, ProcessGroup, rank_census
 from tracestore.inspect.groups import process_group_check
 from tracestore.inspect.readiness import readiness
 from tracestore.inspect.summary import search_facts, traceset_summary
 from tracestore.metadata import MAX_RANK_COUNT
+
+pytestmark = pytest.mark.slow  # hypothesis: 400 cases under a memory bound
 
 BOUND = MAX_RANK_COUNT
 # Counts and degrees: the bounds and their neighbours often, anything in 1..2³¹−1 otherwise.

@@ -19,9 +19,10 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.httpserver import serving
-from tests.tenancy import person
+from tests.support.clock import FakeClock
+from tests.support.httpserver import serving
+from tests.support.paths import TESTDATA
+from tests.support.tenancy import person
 from tracestore.choices import STATUSES
 from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
@@ -215,6 +216,7 @@ def test_the_local_service_and_its_admin_token_are_found_in_the_data_dir(
     assert stale.exit_code == 2 and "is not running" in stale.stderr
 
 
+@pytest.mark.slow
 def test_a_service_that_answered_and_went_away_is_waited_for(tmp_path: Path) -> None:
     # A restart of a service that was answering is waited out with the long patience,
     # saying so; a few seconds would fail uploads through every restart.
@@ -247,6 +249,7 @@ def test_a_service_that_answered_and_went_away_is_waited_for(tmp_path: Path) -> 
     assert answered == ["/api/v1/tracesets"]
 
 
+@pytest.mark.slow
 def test_the_local_service_recorded_running_is_waited_for_while_it_restarts(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

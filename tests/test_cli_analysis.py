@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from tests.conftest import TESTDATA
-from tests.kineto_traces import TraceBuilder, pytorch_json
-from tests.uploading import upload
+from tests.support.kineto_traces import TraceBuilder, pytorch_json
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
 from tracestore import schemas
 from tracestore.cli import main
 from tracestore.client import Client

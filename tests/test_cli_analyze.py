@@ -9,8 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from tests.conftest import TESTDATA
-from tests.kineto_traces import TraceBuilder
+from tests.support.kineto_traces import TraceBuilder
+from tests.support.paths import TESTDATA
 from tracestore.analysis import analyze_path, traceset_json
 from tracestore.analysis.model import KERNEL_ROWS
 from tracestore.cli import main

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from tests.conftest import TESTDATA
-from tests.inspect_fixtures import comms_values, execution_trace_with_rows, kineto_trace
+from tests.support.inspect_fixtures import comms_values, execution_trace_with_rows, kineto_trace
+from tests.support.paths import TESTDATA
 from tracestore.cli import main
 from tracestore.cli.inspect import ranges_text
 

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.tenancy import person
+from tests.support.clock import FakeClock
+from tests.support.tenancy import person
 from tracestore import schemas
 from tracestore.cli import main
 from tracestore.cli.output import list_rows, traceset_text

@@ -18,6 +18,8 @@ from click.testing import CliRunner
 from tracestore.cli import main
 from tracestore.cli.common import OWN_PROCESS, lasting_imports
 
+pytestmark = pytest.mark.slow  # the installed command as processes
+
 # A client command that fails at once (nothing listens on port 9), after its imports.
 UNREACHABLE = ["ls", "--url", "http://127.0.0.1:9", "--token", "t"]
 

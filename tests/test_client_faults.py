@@ -112,6 +112,7 @@ def test_dropped_connections_and_503s_on_parts_are_retried(
         assert (out / name).read_bytes() == data
 
 
+@pytest.mark.slow
 def test_a_lost_completion_answer_is_retried(
     app_http: TestClient, admin_token: str, tmp_path: Path, traces: dict[str, bytes]
 ) -> None:

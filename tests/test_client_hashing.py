@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.uploading import one_part_session
+from tests.support.uploading import one_part_session
 from tracestore import errors, schemas
 from tracestore.client import Client, RetryPolicy, uploader
 from tracestore.filedigest import FileDigest

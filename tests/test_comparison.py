@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.bounded import bounded_memory
-from tests.comparison_traces import (
+from tests.support.bounded import bounded_memory
+from tests.support.comparison_traces import (
     ADAM,
     ALL_REDUCE,
     BASE,

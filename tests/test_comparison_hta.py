@@ -1,7 +1,7 @@
 """HTA 0.5.0's TraceDiff as the oracle of the comparison (ANALYTICS.md, "Where HTA is the
 oracle"; issue 45, item 4): ``TraceDiff.compare_traces`` and ``ops_diff`` with every
 iteration of each side and ``device_type=DeviceType.GPU``, run in a process of its own
-(``tests/hta_oracle.py diff``), equal ours per kernel name (counts, durations, their
+(``tests/support/hta_oracle.py diff``), equal ours per kernel name (counts, durations, their
 differences) and in the five name sets: on pairs of ranks of the real DLRM sample, on a
 real rank against a modified copy of itself, and on synthetic pairs of several steps with
 kernels launched outside every step or with no launch in the file. Where we differ on
@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from tests.comparison_traces import ADAM, ALL_REDUCE, BASE, GEMM, OTHER, RELU, SOFTMAX, run
-from tests.kineto_traces import TraceBuilder
+from tests.support.comparison_traces import ADAM, ALL_REDUCE, BASE, GEMM, OTHER, RELU, SOFTMAX, run
+from tests.support.kineto_traces import TraceBuilder
 from tracestore.analysis import analyze_path
 from tracestore.analysis.compare import compare_sides, side_of
 
 pytestmark = pytest.mark.slow
-ORACLE = Path(__file__).with_name("hta_oracle.py")
+ORACLE = Path(__file__).with_name("support") / "hta_oracle.py"
 SAMPLES = sorted((Path(__file__).with_name("data") / "kineto-dlrm-8ranks").iterdir())
 
 

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from tests.comparison_traces import BASE, OTHER, SOFTMAX, run
-from tests.conftest import TESTDATA
-from tests.tenancy import person
-from tests.uploading import upload
+from tests.support.comparison_traces import BASE, OTHER, SOFTMAX, run
+from tests.support.paths import TESTDATA
+from tests.support.tenancy import person
+from tests.support.uploading import upload
 from tracestore import schemas
 from tracestore.analysis import analyze_path
 from tracestore.analysis.compare import compare_sides, side_of

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import crafted
-from tests.ports import free_port
-from tests.test_e2e_serve import MIB, Served, make_traces, serving
+from tests.support import crafted
+from tests.support.ports import free_port
+from tests.support.served import MIB, Served, make_traces, serving
 from tracestore.client import Client, RetryPolicy
 from tracestore.errors import TracestoreError, UploadIncomplete
 from tracestore.server.db.database import utcnow

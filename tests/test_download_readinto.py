@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.httpserver import serving
+from tests.support.httpserver import serving
 from tracestore.client.sendfile import SendfileTransport
 from tracestore.client.transfers import BODY_SINK, RetryPolicy, Stopped, download_to
 from tracestore.errors import IntegrityError, TracestoreError

@@ -18,8 +18,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.conftest import FakeClock
-from tests.uploading import put_parts, request_upload, upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.uploading import put_parts, request_upload, upload
 from tracestore.server import db
 from tracestore.server.integrity import VerifiedBlobs
 from tracestore.server.lifecycle import sweep
@@ -89,28 +90,29 @@ def test_download_one_file_by_presigned_url_with_ranges_etag_and_sha256(
     # The URL expires after the setting (15 minutes by default).
     clock.advance(minutes=16)
     late = _no_token(http, body["url"])
-    assert late.status_code == 403
-    assert late.json()["error"]["code"] == "FORBIDDEN"
+    assert_error(late, 403, "FORBIDDEN")
 
 
 def test_download_refusals_name_what_is_wrong(http: TestClient, services: Services) -> None:
     ts = upload(http, _files(), METADATA)
     missing = http.get(_api(ts["id"], "download"), params={"file": "nope.json"})
-    assert missing.status_code == 404
-    assert missing.json()["error"]["message"] == (
+    assert assert_error(missing, 404, "NOT_FOUND")["message"] == (
         f"File 'nope.json' not found in traceset '{ts['id']}'"
     )
     unknown = http.get(_api("ts_doesnotexist", "download"))
-    assert unknown.status_code == 404
-    assert unknown.json()["error"]["message"] == "Traceset 'ts_doesnotexist' not found"
+    assert (
+        assert_error(unknown, 404, "NOT_FOUND")["message"] == "Traceset 'ts_doesnotexist' not found"
+    )
     no_token = http.get(_api(ts["id"], "download"), headers={"Authorization": ""})
     assert no_token.status_code == 401
 
     uploading = request_upload(http, {"a.log": (b"abc", "supporting")}).json()
     for what, method in (("download", "GET"), ("resolve", "GET"), ("validate", "POST")):
         refused = http.request(method, _api(uploading["tracesetId"], what))
-        assert refused.status_code == 409, what
-        assert "is uploading; only a ready traceset can be" in refused.json()["error"]["message"]
+        assert (
+            "is uploading; only a ready traceset can be"
+            in assert_error(refused, 409, "CONFLICT")["message"]
+        )
 
 
 def test_tampered_or_expired_archive_url_is_forbidden(
@@ -127,8 +129,10 @@ def test_tampered_or_expired_archive_url_is_forbidden(
     assert _no_token(http, f"{parsed.path}?{urlencode(query)}").status_code == 403
     clock.advance(minutes=15)
     expired = _no_token(http, url)
-    assert expired.status_code == 403
-    assert expired.json()["error"]["message"] == "The URL has expired; request a new URL"
+    assert (
+        assert_error(expired, 403, "FORBIDDEN")["message"]
+        == "The URL has expired; request a new URL"
+    )
 
 
 def test_archive_of_a_traceset_unpacks_to_identical_bytes(
@@ -177,8 +181,9 @@ def test_download_and_resolve_reset_the_ttl_and_expired_ones_answer_410(
 
     clock.advance(days=7)
     gone = http.get(_api(ts["id"], "download"))
-    assert gone.status_code == 410
-    assert gone.json()["error"]["message"].startswith(f"Traceset '{ts['id']}' expired at ")
+    assert assert_error(gone, 410, "GONE")["message"].startswith(
+        f"Traceset '{ts['id']}' expired at "
+    )
     assert sweep(services).expired_tracesets == 1
     after = http.get(f"/api/v1/tracesets/{ts['id']}").json()
     assert after["status"] == "deleted"

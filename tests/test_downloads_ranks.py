@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from tests.inspect_fixtures import TESTDATA
-from tests.uploading import upload
+from tests.support.envelopes import assert_error
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
 from tracestore.cli import main
 from tracestore.errors import ValidationError
 from tracestore.ranks import parse_ranks, ranks_text, within
@@ -182,8 +183,7 @@ def test_a_bad_or_unknown_rank_is_a_400_naming_it(
 ) -> None:
     ts = _dlrm(http)
     response = http.get(_api(ts["id"]), params=params)
-    assert response.status_code == 400, response.text
-    assert response.json()["error"]["message"] == message.format(id=ts["id"])
+    assert assert_error(response, 400, "VALIDATION_ERROR")["message"] == message.format(id=ts["id"])
 
 
 def test_a_changed_selection_breaks_the_signature(http: TestClient) -> None:

@@ -7,134 +7,39 @@ import hashlib
 import http.client
 import json
 import os
-import resource
-import shlex
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import httpx
 import pytest
 
-from tests.ports import free_port
-from tests.uploading import complete, put_parts, request_upload
+from tests.support.served import (
+    MIB,
+    PART,
+    Served,
+    assert_downloaded,
+    make_traces,
+    serving,
+    start_upload,
+    tracestore,
+    write_meta,
+)
+from tests.support.uploading import complete, put_parts, request_upload
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 
 pytestmark = pytest.mark.slow  # a server process and several CLI processes per test
-
-MIB = 1024 * 1024
-PART = 5 * MIB
-
-
-@dataclass(frozen=True)
-class Served:
-    url: str
-    token: str
-    env: dict[str, str]
-    pid: int = 0  # the server process (a test may SIGKILL it)
-
-    def api(self) -> httpx.Client:
-        """An HTTP client on the service, authenticated as its admin."""
-        return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
-        )
-
-
-@contextmanager
-def serving(
-    data_dir: Path,
-    *args: str,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-    port: int | None = None,
-    open_files: int | None = None,
-) -> Iterator[Served]:
-    """``tracestore serve`` on ``port`` (a free one by default) over ``data_dir``, stopped at
-    the end; with ``cwd``, started there without --data-dir (``data_dir`` is then its default
-    one); ``env`` adds to its environment; ``open_files`` limits its descriptors (soft and
-    hard)."""
-    port = port or free_port()
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
-    base_env["TRACESTORE_PART_SIZE"] = str(PART)
-    log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
-    command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(port)]
-    if cwd is None:
-        command += ["--data-dir", str(data_dir)]
-    server = subprocess.Popen(
-        [*command, *args],
-        env={**base_env, **(env or {})},
-        cwd=cwd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=None if open_files is None else lambda: _limit_open_files(open_files),
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((data_dir.parent / "server.log").read_text())
-            time.sleep(0.1)
-        token = (data_dir / "admin-token").read_text().strip()
-        client_env = {**base_env, "TRACESTORE_URL": url, "TRACESTORE_TOKEN": token}
-        yield Served(url, token, client_env, server.pid)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-
-
-def _limit_open_files(limit: int) -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with serving(tmp_path_factory.mktemp("served") / "data") as server:
         yield server
-
-
-def tracestore(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tracestore.cli", *args],
-        env=served.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def make_traces(directory: Path, sizes: list[int]) -> dict[str, bytes]:
-    directory.mkdir(parents=True)
-    files = {f"rank_{i}.json": os.urandom(size) for i, size in enumerate(sizes)}
-    for name, data in files.items():
-        (directory / name).write_bytes(data)
-    return files
-
-
-def write_meta(path: Path, ranks: int) -> Path:
-    path.write_text(json.dumps({"shape": {"rankCount": ranks}, "precision": "bf16"}))
-    return path
-
-
-def assert_downloaded(served: Served, traceset_id: str, out: Path, files: dict[str, bytes]) -> None:
-    result = tracestore(served, "download", traceset_id, "-o", str(out))
-    assert result.returncode == 0, result.stderr
-    for name, data in files.items():
-        assert (out / name).read_bytes() == data
 
 
 def test_upload_show_download_round_trip(served: Served, tmp_path: Path) -> None:
@@ -158,43 +63,19 @@ def test_upload_show_download_round_trip(served: Served, tmp_path: Path) -> None
     assert_downloaded(served, traceset_id, tmp_path / "out", files)
 
 
-def start_upload(
-    served: Served, traces: Path, meta: Path, *options: str, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[str], str]:
-    """``tracestore upload`` (one part at a time, with ``options``) as a process; it and its
-    upload id, read from the line it prints once the session exists."""
-    command = [sys.executable, "-m", "tracestore.cli", "upload", *options, str(traces)]
-    process = subprocess.Popen(
-        [*command, "--workload-metadata", str(meta), "--concurrency", "1"],
-        env=env or served.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    # Random bytes have no rank: the local inspection warns first, then the session starts.
-    line = process.stderr.readline()
-    while line.startswith("Warning:"):
-        line = process.stderr.readline()
-    assert f"resume with: {shlex.join(['tracestore', 'upload', *options])} --resume upload_" in line
-    return process, line.split("--resume ")[1].split()[0]
-
-
 def test_sigkilled_upload_resumes_byte_exact(served: Served, tmp_path: Path) -> None:
     files = make_traces(tmp_path / "traces", [64 * MIB + 5, 48 * MIB, 40 * MIB + 1, 7])
     meta = write_meta(tmp_path / "meta.json", 4)
     process, upload_id = start_upload(served, tmp_path / "traces", meta)
 
     client = Client(served.url, served.token)
-    deadline = time.monotonic() + 120
-    while True:
-        session = client.resume_upload(upload_id)
-        received = sum(len(f.received_parts) for f in session.files)
-        if received >= 2:
-            break
+
+    def two_parts_in() -> bool:
         assert process.poll() is None, "the upload ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+        session = client.resume_upload(upload_id)
+        return sum(len(f.received_parts) for f in session.files) >= 2
+
+    wait_until(two_parts_in, "two parts never arrived", timeout=120, every=0.02)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert process.returncode == -signal.SIGKILL
@@ -219,9 +100,12 @@ def test_ctrl_c_prints_the_resume_command(served: Served, tmp_path: Path) -> Non
     meta = write_meta(tmp_path / "meta.json", 2)
     process, upload_id = start_upload(served, tmp_path / "traces", meta)
     client = Client(served.url, served.token)
-    while not any(f.received_parts for f in client.resume_upload(upload_id).files):
+
+    def a_part_in() -> bool:
         assert process.poll() is None, "the upload ended before it could be interrupted"
-        time.sleep(0.02)
+        return any(f.received_parts for f in client.resume_upload(upload_id).files)
+
+    wait_until(a_part_in, "no part arrived", timeout=120, every=0.02)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr

@@ -10,7 +10,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_e2e_serve import (
+from tests.support.served import (
     MIB,
     Served,
     make_traces,
@@ -27,7 +26,8 @@ from tests.test_e2e_serve import (
     tracestore,
     write_meta,
 )
-from tests.uploading import UPLOAD_URL
+from tests.support.uploading import UPLOAD_URL
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 from tracestore.server.settings import Settings
 
@@ -115,11 +115,12 @@ def test_a_colleague_gets_their_own_access(tmp_path: Path) -> None:
         assert revoked.returncode == 0, revoked.stderr
         # Another process revoked it: the server believes its cached check for at most
         # TRACESTORE_TOKEN_CACHE_SECONDS (2 s by default), then refuses.
-        deadline = time.monotonic() + Settings().token_cache_seconds + 5
-        refused = tracestore(ada, "ls")
-        while refused.returncode == 0 and time.monotonic() < deadline:
-            time.sleep(0.25)
-            refused = tracestore(ada, "ls")
+        refused = wait_until(
+            lambda: (listed := tracestore(ada, "ls")).returncode != 0 and listed,
+            "the revoked token was still believed",
+            Settings().token_cache_seconds + 5,
+            every=0.25,
+        )
         assert refused.returncode == 1
         assert "Invalid or missing authentication token" in refused.stderr
 
@@ -172,9 +173,12 @@ def test_the_cli_finds_the_service_started_in_its_directory(tmp_path: Path) -> N
             env={**served.env, "TRACESTORE_URL": "http://127.0.0.1:9"},
         )
         with Client(served.url, served.token) as client:
-            while not any(f.received_parts for f in client.resume_upload(upload_id).files):
+
+            def a_part_in() -> bool:
                 assert process.poll() is None, "the upload ended before it could be interrupted"
-                time.sleep(0.02)
+                return any(f.received_parts for f in client.resume_upload(upload_id).files)
+
+            wait_until(a_part_in, "no part arrived", timeout=120, every=0.02)
         process.send_signal(signal.SIGINT)
         _, rest = process.communicate(timeout=60)
         hint = rest.split("Interrupted; resume with: ")[-1].strip()

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.test_e2e_serve import Served, serving
+from tests.support.served import Served, serving
 
 pytestmark = pytest.mark.slow  # a server process and the generator
 

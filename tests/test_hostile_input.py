@@ -16,9 +16,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests import crafted
-from tests.test_http_contract import assert_envelope
-from tests.uploading import (
+from tests.support import crafted
+from tests.support.envelopes import assert_error
+from tests.support.uploading import (
     COMPLETE_URL,
     UPLOAD_URL,
     complete,
@@ -57,13 +57,13 @@ def _started(http: TestClient) -> dict[str, Any]:
 def test_a_non_ascii_part_signature_is_forbidden(http: TestClient) -> None:
     url = _started(http)["files"][0]["parts"][0]["url"]
     response = http.put(_with_query(url, signature="é" * 43), content=b"x" * 100)
-    assert "does not match" in assert_envelope(response, 403, "FORBIDDEN")["message"]
+    assert "does not match" in assert_error(response, 403, "FORBIDDEN")["message"]
 
 
 def test_a_non_ascii_checksum_is_a_validation_error(http: TestClient) -> None:
     url = _started(http)["files"][0]["parts"][0]["url"]
     response = http.put(url, content=b"x" * 100, headers={"x-amz-checksum-sha256": "é".encode()})
-    assert "x-amz-checksum-sha256" in assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    assert "x-amz-checksum-sha256" in assert_error(response, 400, "VALIDATION_ERROR")["message"]
 
 
 def test_non_ascii_blob_and_archive_signatures_are_forbidden(http: TestClient) -> None:
@@ -72,7 +72,7 @@ def test_non_ascii_blob_and_archive_signatures_are_forbidden(http: TestClient) -
     for params in ({"file": "a.bin"}, {}):
         url = http.get(api, params=params).json()["url"]
         response = http.get(_with_query(url, signature="ü"))
-        assert_envelope(response, 403, "FORBIDDEN")
+        assert_error(response, 403, "FORBIDDEN")
 
 
 @pytest.mark.parametrize("depth", [200, 1_000, 100_000])
@@ -82,7 +82,7 @@ def test_deeply_nested_metadata_is_a_validation_error(http: TestClient, depth: i
         f'"workloadMetadata":{"[" * depth}{"]" * depth}}}'
     )
     response = raw_post(http, UPLOAD_URL, body)
-    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    message = assert_error(response, 400, "VALIDATION_ERROR")["message"]
     assert "levels deep" in message
 
 
@@ -109,7 +109,7 @@ def test_the_download_url_of_a_purged_blob_is_gone(
     # Back to when the URL was signed: it has not expired, only its bytes are gone.
     clock.advance(seconds=-(services.settings.purge_grace.total_seconds() + 1))
     response = http.get(url)
-    assert "no longer stored" in assert_envelope(response, 410, "GONE")["message"]
+    assert "no longer stored" in assert_error(response, 410, "GONE")["message"]
 
 
 def test_an_unexpected_error_answers_500_with_connection_close(
@@ -122,7 +122,7 @@ def test_an_unexpected_error_answers_500_with_connection_close(
 
     monkeypatch.setattr(services.store, "list_parts", broken)
     response = http.get(f"{UPLOAD_URL}/{answer['uploadId']}")
-    assert_envelope(response, 500, "INTERNAL_ERROR")
+    assert_error(response, 500, "INTERNAL_ERROR")
     assert response.headers["connection"] == "close"
     assert "disk went away" not in response.text
 
@@ -132,7 +132,7 @@ def test_a_huge_etag_is_not_echoed_whole(http: TestClient) -> None:
     etags = put_parts(http, answer, SUPPORTING)
     etags["a.bin"][0]["etag"] = "e" * 1_000_000
     response = complete(http, answer["uploadId"], etags)
-    error = assert_envelope(response, 400, "VALIDATION_ERROR")
+    error = assert_error(response, 400, "VALIDATION_ERROR")
     assert len(error["message"]) < 1_000
     assert len(response.content) < 2_000
 
@@ -152,7 +152,7 @@ def test_names_that_collide_on_disk_are_refused_naming_both(
 ) -> None:
     files = {first: (b"1", "supporting"), second: (b"2", "supporting")}
     response = request_upload(http, files)
-    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    message = assert_error(response, 400, "VALIDATION_ERROR")["message"]
     assert repr(first) in message and repr(second) in message
     assert record_counts(services)["tracesets"] == 0
 
@@ -224,7 +224,7 @@ def test_an_upload_larger_in_all_than_the_limit_is_refused_with_nothing_stored(
         "files": [{"name": f"f{i}", "size": 5 * 1024**4, "role": "supporting"} for i in range(50)],
     }
     response = http.post(UPLOAD_URL, json=body)
-    message = assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")["message"]
+    message = assert_error(response, 413, "PAYLOAD_TOO_LARGE")["message"]
     assert str(services.settings.max_upload_size) in message
     assert record_counts(services)["tracesets"] == 0
     assert list(services.store.staged_uploads()) == []
@@ -265,7 +265,7 @@ def test_part_urls_come_in_bounded_pages(
         ("big", [5, 6, 7, 8, 9, 10])
     ]
     unknown = http.get(f"{UPLOAD_URL}/{answer['uploadId']}", params={"file": "nope"})
-    assert_envelope(unknown, 404, "NOT_FOUND")
+    assert_error(unknown, 404, "NOT_FOUND")
 
 
 def test_the_client_follows_pages_of_part_urls(
@@ -346,23 +346,23 @@ def test_an_id_holding_a_nul_character_is_not_found(
 ) -> None:
     """PostgreSQL's text cannot hold U+0000: psycopg refused the lookup (a 500 there)."""
     response = http.request(method, path, **({"json": {}} if method == "POST" else {}))
-    assert "not found" in assert_envelope(response, 404, "NOT_FOUND")["message"]
+    assert "not found" in assert_error(response, 404, "NOT_FOUND")["message"]
 
 
 def test_a_file_or_upload_named_with_a_nul_character_is_not_found(http: TestClient) -> None:
     done = upload(http, SUPPORTING)
     got = http.get(f"/api/v1/tracesets/{done['id']}/download", params={"file": "a\u0000b"})
-    assert "not found" in assert_envelope(got, 404, "NOT_FOUND")["message"]
+    assert "not found" in assert_error(got, 404, "NOT_FOUND")["message"]
     started = _started(http)
     resumed = http.get(
         f"/api/v1/tracesets/upload-url/{started['uploadId']}",
         params={"file": "a\u0000b", "fromPart": "2"},
     )
-    assert "not part of upload" in assert_envelope(resumed, 404, "NOT_FOUND")["message"]
+    assert "not part of upload" in assert_error(resumed, 404, "NOT_FOUND")["message"]
     completed = http.post(
         "/api/v1/tracesets/upload-url/complete", json={"uploadId": "a\u0000b", "files": []}
     )
-    assert "not found" in assert_envelope(completed, 404, "NOT_FOUND")["message"]
+    assert "not found" in assert_error(completed, 404, "NOT_FOUND")["message"]
     facts = http.get("/api/v1/tracesets", params={"inspected.gpu_model": "a\u0000b"})
     assert facts.status_code == 200, facts.text
     assert facts.json()["items"] == []
@@ -377,7 +377,7 @@ def test_a_stored_text_holding_a_nul_character_is_refused_with_nothing_stored(
 ) -> None:
     before = record_counts(services)
     response = request_upload(http, SUPPORTING, **{member: value})
-    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    message = assert_error(response, 400, "VALIDATION_ERROR")["message"]
     assert message == f"{member} contains a NUL character (U+0000), which is not allowed"
     assert record_counts(services) == before
     if member == "name":  # promotion does not rename
@@ -386,7 +386,7 @@ def test_a_stored_text_holding_a_nul_character_is_refused_with_nothing_stored(
     promoted = http.post(
         f"/api/v1/tracesets/{done['id']}/promote", json={"target": "tenant", member: value}
     )
-    message = assert_envelope(promoted, 400, "VALIDATION_ERROR")["message"]
+    message = assert_error(promoted, 400, "VALIDATION_ERROR")["message"]
     assert message == f"{member} contains a NUL character (U+0000), which is not allowed"
     again = http.get(f"/api/v1/tracesets/{done['id']}").json()
     assert (again["scope"], again["description"], again["tags"]) == ("workspace", "as given", ["t"])
@@ -397,7 +397,7 @@ def test_a_search_holding_a_nul_character_is_a_validation_error(
     http: TestClient, route: str
 ) -> None:
     response = http.get(route, params={"search": "a\u0000b"})
-    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    message = assert_error(response, 400, "VALIDATION_ERROR")["message"]
     assert message == "search contains a NUL character (U+0000), which no name can hold"
 
 
@@ -472,14 +472,14 @@ def test_a_lone_surrogate_in_a_string_member_is_a_validation_error_naming_it(
         if route == "promote":
             url = f"/api/v1/tracesets/{upload(http, SUPPORTING)['id']}/promote"
         before = record_counts(services)
-        message = assert_envelope(raw_post(http, url, body), 400, "VALIDATION_ERROR")["message"]
+        message = assert_error(raw_post(http, url, body), 400, "VALIDATION_ERROR")["message"]
         assert message.startswith(f"{member} holds a lone surrogate (U+D800)"), message
         assert record_counts(services) == before
 
 
 def test_a_workload_filter_of_a_lone_surrogate_is_a_validation_error(http: TestClient) -> None:
     response = http.get("/api/v1/tracesets", params={"label": f'"{LONE}"'})
-    message = assert_envelope(response, 400, "VALIDATION_ERROR")["message"]
+    message = assert_error(response, 400, "VALIDATION_ERROR")["message"]
     assert message.startswith("Workload filter 'label' holds a lone surrogate (U+D800)")
 
 
@@ -498,12 +498,12 @@ def test_metadata_holding_a_lone_surrogate_is_refused_naming_the_member(
     at promotion (422), naming the member (it said \"'utf-8' codec can't encode character
     '\\ud800' in position 12\")."""
     body = f'{{"name":"a","files":[{_FILE}],"workloadMetadata":{where}}}'
-    error = assert_envelope(raw_post(http, UPLOAD_URL, body), 400, "VALIDATION_ERROR")
+    error = assert_error(raw_post(http, UPLOAD_URL, body), 400, "VALIDATION_ERROR")
     assert error["message"].startswith(message), error
     done = upload(http, SUPPORTING)
     promote = f"/api/v1/tracesets/{done['id']}/promote"
     refused = raw_post(http, promote, f'{{"workloadMetadata":{where}}}')
-    assert assert_envelope(refused, 422, "UNPROCESSABLE_ENTITY")["message"].startswith(message)
+    assert assert_error(refused, 422, "UNPROCESSABLE_ENTITY")["message"].startswith(message)
 
 
 def test_an_error_quoting_a_lone_surrogate_is_answered_escaped(
@@ -557,6 +557,7 @@ def _leaves(found: dict[str, Any]) -> list[dict[str, Any]]:
     return [leaf for member in members for leaf in _leaves(member)] if members else [found]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CRAFTED))
 def test_a_crafted_trace_is_stored_ready_and_answered_as_json(http: TestClient, name: str) -> None:
     """Issue 41's hostile traces: each is stored, its inspection recorded with the reason

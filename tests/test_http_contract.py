@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
-from tests.uploading import COMPLETE_URL, UPLOAD_URL, raw_post
+from tests.support.envelopes import assert_error
+from tests.support.uploading import COMPLETE_URL, UPLOAD_URL, raw_post
 from tracestore.errors import ERRORS_BY_CODE
 from tracestore.schemas import MAX_NAME_BYTES, NAME_PATTERN, file_name_problem
 from tracestore.server.app import create_app
@@ -22,22 +23,6 @@ from tracestore.server.listing.pages import BAD_CURSOR
 from tracestore.server.listing.query import CURSOR_PATTERN
 from tracestore.server.services import Services
 from tracestore.server.settings import Settings
-
-ENVELOPE_KEYS = {"code", "message", "requestId"}
-
-
-def assert_envelope(response: object, status: int, code: str) -> dict[str, str]:
-    from httpx import Response
-
-    assert isinstance(response, Response)
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == ENVELOPE_KEYS
-    assert body["error"]["code"] == code
-    assert re.fullmatch(r"req_[0-9a-f]{24}", body["error"]["requestId"])
-    assert response.headers["x-request-id"] == body["error"]["requestId"]
-    return dict(body["error"])
 
 
 def api_routes(http: TestClient) -> Iterator[tuple[str, str]]:
@@ -72,7 +57,7 @@ def test_every_api_route_needs_a_valid_bearer_token(
         headers = {} if authorization is None else {"Authorization": authorization}
         http.headers.pop("Authorization", None)
         response = http.request(method, path, headers=headers, json={})
-        error = assert_envelope(response, 401, "UNAUTHORIZED")
+        error = assert_error(response, 401, "UNAUTHORIZED")
         assert error["message"] == "Invalid or missing authentication token"
 
 
@@ -102,26 +87,26 @@ def test_revoked_and_expired_tokens_are_refused(http: TestClient, services: Serv
         if token == expiring.token:
             services.clock.advance(hours=2)  # type: ignore[attr-defined]
         response = http.get("/api/v1/tracesets/ts_x", headers={"Authorization": f"Bearer {token}"})
-        assert_envelope(response, 401, "UNAUTHORIZED")
+        assert_error(response, 401, "UNAUTHORIZED")
 
 
 def test_error_envelope_for_each_status(http: TestClient) -> None:
-    assert_envelope(
+    assert_error(
         http.post(UPLOAD_URL, content=b"{nope", headers={"Content-Type": "application/json"}),
         400,
         "VALIDATION_ERROR",
     )
-    assert_envelope(
+    assert_error(
         http.post("/api/v1/tracesets/upload-url/complete", json={"files": []}),
         400,
         "VALIDATION_ERROR",
     )
-    assert_envelope(http.get("/api/v1/tracesets/ts_missing"), 404, "NOT_FOUND")
-    assert_envelope(http.get("/no/such/route"), 404, "NOT_FOUND")
-    assert_envelope(http.patch("/api/v1/tracesets/upload-url/complete"), 405, "METHOD_NOT_ALLOWED")
-    error = assert_envelope(http.post("/api/v1/tracesets", json={}), 501, "NOT_IMPLEMENTED")
+    assert_error(http.get("/api/v1/tracesets/ts_missing"), 404, "NOT_FOUND")
+    assert_error(http.get("/no/such/route"), 404, "NOT_FOUND")
+    assert_error(http.patch("/api/v1/tracesets/upload-url/complete"), 405, "METHOD_NOT_ALLOWED")
+    error = assert_error(http.post("/api/v1/tracesets", json={}), 501, "NOT_IMPLEMENTED")
     assert "upload-url" in error["message"]
-    assert_envelope(
+    assert_error(
         http.post(
             UPLOAD_URL,
             json={
@@ -136,11 +121,11 @@ def test_error_envelope_for_each_status(http: TestClient) -> None:
 
 
 def test_an_upload_without_files_is_refused_in_the_references_words(http: TestClient) -> None:
-    empty = assert_envelope(
+    empty = assert_error(
         http.post(UPLOAD_URL, json={"name": "x", "files": []}), 400, "VALIDATION_ERROR"
     )
     assert empty["message"] == "At least one file is required"
-    missing = assert_envelope(http.post(UPLOAD_URL, json={"name": "x"}), 400, "VALIDATION_ERROR")
+    missing = assert_error(http.post(UPLOAD_URL, json={"name": "x"}), 400, "VALIDATION_ERROR")
     assert missing["message"] == "files is required"
 
 
@@ -170,7 +155,7 @@ def test_request_validation_errors_name_the_member(http: TestClient) -> None:
         ),
     ]
     for body, needle in cases:
-        error = assert_envelope(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
+        error = assert_error(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
         assert needle in error["message"], (body, error)
 
 
@@ -192,11 +177,12 @@ def test_bad_file_names_are_refused_naming_the_file(
     http: TestClient, name: str, problem: str
 ) -> None:
     body = {"name": "x", "files": [{"name": name, "size": 1, "role": "supporting"}]}
-    error = assert_envelope(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
+    error = assert_error(http.post(UPLOAD_URL, json=body), 400, "VALIDATION_ERROR")
     assert problem in error["message"]
     assert not re.fullmatch(NAME_PATTERN, name) or len(name) > MAX_NAME_BYTES  # described
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.from_regex(NAME_PATTERN, fullmatch=True).filter(lambda n: len(n) <= MAX_NAME_BYTES))
 def test_every_name_the_description_allows_is_a_good_file_name(name: str) -> None:
@@ -211,9 +197,9 @@ def test_integral_numbers_are_integers_as_the_description_says(http: TestClient)
     body = '{"name":"x","ttlDays":7.0,"files":[{"name":"a","size":1e1,"role":"supporting"}]}'
     assert raw_post(http, UPLOAD_URL, body).status_code == 200
     done = '{"uploadId":"upload_x","files":[{"name":"a","parts":[{"partNumber":1.0,"etag":"e"}]}]}'
-    assert_envelope(raw_post(http, COMPLETE_URL, done), 404, "NOT_FOUND")
+    assert_error(raw_post(http, COMPLETE_URL, done), 404, "NOT_FOUND")
     half = done.replace("1.0", "1.5")
-    message = assert_envelope(raw_post(http, COMPLETE_URL, half), 400, "VALIDATION_ERROR")
+    message = assert_error(raw_post(http, COMPLETE_URL, half), 400, "VALIDATION_ERROR")
     assert message["message"].startswith("files[0].parts[0].partNumber")
 
 
@@ -223,9 +209,9 @@ def test_a_cursor_not_of_the_described_form_is_told_apart_from_a_forged_one(
 ) -> None:
     for text in ("", "abc", "a.b.c", "a b.c"):
         assert not re.fullmatch(CURSOR_PATTERN, text)
-        error = assert_envelope(http.get(route, params={"next": text}), 400, "VALIDATION_ERROR")
+        error = assert_error(http.get(route, params={"next": text}), 400, "VALIDATION_ERROR")
         assert error["message"] == "next must be a cursor from pagination.nextCursor"
-    forged = assert_envelope(http.get(route, params={"next": "YQ.Yg"}), 400, "VALIDATION_ERROR")
+    forged = assert_error(http.get(route, params={"next": "YQ.Yg"}), 400, "VALIDATION_ERROR")
     assert forged["message"] == BAD_CURSOR
 
 
@@ -255,7 +241,7 @@ def test_json_bodies_over_the_limit_answer_413_before_being_read(
             "description": "d" * 5000,
             "files": [{"name": "a", "size": 1, "role": "supporting"}],
         }
-        assert_envelope(http.post(UPLOAD_URL, json=big), 413, "PAYLOAD_TOO_LARGE")
+        assert_error(http.post(UPLOAD_URL, json=big), 413, "PAYLOAD_TOO_LARGE")
 
         def chunks() -> Iterator[bytes]:
             yield b'{"name":"x","description":"'
@@ -266,7 +252,7 @@ def test_json_bodies_over_the_limit_answer_413_before_being_read(
         response = http.post(
             UPLOAD_URL, content=chunks(), headers={"Content-Type": "application/json"}
         )
-        assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")
+        assert_error(response, 413, "PAYLOAD_TOO_LARGE")
 
 
 def test_unexpected_errors_are_500_without_internals(
@@ -278,7 +264,7 @@ def test_unexpected_errors_are_500_without_internals(
         raise RuntimeError("secret internal detail")
 
     monkeypatch.setattr(tracesets, "get_traceset", broken)
-    error = assert_envelope(http.get("/api/v1/tracesets/ts_x"), 500, "INTERNAL_ERROR")
+    error = assert_error(http.get("/api/v1/tracesets/ts_x"), 500, "INTERNAL_ERROR")
     assert "secret" not in error["message"]
 
 
@@ -414,7 +400,7 @@ def test_every_405_names_the_methods_the_path_allows(
             for method in {"TRACE", "PATCH", "PUT", "DELETE", "POST"} - documented:
                 response = http.request(method, concrete)
                 assert response.status_code == 405, (method, path, response.text)
-                assert_envelope(response, 405, "METHOD_NOT_ALLOWED")
+                assert_error(response, 405, "METHOD_NOT_ALLOWED")
                 allowed = set(response.headers["allow"].split(", "))
                 assert allowed == documented, (method, path, allowed)
         answer = http.request("TRACE", "/static/app.js")

@@ -117,3 +117,27 @@ def test_a_cycle_is_found() -> None:
     """The check itself: a graph with a loop of three has that one cycle."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def _tests_imports() -> Iterator[tuple[str, str]]:
+    """(file, imported name) for every import of a ``tests`` module outside tests/support, and
+    every relative import."""
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                targets = [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.startswith((".", "tests.")) and not target.startswith("tests.support."):
+                    yield str(path.relative_to(root.parent)), target
+
+
+def test_tests_share_helpers_through_support_only() -> None:
+    """A helper lives in tests/support/; test modules (and conftests) never import each other,
+    so moving or deleting one test module breaks no other."""
+    assert list(_tests_imports()) == []

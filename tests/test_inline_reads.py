@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, func, literal_column, select
 from sqlalchemy.sql import Select
 
-from tests.uploading import upload
+from tests.support.uploading import upload
 from tracestore.server import db
 from tracestore.server.auth import create_tenant
 from tracestore.server.services import Services

@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.inspect_fixtures import (
+from tests.support.inspect_fixtures import (
     BASE_TS,
     BLOCK_COLLECTIVES,
     BLOCK_SPAN,
     CHAKRA_BLOCK_COLLECTIVES,
     CHAKRA_BLOCK_NODES,
-    TESTDATA,
     chakra_allreduce,
     chakra_block,
     chakra_trace,
     execution_trace,
     kineto_trace,
 )
+from tests.support.paths import TESTDATA
 from tracestore.inspect import FileInspection, inspect_file, inspect_path
 
 KINETO_DIR = TESTDATA / "kineto-dlrm-8ranks"

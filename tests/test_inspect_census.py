@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.inspect_fixtures import (
-    TESTDATA,
-    census_of,
-    chakra_allreduce,
-    chakra_trace,
-    kineto_trace,
-)
+from tests.support.inspect_fixtures import census_of, chakra_allreduce, chakra_trace, kineto_trace
+from tests.support.paths import TESTDATA
 from tracestore.inspect import (
     FileInspection,
     ProcessGroup,
@@ -440,6 +435,7 @@ def test_two_jsonized_chakra_jobs_are_not_one_traceset() -> None:
 MANY = 300_000
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)  # a hang guard: the quadratic census took many minutes here
 def test_many_files_of_one_rank_are_counted_in_work_linear_in_them() -> None:
     """300,000 rank-0 files (as in a tar of 300,000 identical members) and 20,000 archives

@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests import crafted
-from tests.inspect_fixtures import inspect_in_child
+from tests.support import crafted
+from tests.support.inspect_fixtures import inspect_in_child
 from tracestore.inspect import FileInspection, inspect_file, rank_census
 from tracestore.inspect.model import Draft, ProcessGroup, TimeSpan
 from tracestore.inspect.streams import DEFAULT_LIMITS, Limits
+
+pytestmark = pytest.mark.slow  # bombs read in child processes
 
 MIB = crafted.MIB
 LIMIT = "inspection stopped after"

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.inspect_fixtures import (
-    TESTDATA,
+from tests.support.inspect_fixtures import (
     chakra_allreduce,
     chakra_metadata_attrs,
     chakra_node,
@@ -24,6 +23,7 @@ from tests.inspect_fixtures import (
     execution_trace_with_rows,
     old_comms_values,
 )
+from tests.support.paths import TESTDATA
 from tracestore.inspect import FileInspection, inspect_file, inspect_path
 
 RESNET = TESTDATA / "pytorch-et-resnet50-ddp-2ranks"
@@ -368,6 +368,7 @@ def test_feeder_json_nodes_with_integer_node_types_are_counted() -> None:
     assert result.rank == 2
 
 
+@pytest.mark.slow
 def test_chakra_json_larger_than_a_chunk_and_truncated() -> None:
     nodes = [chakra_json_node(i, "COMM_COLL_NODE", "0") for i in range(40_000)]
     data = b"".join(json.dumps(o, indent=2).encode() for o in [{"version": "0.0.4"}, *nodes])

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from tests.bounded import bounded_memory
-from tests.inspect_fixtures import TESTDATA, chakra_node, chakra_trace, delimited
+from tests.support.bounded import bounded_memory
+from tests.support.inspect_fixtures import chakra_node, chakra_trace, delimited
+from tests.support.paths import TESTDATA
 from tracestore.cli import main
 from tracestore.inspect import (
     FoundGroup,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.inspect_fixtures import BLOCK_COLLECTIVES, inspect_in_child, kineto_parts
+from tests.support.inspect_fixtures import BLOCK_COLLECTIVES, inspect_in_child, kineto_parts
 
 
 @pytest.mark.slow

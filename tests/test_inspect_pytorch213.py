@@ -11,8 +11,9 @@ from pathlib import Path
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from tests.inspect_fixtures import TESTDATA, census_of
-from tests.uploading import upload
+from tests.support.inspect_fixtures import census_of
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
 from tracestore.cli import main
 from tracestore.inspect import CensusCheck, FoundGroup
 

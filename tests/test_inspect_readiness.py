@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.bounded import bounded_memory
-from tests.inspect_fixtures import TESTDATA, execution_trace_parts, kineto_trace
+from tests.support.bounded import bounded_memory
+from tests.support.inspect_fixtures import execution_trace_parts, kineto_trace
+from tests.support.paths import TESTDATA
 from tracestore.inspect import FileInspection, inspect_path, rank_census
 from tracestore.inspect.readiness import readiness, readiness_checks
 

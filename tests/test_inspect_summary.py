@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.inspect_fixtures import TESTDATA, kineto_trace, kineto_with_devices
+from tests.support.inspect_fixtures import kineto_trace, kineto_with_devices
+from tests.support.paths import TESTDATA
 from tracestore.inspect import FileInspection, inspect_path, rank_census
 from tracestore.inspect.summary import (
     MAX_DISTINCT_VALUES,

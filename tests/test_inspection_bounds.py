@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text, update
 
-from tests import crafted
-from tests.uploading import upload
+from tests.support import crafted
+from tests.support.uploading import upload
 from tracestore.client import Client
 from tracestore.server import db
 from tracestore.server.services import Services

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import TESTDATA
-from tests.uploading import upload
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
 from tracestore.server import inspection
 from tracestore.server.services import Services
 

@@ -17,12 +17,19 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from tests.bounded import bounded_memory
-from tests.inspect_fixtures import chakra_allreduce, chakra_trace, kineto_trace, kineto_with_devices
-from tests.uploading import upload
+from tests.support.bounded import bounded_memory
+from tests.support.inspect_fixtures import (
+    chakra_allreduce,
+    chakra_trace,
+    kineto_trace,
+    kineto_with_devices,
+)
+from tests.support.uploading import upload
 from tracestore.inspect.summary import MAX_DISTINCT_VALUES, SEARCH_FACTS
 from tracestore.server import db
 from tracestore.server.services import Services
+
+pytestmark = pytest.mark.slow  # hypothesis and memory-bounded uploads
 
 BOUND = 2_147_483_647  # shape.rankCount's largest value in the rules
 

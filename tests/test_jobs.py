@@ -5,7 +5,6 @@ PostgreSQL in the PostgreSQL pass (where claims are FOR UPDATE SKIP LOCKED)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -14,8 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import FakeClock
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.uploading import upload
+from tests.support.waiting import wait_until
 from tracestore.server import db, file_jobs, inspection, jobs
 from tracestore.server.app import create_app
 from tracestore.server.jobs import ClaimedJob, LeaseLost
@@ -273,13 +273,15 @@ def test_the_in_process_worker_thread_runs_queued_jobs(
     with TestClient(create_app(services=services)) as client:
         client.headers["Authorization"] = f"Bearer {admin_token}"
         traceset = upload(client, {"r0.json": (TRACE, "primary")}, ONE_RANK)
-        deadline = time.monotonic() + 20
-        while True:
-            answer = client.get(f"/api/v1/tracesets/{traceset['id']}").json()
-            if answer["inspection"] is not None:  # recorded by the assembly, after the file
-                break
-            assert time.monotonic() < deadline, "the worker thread never inspected it"
-            time.sleep(0.05)
+        # The inspection is recorded by the assembly, after the file's.
+        answer = wait_until(
+            lambda: (
+                (got := client.get(f"/api/v1/tracesets/{traceset['id']}").json())["inspection"]
+                and got
+            ),
+            "the worker thread never inspected it",
+            20,
+        )
     assert answer["inspection"]["status"] == "complete"
     assert services.worker is None  # stopped with the app
 

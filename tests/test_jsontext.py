@@ -27,6 +27,7 @@ _VALUES = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_VALUES)
 def test_compact_writes_what_json_dumps_writes(value: Any) -> None:
@@ -71,6 +72,7 @@ def _written(value: Any) -> str:
     return "".join(parts)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_MIXED)
 def test_dumps_writes_what_its_own_writer_writes(value: Any) -> None:

@@ -23,8 +23,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import FakeClock
-from tests.idp import (
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.idp import (
     EC_KEY,
     OTHER_RSA_KEY,
     RSA_KEY,
@@ -34,7 +35,7 @@ from tests.idp import (
     with_jwt_login,
     write_jwks,
 )
-from tests.tenancy import RANKS_256, UPLOAD_URL, tenant_id, upload_ready, workspace_id
+from tests.support.tenancy import RANKS_256, UPLOAD_URL, tenant_id, upload_ready, workspace_id
 from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.jwt_auth import JwtVerifier
@@ -102,8 +103,7 @@ def refused(http: TestClient, auth: dict[str, str]) -> bool:
     response = http.get("/api/v1/tracesets/ts_none", headers=auth)
     if response.status_code != 401:
         return False
-    assert response.json()["error"]["code"] == "UNAUTHORIZED"
-    return bool(response.json()["error"]["message"] == UNAUTHORIZED)
+    return assert_error(response, 401, "UNAUTHORIZED")["message"] == UNAUTHORIZED
 
 
 def user_row(services: Services, subject: str) -> tuple[db.User, set[str]]:
@@ -343,8 +343,7 @@ def test_an_unreachable_jwks_url_answers_503(settings: Settings, clock: FakeCloc
     try:
         with TestClient(create_app(services=services), raise_server_exceptions=False) as http:
             response = http.get("/api/v1/tracesets/ts_none", headers=bearer(token()))
-        assert response.status_code == 503
-        assert response.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+        assert_error(response, 503, "SERVICE_UNAVAILABLE")
     finally:
         services.close()
 

@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from tests.laning import comparable, gone_mid_body, presigned_path, taken_by
-from tests.tenancy import person
-from tests.uploading import UPLOAD_URL, request_upload, upload
+from tests.support.laning import comparable, gone_mid_body, presigned_path, taken_by
+from tests.support.tenancy import person
+from tests.support.uploading import UPLOAD_URL, request_upload, upload
 from tracestore.server import receiving, tracesets
 from tracestore.server.app import create_app
 from tracestore.server.routes import web
@@ -67,6 +67,7 @@ def _requests(services: Services, admin_token: str, http: TestClient) -> list[An
     return [(path, header) for path in paths for header in headers]
 
 
+@pytest.mark.slow
 def test_a_lane_answers_what_its_route_answers(
     services: Services, admin_token: str, http: TestClient, both: tuple[TestClient, TestClient]
 ) -> None:

@@ -7,8 +7,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import complete, put_parts, request_upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.uploading import complete, put_parts, request_upload
 from tracestore.server.lifecycle import sweep
 from tracestore.server.presigned import PartGrant
 from tracestore.server.receiving import open_part
@@ -29,8 +30,7 @@ def test_a_session_with_no_part_resumes_fails_to_complete_and_expires(
     assert [f["receivedParts"] for f in resumed.json()["files"]] == [[], []]
     guessed = {n: [{"partNumber": 1, "etag": "0" * 32}] for n in files}
     refused = complete(http, started["uploadId"], guessed)
-    assert refused.status_code == 400, refused.text
-    assert "never received" in refused.json()["error"]["message"]
+    assert "never received" in assert_error(refused, 400, "VALIDATION_ERROR")["message"]
     # one file arrives, the empty one never does
     only_a = {**started, "files": started["files"][:1]}
     put_parts(http, only_a, {"a.bin": files["a.bin"]})

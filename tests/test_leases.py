@@ -9,8 +9,8 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import FakeClock
-from tests.uploading import request_upload
+from tests.support.clock import FakeClock
+from tests.support.uploading import request_upload
 from tracestore.server import completion, db
 from tracestore.server.db import leases
 from tracestore.server.services import Services

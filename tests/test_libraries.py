@@ -9,8 +9,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.tenancy import RANKS_256, person, send_parts, start_upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.tenancy import RANKS_256, person, send_parts, start_upload
 from tracestore.server import lifecycle
 from tracestore.server.services import Services
 
@@ -100,8 +101,7 @@ def test_nobody_learns_of_a_library_only_others_can_see(
     assert theirs["id"] not in str(detail)
     hidden = library_of(only_theirs)
     response = http.get(f"{LIBRARIES}/{hidden}")
-    assert response.status_code == 404
-    assert response.json()["error"]["message"] == f"Library '{hidden}' not found"
+    assert assert_error(response, 404, "NOT_FOUND")["message"] == f"Library '{hidden}' not found"
     assert http.get(f"{LIBRARIES}/{hidden[4:14]}").status_code == 404
     assert listed(http, search=hidden[4:14]) == []
 
@@ -116,13 +116,11 @@ def test_a_hash_prefix_finds_a_library(http: TestClient) -> None:
         assert found.json()["hash"] == made["hash"]
 
     short = http.get(f"{LIBRARIES}/a1b2")
-    assert short.status_code == 400
-    assert short.json()["error"]["message"] == (
+    assert assert_error(short, 400, "VALIDATION_ERROR")["message"] == (
         "Hash prefix 'a1b2' is too short. Minimum 8 characters required."
     )
     missing = http.get(f"{LIBRARIES}/lib_notfound")
-    assert missing.status_code == 404
-    assert missing.json()["error"]["message"] == "Library 'lib_notfound' not found"
+    assert assert_error(missing, 404, "NOT_FOUND")["message"] == "Library 'lib_notfound' not found"
 
 
 def test_several_libraries_under_one_prefix_answer_300_naming_them(
@@ -146,9 +144,7 @@ def test_several_libraries_under_one_prefix_answer_300_naming_them(
 
     response = http.get(f"{LIBRARIES}/abababab")
 
-    assert response.status_code == 300
-    error = response.json()["error"]
-    assert error["code"] == "MULTIPLE_CHOICES"
+    error = assert_error(response, 300, "MULTIPLE_CHOICES")
     assert "lib_" + "ab" * 8 + "1" * 16 in error["message"]
     assert "lib_" + "ab" * 8 + "2" * 16 in error["message"]
 
@@ -175,8 +171,7 @@ def test_sort_search_paging_and_bad_parameters(http: TestClient, clock: FakeCloc
     assert rest.json()["pagination"]["hasMore"] is False
 
     bad = http.get(LIBRARIES, params={"sort": "unknown"})
-    assert bad.status_code == 400
-    assert bad.json()["error"]["message"] == (
+    assert assert_error(bad, 400, "VALIDATION_ERROR")["message"] == (
         "Invalid sort field: 'unknown'. Valid fields: created, total_size, reference_count"
     )
     for params in ({"limit": "0"}, {"next": "forged"}, {"bogus": "1"}, {"scope": "world"}):

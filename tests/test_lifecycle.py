@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,9 +20,11 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
-from tests.conftest import FakeClock
-from tests.s3server import MotoServer, with_s3_bytes
-from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.s3server import MotoServer, with_s3_bytes
+from tests.support.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
+from tests.support.waiting import wait_until
 from tracestore.cli import main
 from tracestore.server import db
 from tracestore.server.app import create_app
@@ -175,12 +176,9 @@ def test_expired_session_fails_its_traceset_removes_partial_bytes_and_answers_41
     assert _status(http, started["tracesetId"]) == "upload_failed"
     assert not staging.exists()
     late = complete(http, started["uploadId"], etags)
-    assert late.status_code == 410
-    assert late.json()["error"] == {
-        "code": "GONE",
-        "message": f"Upload session '{started['uploadId']}' has expired",
-        "requestId": late.json()["error"]["requestId"],
-    }
+    assert assert_error(late, 410, "GONE")["message"] == (
+        f"Upload session '{started['uploadId']}' has expired"
+    )
     assert http.get(f"/api/v1/tracesets/upload-url/{started['uploadId']}").status_code == 410
     assert sweep(services).failed_sessions == 0
 
@@ -299,6 +297,7 @@ def second_services(settings: Settings, clock: FakeClock) -> Iterator[Services]:
     other.close()
 
 
+@pytest.mark.slow
 def test_two_sweepers_at_once_do_each_thing_exactly_once(
     http: TestClient, services: Services, second_services: Services, clock: FakeClock
 ) -> None:
@@ -402,10 +401,7 @@ def test_the_server_sweeps_on_a_timer_and_stops_cleanly(
         client.headers["Authorization"] = f"Bearer {admin_token}"
         ts = upload(client, {"a.bin": (b"abc", "supporting")}, ttlDays=1)
         clock.advance(days=2)
-        deadline = time.monotonic() + 10
-        while _status(client, ts["id"]) != "deleted":
-            assert time.monotonic() < deadline, "the timer never swept"
-            time.sleep(0.05)
+        wait_until(lambda: _status(client, ts["id"]) == "deleted", "the timer never swept", 10)
 
 
 def test_gc_command_sweeps_a_data_directory(tmp_path: Path) -> None:
@@ -418,6 +414,7 @@ def test_gc_command_sweeps_a_data_directory(tmp_path: Path) -> None:
     assert human.exit_code == 0 and "expired 0 tracesets" in human.output
 
 
+@pytest.mark.slow
 def test_a_zero_purge_grace_lets_gc_reclaim_the_bytes_now(
     http: TestClient, services: Services, settings: Settings
 ) -> None:

@@ -1,6 +1,6 @@
 """Property tests (hypothesis) of promotion's metadata rules against the model of them in
-tests/metadata_model.py (promotion's, then the rank guard). For arbitrary JSON as
-workloadMetadata (tests/metadata_strategies.py) the service's verdict, error code and whole
+tests/support/metadata_model.py (promotion's, then the rank guard). For arbitrary JSON as
+workloadMetadata (tests/support/metadata_strategies.py) the service's verdict, error code and whole
 message equal the model's, and promoted metadata is stored as given: in the pure rules and
 through the promote route, on a fresh ready traceset holding no, 1 or 8 ranks. Fixed seed: the
 same cases every run. The upload rules: test_metadata_upload_properties.py."""
@@ -9,21 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.metadata_model import (
+from tests.support.metadata_model import (
     answered,
     declared_by,
     promote_route_model,
     promotion_model,
     verdict_event,
 )
-from tests.metadata_strategies import promotion_metadata
-from tests.uploading import upload
+from tests.support.metadata_strategies import promotion_metadata
+from tests.support.uploading import upload
 from tracestore.errors import UnprocessableEntity
 from tracestore.metadata import check_promotion_metadata
+
+pytestmark = pytest.mark.slow  # hypothesis: thousands of cases
 
 
 @seed(15)

@@ -1,6 +1,6 @@
 """Property tests (hypothesis) of the upload metadata rules against the model of them in
-tests/metadata_model.py (the upload rules). For arbitrary JSON as workloadMetadata
-(tests/metadata_strategies.py) the service's verdict, error code and whole message equal the
+tests/support/metadata_model.py (the upload rules). For arbitrary JSON as workloadMetadata
+(tests/support/metadata_strategies.py) the service's verdict, error code and whole message equal the
 model's, and an accepted upload's rank count and stored metadata are the model's too: in the
 pure rules and through the upload-url route. Fixed seed: the same cases every run. Promotion's
 rules: test_metadata_promotion_properties.py."""
@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.metadata_model import TOO_DEEP, answered, depth, model, refused, verdict_event
-from tests.metadata_strategies import metadata_values
+from tests.support.metadata_model import TOO_DEEP, answered, depth, model, refused, verdict_event
+from tests.support.metadata_strategies import metadata_values
 from tracestore.errors import ValidationError
 from tracestore.metadata import check_upload_metadata
+
+pytestmark = pytest.mark.slow  # hypothesis: thousands of cases
 
 
 @seed(15)

@@ -19,7 +19,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from tests.uploading import UPLOAD_URL, record_counts
+from tests.support.envelopes import assert_error
+from tests.support.uploading import UPLOAD_URL, record_counts
 from tracestore.server import db, uploads
 from tracestore.server.app import create_app
 from tracestore.server.db import loop_writes
@@ -104,8 +105,7 @@ def test_a_failed_write_on_the_loop_writes_nothing_and_frees_the_lock(
     with monkeypatch.context() as patch:
         patch.setattr(reads.Prepared, "run_many", refuse_the_third)  # inside the transaction
         answer = http.post(UPLOAD_URL, json=BODY)
-    assert answer.status_code == 409
-    assert answer.json()["error"]["message"] == "refused after two inserts"
+    assert assert_error(answer, 409, "CONFLICT")["message"] == "refused after two inserts"
     assert [sql.split()[2] for sql in inserts] == ["tracesets", "traceset_files", "upload_sessions"]
     assert record_counts(services) == before  # rolled back
     assert http.post(UPLOAD_URL, json=BODY).status_code == 200  # the lock was given back
@@ -216,6 +216,7 @@ def test_writes_now_raises_writer_busy_before_any_statement(
         pass
 
 
+@pytest.mark.slow
 def test_the_loops_commits_are_checkpointed_by_a_worker_thread(
     sqlite_file: Path, http: TestClient, services: Services, on_loop: list[bool]
 ) -> None:

@@ -16,11 +16,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.comparison_traces import BASE, run
-from tests.conftest import FakeClock
-from tests.idp import AUDIENCE, ISSUER, token
-from tests.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.comparison_traces import BASE, run
+from tests.support.envelopes import assert_error
+from tests.support.idp import AUDIENCE, ISSUER, token
+from tests.support.tenancy import RANKS_256, person, send_parts, start_upload, upload_ready
+from tests.support.uploading import upload
+from tracestore.errors import ERRORS_BY_STATUS
 from tracestore.server import db, presigned, receiving
 from tracestore.server.app import create_app
 from tracestore.server.services import Services, build_services
@@ -456,4 +458,4 @@ def test_the_app_answers_each_documented_status(scene: Scene, operation: str, st
     response = DRIVERS[(operation, status)](scene)
     assert response.status_code == status, response.text
     if status >= 400 and status != 416:
-        assert set(response.json()["error"]) == {"code", "message", "requestId"}
+        assert_error(response, status, ERRORS_BY_STATUS[status].code)

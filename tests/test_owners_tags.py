@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import FakeClock
-from tests.tenancy import RANKS_256, Person, person, upload_ready
+from tests.support.clock import FakeClock
+from tests.support.tenancy import RANKS_256, Person, person, upload_ready
 from tracestore.server import db
 from tracestore.server.services import Services
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.laning import comparable, drive, presigned_path, taken_by
-from tests.uploading import checksum_b64, complete, put_parts, request_upload
+from tests.support.laning import comparable, drive, presigned_path, taken_by
+from tests.support.uploading import checksum_b64, complete, put_parts, request_upload
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 

@@ -20,9 +20,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import start_upload
-from tests.uploading import COMPLETE_URL, UPLOAD_URL, checksum_b64
+from tests.support.attackers import start_upload
+from tests.support.served import Served, serving
+from tests.support.uploading import COMPLETE_URL, UPLOAD_URL, checksum_b64
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -164,9 +165,17 @@ def test_more_bytes_than_declared(served: Served, data_dir: Path) -> None:
     with contextlib.suppress(EOFError, OSError):
         read_response(sock, buf)
     sock.close()
-    time.sleep(0.5)
     with served.api() as http:
-        got = http.get(f"{UPLOAD_URL}/{answer['uploadId']}").json()
+        got = wait_until(
+            lambda: (
+                (body := http.get(f"{UPLOAD_URL}/{answer['uploadId']}").json())["files"][0][
+                    "receivedParts"
+                ]
+                and body
+            ),
+            "the part was never received",
+            10,
+        )
     (received,) = got["files"][0]["receivedParts"]
     done = complete(served, answer["uploadId"], {"a.bin": [(1, received["etag"])]})
     assert done.status_code == 201, done.text

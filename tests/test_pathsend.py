@@ -25,8 +25,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from tests.test_protocol import uvicorn_serving
+from tests.support.httpserver import uvicorn_serving
 from tracestore.server.serving.pathsend import PATHSEND, SLICE
+
+pytestmark = pytest.mark.slow  # a real uvicorn, raw sockets and timed waits
 
 
 class FilesApp:

@@ -15,9 +15,12 @@ import httpx
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.tenancy import RANKS_256, UPLOAD_URL, person, start_upload, upload_ready
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.paths import TESTDATA
+from tests.support.tenancy import RANKS_256, UPLOAD_URL, person, start_upload, upload_ready
+from tests.support.uploading import upload
+from tracestore.errors import ERRORS_BY_STATUS
 from tracestore.server import db
 from tracestore.server.services import Services
 
@@ -35,10 +38,7 @@ def promote(http: httpx.Client, traceset_id: str, body: Any = None, **kw: Any) -
 
 
 def error(response: httpx.Response, status: int) -> str:
-    assert response.status_code == status, response.text
-    envelope = response.json()["error"]
-    assert set(envelope) == {"code", "message", "requestId"}
-    return str(envelope["message"])
+    return assert_error(response, status, ERRORS_BY_STATUS[status].code)["message"]
 
 
 def stored(http: httpx.Client, traceset_id: str) -> dict[str, Any]:

@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.requests import ClientDisconnect
 
-from tests.ports import free_port
+from tests.support.httpserver import uvicorn_serving
 from tracestore.server.serving import body_protocol as protocol
 from tracestore.server.serving import connections
 from tracestore.server.serving.body_protocol import (
@@ -31,6 +30,8 @@ from tracestore.server.serving.body_protocol import (
     _run_pump,
     receive_into,
 )
+
+pytestmark = pytest.mark.slow  # a real uvicorn, raw sockets and trickling bodies
 
 
 class HashingApp:
@@ -100,26 +101,6 @@ class HashingApp:
         self.events.append("received")
         via = "into" if into is not None else "receive"
         return 200, {"sha256": digest.hexdigest(), "length": length, "via": via}
-
-
-@contextlib.contextmanager
-def uvicorn_serving(app: Any, **config: Any) -> Iterator[int]:
-    """``app`` on a real uvicorn running ``BodyProtocol``, in a thread, on a free port (the
-    port yielded); ``config`` adds to or overrides uvicorn's options."""
-    port = free_port()
-    options = {"http": BodyProtocol, "lifespan": "off", "log_level": "warning", **config}
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **options))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import request_upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.uploading import request_upload
 from tracestore.server.app import create_app
 from tracestore.server.auth import bootstrap
 from tracestore.server.services import build_services
@@ -74,5 +75,4 @@ def test_a_malformed_forwarded_host_is_a_400(app_for: AppFor) -> None:
     http = app_for("10.9.4.5", trusted_proxies=["10.9.0.0/16"])
     http.headers["X-Forwarded-Host"] = "a b/c"
     answer = request_upload(http, FILES)
-    assert answer.status_code == 400
-    assert "X-Forwarded-Host" in answer.json()["error"]["message"]
+    assert "X-Forwarded-Host" in assert_error(answer, 400, "VALIDATION_ERROR")["message"]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_e2e_serve import serving
+from tests.support.served import serving
+
+pytestmark = pytest.mark.slow  # a real serve and the CLI as processes
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -16,7 +16,7 @@ from sqlalchemy import Integer, TypeDecorator, bindparam, event, func, literal_c
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.sql import Select
 
-from tests.uploading import upload
+from tests.support.uploading import upload
 from tracestore.schemas import format_timestamp
 from tracestore.server import db, receiving, tracesets
 from tracestore.server.auth import Principal, create_tenant
@@ -288,6 +288,7 @@ def test_a_json_member_is_read_from_sqlite_as_the_json_parser_reads_it(member: s
     assert process(member) == (None if member is None else json.loads(member))
 
 
+@pytest.mark.slow
 def test_a_list_shape_made_again_is_not_compiled_again(
     sqlite_only: None, services: Services, admin_token: str
 ) -> None:

@@ -16,9 +16,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import pytest
 
-from tests.ports import free_port
-from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
+from tests.support.ports import free_port
+from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
     PART,
     Replica,
     admin_token,
@@ -31,8 +32,10 @@ from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtur
     stop,
     wait_ready,
 )
-from tests.s3server import AWS_ENV, MotoServer
+from tests.support.s3server import AWS_ENV, MotoServer
 from tracestore.client import Client
+
+pytestmark = pytest.mark.slow  # replicas as processes, on PostgreSQL and S3
 
 ROUNDS = 5
 

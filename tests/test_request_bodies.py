@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.uploading import UPLOAD_URL
+from tests.support.envelopes import assert_error
+from tests.support.uploading import UPLOAD_URL
 from tracestore.server import uploads
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
@@ -50,8 +51,7 @@ def test_a_promote_body_past_the_small_limit_is_413_where_upload_url_takes_it(
         assert http.post(UPLOAD_URL, content=big).status_code == 200
         promote = json.dumps({"target": "tenant", "description": "d" * SMALL_BODY}).encode()
         answer = http.post("/api/v1/tracesets/ts_x/promote", content=promote)
-        assert answer.status_code == 413, answer.text
-        assert answer.json()["error"]["message"] == (
+        assert assert_error(answer, 413, "PAYLOAD_TOO_LARGE")["message"] == (
             f"The request body is larger than the limit of {SMALL_BODY} bytes"
         )
 

@@ -18,8 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 
-from tests.conftest import TESTDATA
-from tests.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
+from tests.support.paths import TESTDATA
+from tests.support.uploading import UPLOAD_URL, complete, put_parts, request_upload, upload
 from tracestore import jsontext, schemas
 from tracestore.cli.serve import _listen
 from tracestore.inspect.census import census_verdict

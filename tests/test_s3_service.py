@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,15 +17,24 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.ports import free_port
-from tests.s3server import MotoServer, with_s3_bytes
-from tests.uploading import complete, complete_in_a_process_that_dies, put_parts, request_upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.ports import free_port
+from tests.support.s3server import MotoServer, with_s3_bytes
+from tests.support.uploading import (
+    complete,
+    complete_in_a_process_that_dies,
+    put_parts,
+    request_upload,
+)
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB, Settings
 from tracestore.server.storage.s3 import S3BlobStore
+
+pytestmark = pytest.mark.slow  # a moto server and the service over S3
 
 
 @pytest.fixture
@@ -125,8 +133,7 @@ def test_with_the_bytes_in_s3_the_embedded_store_routes_are_not_mounted(
         ("GET", "/blobs/content/x"),
     ):
         response = http.request(method, path, content=b"x" if method == "PUT" else None)
-        assert response.status_code == 404, response.text
-        assert response.json()["error"]["code"] == "NOT_FOUND"
+        assert_error(response, 404, "NOT_FOUND")
 
 
 def test_an_oversize_part_fails_the_session_and_leaves_no_bytes(
@@ -142,8 +149,10 @@ def test_an_oversize_part_fails_the_session_and_leaves_no_bytes(
     done = complete(
         http, answer["uploadId"], {"rank_0.et": [{"partNumber": 1, "etag": sent.headers["etag"]}]}
     )
-    assert done.status_code == 413, done.text
-    assert "larger than its declared size of 100 bytes" in done.json()["error"]["message"]
+    assert (
+        "larger than its declared size of 100 bytes"
+        in assert_error(done, 413, "PAYLOAD_TOO_LARGE")["message"]
+    )
     traceset = http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()
     assert traceset["status"] == "upload_failed"
     store = _store(services)
@@ -194,10 +203,12 @@ def serving(services: Services) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
+
+    def started() -> bool:
+        assert thread.is_alive(), "uvicorn stopped"
+        return bool(server.started)
+
+    wait_until(started, "uvicorn did not start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

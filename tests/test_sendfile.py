@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.httpserver import serving
+from tests.support.httpserver import serving
 from tracestore.client import Client
 from tracestore.client.parts import PartBody, PartJob, put_part, read_back
 from tracestore.client.sendfile import SendfileTransport, default_transport

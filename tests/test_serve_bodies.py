@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.test_e2e_serve import Served, serving
-from tests.uploading import UPLOAD_URL
+from tests.support.served import Served, serving
+from tests.support.uploading import UPLOAD_URL
 
 pytestmark = pytest.mark.slow  # a server process per module
 

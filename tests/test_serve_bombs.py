@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests import crafted
-from tests.test_e2e_serve import Served, serving, tracestore
+from tests.support import crafted
+from tests.support.served import Served, serving, tracestore
 from tracestore.client import Client
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.test_e2e_serve import Served, serving
+from tests.support.served import Served, serving
 
 pytestmark = pytest.mark.slow  # a server process per test
 

@@ -15,8 +15,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.test_e2e_serve import Served, serving
-from tests.uploading import UPLOAD_URL
+from tests.support.attackers import open_body, other_session_parts, server_log, start_upload
+from tests.support.served import Served, serving
+from tests.support.waiting import wait_until
 from tracestore.client import Client, RetryPolicy, RetryWait
 
 pytestmark = pytest.mark.slow  # a server process per module
@@ -35,49 +36,6 @@ def served(data_dir: Path) -> Iterator[Served]:
         yield server
 
 
-def start_upload(served: Served, sizes: dict[str, int], **extra: Any) -> dict[str, Any]:
-    """An upload of supporting files of ``sizes`` (``extra``: more members of the request);
-    its upload-url answer."""
-    with served.api() as api:
-        response = api.post(
-            UPLOAD_URL,
-            json={
-                "name": "attacked",
-                "files": [{"name": n, "size": s, "role": "supporting"} for n, s in sizes.items()],
-                **extra,
-            },
-        )
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def open_body(url: str, length: int, sent: bytes = b"") -> socket.socket:
-    """A PUT of ``url`` declaring ``length`` bytes, of which only ``sent`` go out."""
-    parts = urlsplit(url)
-    sock = socket.create_connection((parts.hostname or "", parts.port or 80), timeout=30)
-    head = (
-        f"PUT {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-        f"Content-Length: {length}\r\n\r\n"
-    )
-    sock.sendall(head.encode() + sent)
-    return sock
-
-
-def other_session_parts(served: Served, timeout: float = 10) -> float:
-    """Seconds that 20 small parts of a new session take to go in, one after the other."""
-    other = start_upload(served, {f"g{i}.bin": 100 for i in range(20)})
-    started = time.monotonic()
-    with httpx.Client(timeout=timeout) as plain:
-        for entry in other["files"]:
-            response = plain.put(entry["parts"][0]["url"], content=b"g" * 100)
-            assert response.status_code == 200, response.text
-    return time.monotonic() - started
-
-
-def server_log(data_dir: Path) -> str:
-    return (data_dir.parent / "server.log").read_text(errors="replace")
-
-
 def test_the_log_holds_no_signature_and_no_traceback_for_a_dropped_part(
     served: Served, data_dir: Path
 ) -> None:
@@ -85,11 +43,12 @@ def test_the_log_holds_no_signature_and_no_traceback_for_a_dropped_part(
     dropped, whole = (entry["parts"][0]["url"] for entry in answer["files"])
     open_body(dropped, 1000, b"x" * 10).close()
     assert httpx.put(whole, content=b"y" * 10).status_code == 200
-    deadline = time.monotonic() + 10
-    while "PUT /blobs/parts" not in server_log(data_dir) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # the dropped body's end is logged once its thread notices
-    log = server_log(data_dir)
+    # Both PUTs logged: the dropped body's end once its thread notices.
+    log = wait_until(
+        lambda: (text := server_log(data_dir)).count("PUT /blobs/parts") >= 2 and text,
+        lambda: f"both part PUTs were not logged:\n{server_log(data_dir)}",
+        10,
+    )
     for url in (dropped, whole):
         signature = parse_qs(urlsplit(url).query)["signature"][0]
         assert signature not in log

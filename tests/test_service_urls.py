@@ -21,10 +21,10 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from tests.httpserver import serving as serving_handler
-from tests.ports import free_port
-from tests.replica_processes import fresh_database, postgres
-from tests.test_e2e_serve import serving
+from tests.support.httpserver import serving as serving_handler
+from tests.support.ports import free_port
+from tests.support.replica_processes import fresh_database, postgres
+from tests.support.served import serving
 from tracestore.cli import main
 from tracestore.cli.output import NEXT_STEPS
 from tracestore.client import Client, RetryPolicy

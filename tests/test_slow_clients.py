@@ -18,13 +18,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.test_e2e_serve import Served, serving
-from tests.test_serve_under_attack import (
+from tests.support.attackers import (
     open_body,
     other_session_parts,
     server_log,
     start_upload,
 )
+from tests.support.served import Served, serving
 from tracestore.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine_independent]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.uploading import UPLOAD_URL, complete, request_upload
+from tests.support.uploading import UPLOAD_URL, complete, request_upload
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
 from tracestore.server.storage import local
@@ -133,6 +133,7 @@ def test_a_part_written_in_place_adds_names_not_inodes(
     assert {p.stat().st_ino for p in upload_dir.iterdir()} == {inode}
 
 
+@pytest.mark.slow
 def test_the_files_of_one_upload_keep_to_their_own_names(http: TestClient) -> None:
     # Positions 1 and 10 share a first digit: neither file sees the other's parts.
     files = {f"r{i}.et": (bytes([i]) * (MIB + i), "primary") for i in range(12)}

@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
-from tests.ports import free_port
-from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
+from tests.support.envelopes import assert_error
+from tests.support.ports import free_port
+from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
     fresh_database,
     newest_revision,
     postgres,
@@ -20,9 +22,11 @@ from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtur
     replicas,
     s3,
 )
-from tests.s3server import AWS_ENV, MotoServer
+from tests.support.s3server import AWS_ENV, MotoServer
 from tracestore.cli import main
 from tracestore.server.db.database import schema_exists
+
+pytestmark = pytest.mark.slow  # serve processes on PostgreSQL and S3
 
 # --- migrate, and admin commands that do not make a store by accident ---
 
@@ -143,8 +147,7 @@ def test_readyz_names_the_failing_dependency_and_why(
     with replicas(tmp_path, env, count=1) as (replica,):
         s3.client().delete_bucket(Bucket=bucket)
         answer = httpx.get(f"{replica.url}/readyz", timeout=30)
-    assert answer.status_code == 503
-    message = answer.json()["error"]["message"]
+    message = assert_error(answer, 503, "SERVICE_UNAVAILABLE")["message"]
     assert message == (
         f"Not ready: blob store: the bucket {bucket!r} does not exist at {s3.endpoint_url}: "
         "create it, or name an existing one in TRACESTORE_BLOB_URL"

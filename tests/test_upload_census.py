@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import TESTDATA
-from tests.uploading import record_counts
+from tests.support.paths import TESTDATA
+from tests.support.uploading import record_counts
 from tracestore import metadata
 from tracestore.cli.common import census_problems
 from tracestore.schemas.uploads import CENSUS_HEAD_BYTES

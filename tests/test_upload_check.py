@@ -1,7 +1,7 @@
 """upload-url's dry run, ``POST /api/v1/tracesets/upload-url/check`` (issue 42, item 5): for
-generated bodies (workloadMetadata from tests/metadata_strategies.py, the body's other members
-about their rules and the settings' limits) it gives upload-url's verdict, with its status,
-code and very message, and the rank count upload-url derives; and it stores nothing: no
+generated bodies (workloadMetadata from tests/support/metadata_strategies.py, the body's
+other members about their rules and the settings' limits) it gives upload-url's verdict, with
+its status, code and very message, and the rank count upload-url derives; and it stores nothing: no
 traceset, file or session row, nothing staged."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, event, example, given, seed, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from tests.conftest import FakeClock
-from tests.metadata_strategies import metadata_values
-from tests.tenancy import person, tenant_id, workspace_id
+from tests.support.clock import FakeClock
+from tests.support.metadata_strategies import metadata_values
+from tests.support.tenancy import person, tenant_id, workspace_id
 from tracestore import schemas
 from tracestore.client.api import ApiClient
 from tracestore.errors import ValidationError
@@ -28,6 +28,8 @@ from tracestore.server import db
 from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.storage.local import LocalBlobStore
+
+pytestmark = pytest.mark.slow  # hypothesis: hundreds of cases through the app
 
 UPLOAD = "/api/v1/tracesets/upload-url"
 CHECK = UPLOAD + "/check"

@@ -16,8 +16,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import (
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.uploading import (
     complete,
     complete_in_a_process_that_dies,
     put_parts,
@@ -55,8 +56,7 @@ def test_a_declared_sha256_is_verified_and_a_mismatch_leaves_the_session_open(
         )
 
     refused = complete_with(http.put(url, content=other).headers["etag"])
-    assert refused.status_code == 400, refused.text
-    assert refused.json()["error"]["message"] == (
+    assert assert_error(refused, 400, "VALIDATION_ERROR")["message"] == (
         f"SHA-256 of file 'r.et' is {wrong}, not the {right} the client declared; re-send its parts"
     )
     assert http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()["status"] == "uploading"
@@ -81,8 +81,7 @@ def test_sha256_given_at_completion_must_agree_with_the_one_declared_at_upload(
     etags = put_parts(http, answer, {"r.et": (data, "primary")})
     other = hashlib.sha256(b"other").hexdigest()
     response = complete(http, answer["uploadId"], etags, {"r.et": other})
-    assert response.status_code == 400
-    assert response.json()["error"]["message"] == (
+    assert assert_error(response, 400, "VALIDATION_ERROR")["message"] == (
         f"SHA-256 {other} given for file 'r.et' differs from the {declared} declared at upload"
     )
     again = complete(http, answer["uploadId"], etags)
@@ -102,8 +101,7 @@ def test_completion_names_missing_and_unexpected_files_and_parts(http: TestClien
     ]
     for given, message in cases:
         response = complete(http, answer["uploadId"], given)
-        assert response.status_code == 400, response.text
-        assert message in response.json()["error"]["message"]
+        assert message in assert_error(response, 400, "VALIDATION_ERROR")["message"]
     assert complete(http, answer["uploadId"], etags).status_code == 201
 
 

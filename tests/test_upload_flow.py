@@ -13,8 +13,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import (
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.uploading import (
     complete,
     one_part_upload,
     put_parts,
@@ -124,11 +125,13 @@ def test_identical_bytes_are_stored_once_and_equal_content_has_equal_hash(
 
 def test_unknown_and_foreign_sessions_are_not_found(http: TestClient) -> None:
     response = complete(http, "upload_nope", {})
-    assert response.status_code == 404
-    assert response.json()["error"]["message"] == "Upload session 'upload_nope' not found"
+    assert (
+        assert_error(response, 404, "NOT_FOUND")["message"]
+        == "Upload session 'upload_nope' not found"
+    )
     assert http.get("/api/v1/tracesets/upload-url/upload_nope").status_code == 404
     missing = http.get("/api/v1/tracesets/ts_x")
-    assert missing.json()["error"]["message"] == "Traceset 'ts_x' not found"
+    assert assert_error(missing, 404, "NOT_FOUND")["message"] == "Traceset 'ts_x' not found"
 
 
 def test_expired_session_answers_410_and_fails_its_traceset(
@@ -138,12 +141,9 @@ def test_expired_session_answers_410_and_fails_its_traceset(
     etag = http.put(answer["files"][0]["parts"][0]["url"], content=b"abcd").headers["etag"]
     clock.advance(hours=24, seconds=1)
     response = complete(http, answer["uploadId"], {"r.et": [{"partNumber": 1, "etag": etag}]})
-    assert response.status_code == 410
-    assert response.json()["error"] == {
-        "code": "GONE",
-        "message": f"Upload session '{answer['uploadId']}' has expired",
-        "requestId": response.json()["error"]["requestId"],
-    }
+    assert assert_error(response, 410, "GONE")["message"] == (
+        f"Upload session '{answer['uploadId']}' has expired"
+    )
     assert http.get(f"/api/v1/tracesets/{answer['tracesetId']}").json()["status"] == "upload_failed"
     assert not list((services.settings.data_dir / "blobs" / "staging").rglob("*.*"))
     assert http.get(f"/api/v1/tracesets/upload-url/{answer['uploadId']}").status_code == 410

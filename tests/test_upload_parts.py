@@ -11,8 +11,9 @@ from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.uploading import complete, one_part_upload, record_counts
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.uploading import complete, one_part_upload, record_counts
 from tracestore.server.services import Services
 
 
@@ -38,8 +39,7 @@ def test_tampered_part_urls_are_refused_and_store_nothing(
     before = record_counts(services)
     url = _with_query(answer["files"][0]["parts"][0]["url"], **change)
     response = http.put(url, content=b"abcd")
-    assert response.status_code == status
-    assert response.json()["error"]["code"] == "FORBIDDEN"
+    assert_error(response, status, "FORBIDDEN")
     assert record_counts(services) == before
 
 
@@ -50,8 +50,7 @@ def test_expired_part_url_is_refused(
     clock.advance(hours=1, seconds=1)
     before = record_counts(services)
     response = http.put(answer["files"][0]["parts"][0]["url"], content=b"abcd")
-    assert response.status_code == 403
-    assert "expired" in response.json()["error"]["message"]
+    assert "expired" in assert_error(response, 403, "FORBIDDEN")["message"]
     assert record_counts(services) == before
 
 
@@ -92,8 +91,7 @@ def test_part_checksum_header_is_verified(http: TestClient, services: Services) 
     wrong = base64.b64encode(hashlib.sha256(b"xxxx").digest()).decode()
     before = record_counts(services)
     response = http.put(url, content=b"abcd", headers={"x-amz-checksum-sha256": wrong})
-    assert response.status_code == 400
-    assert "x-amz-checksum-sha256" in response.json()["error"]["message"]
+    assert "x-amz-checksum-sha256" in assert_error(response, 400, "VALIDATION_ERROR")["message"]
     assert record_counts(services) == before
     right = base64.b64encode(hashlib.sha256(b"abcd").digest()).decode()
     assert (
@@ -107,6 +105,6 @@ def test_resending_a_part_replaces_it(http: TestClient) -> None:
     old = http.put(url, content=b"wxyz").headers["etag"]
     new = http.put(url, content=b"abcd").headers["etag"]
     stale = complete(http, answer["uploadId"], {"r.et": [{"partNumber": 1, "etag": old}]})
-    assert stale.status_code == 400 and "ETag" in stale.json()["error"]["message"]
+    assert "ETag" in assert_error(stale, 400, "VALIDATION_ERROR")["message"]
     done = complete(http, answer["uploadId"], {"r.et": [{"partNumber": 1, "etag": new}]})
     assert done.json()["files"][0]["hash"] == "sha256:" + hashlib.sha256(b"abcd").hexdigest()

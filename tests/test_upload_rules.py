@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.uploading import UPLOAD_URL, raw_post, record_counts, upload
+from tests.support.envelopes import assert_error
+from tests.support.uploading import UPLOAD_URL, raw_post, record_counts, upload
 from tracestore.metadata import MISSING_RANK_COUNT_MESSAGE
 from tracestore.server.services import Services
 
@@ -28,12 +29,9 @@ def body(metadata_text: str | None, files: str = PRIMARY) -> str:
 def refused(http: TestClient, services: Services, text: str) -> dict[str, Any]:
     before = record_counts(services)
     response = raw_post(http, UPLOAD_URL, text)
-    assert response.status_code == 400, response.text
+    error = assert_error(response, 400, "VALIDATION_ERROR")
     assert record_counts(services) == before, "a refused upload left something behind"
-    error = response.json()["error"]
-    assert error["code"] == "VALIDATION_ERROR"
-    assert error["requestId"].startswith("req_")
-    return dict(error)
+    return error
 
 
 def accepted(http: TestClient, text: str) -> dict[str, Any]:

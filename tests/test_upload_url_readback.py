@@ -7,7 +7,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from tests.uploading import UPLOAD_URL
+from tests.support.uploading import UPLOAD_URL
 
 
 def _start(http: TestClient, **body: Any) -> dict[str, Any]:

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.idp import token, with_jwt_login
-from tests.tenancy import (
+from tests.support.envelopes import assert_error
+from tests.support.idp import token, with_jwt_login
+from tests.support.tenancy import (
     RANKS_256,
     UPLOAD_URL,
     Person,
@@ -185,9 +186,8 @@ def test_unknown_traceset_answers_like_an_invisible_one(
     hidden = http.get(f"/api/v1/tracesets/{ts['id']}", headers=stranger)
     missing = http.get("/api/v1/tracesets/ts_0000000000000000000000000000", headers=stranger)
 
-    assert hidden.status_code == missing.status_code == 404
-    assert hidden.json()["error"]["message"] == f"Traceset '{ts['id']}' not found"
-    assert missing.json()["error"]["message"] == (
+    assert assert_error(hidden, 404, "NOT_FOUND")["message"] == f"Traceset '{ts['id']}' not found"
+    assert assert_error(missing, 404, "NOT_FOUND")["message"] == (
         "Traceset 'ts_0000000000000000000000000000' not found"
     )
 
@@ -208,9 +208,6 @@ def test_naming_a_workspace_one_is_not_a_member_of_is_403(
     listing = http.get("/api/v1/tracesets", params={"workspaceId": ml}, headers=auth)
 
     for answer in (upload, listing):
-        assert answer.status_code == 403, answer.text
-        assert answer.json()["error"] == {
-            "code": "FORBIDDEN",
-            "message": "You do not have access to this resource",
-            "requestId": answer.json()["error"]["requestId"],
-        }
+        assert assert_error(answer, 403, "FORBIDDEN")["message"] == (
+            "You do not have access to this resource"
+        )

@@ -13,18 +13,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
-from tests import crafted
-from tests.ports import free_port
-from tests.processes import stop_process
-from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
+from tests.support import crafted
+from tests.support.ports import free_port
+from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
     admin_token,
     fresh_database,
     postgres,
@@ -32,10 +31,14 @@ from tests.replica_processes import (  # noqa: F401 - the postgres and s3 fixtur
     replica_env,
     replicas,
     s3,
+    worker_process,
 )
-from tests.s3server import AWS_ENV, MotoServer
-from tests.test_e2e_serve import serving
+from tests.support.s3server import AWS_ENV, MotoServer
+from tests.support.served import serving
+from tests.support.waiting import wait_until
 from tracestore.client import Client
+
+pytestmark = pytest.mark.slow  # replicas and workers as processes, on PostgreSQL and S3
 
 LEASE_SECONDS = 2
 MIB = crafted.MIB
@@ -56,29 +59,6 @@ def big_kineto(path: Path) -> None:
         handle.write("]}")
 
 
-@contextmanager
-def worker_process(
-    root: Path, name: str, env: dict[str, str], data_dir: Path | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A `tracestore worker` with ``env``'s settings (on ``data_dir``, by default
-    ``root/name``); its output in ``root/name.log``."""
-    with open(root / f"{name}.log", "wb") as log:
-        process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "tracestore.cli", "worker"),
-                *("--data-dir", str(data_dir or root / name)),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield process
-        finally:
-            if process.poll() is None:
-                stop_process(process, timeout=30)
-
-
 def job_row(database_url: str) -> dict[str, Any] | None:
     """The file's job, straight from the jobs table."""
     with psycopg.connect(database_url.replace("+psycopg", "")) as connection:
@@ -91,14 +71,10 @@ def job_row(database_url: str) -> dict[str, Any] | None:
 
 
 def wait_for(predicate: Any, what: str, timeout: float, logs: list[Path]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}:\n" + "\n".join(p.read_text() for p in logs))
-        time.sleep(0.05)
+    """``wait_until``, failing with the processes' logs."""
+    return wait_until(
+        predicate, lambda: f"{what}:\n" + "\n".join(p.read_text() for p in logs), timeout
+    )
 
 
 class Watcher:

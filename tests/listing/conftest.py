@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from tests.conftest import FakeClock
-from tests.listing.world import FAMILIES, World, add
+from tests.support.clock import FakeClock
+from tests.support.world import FAMILIES, World, add
 from tracestore.server import auth, db
 from tracestore.server.services import Services
 

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from tests.conftest import TESTDATA, FakeClock
-from tests.listing.world import LIST, World, add, list_all
-from tests.uploading import upload
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
+from tests.support.world import LIST, World, add, list_all
 from tracestore.server import db
 
 # (idle, overlap, step time) per traceset; None where the analysis has no such number.
@@ -142,8 +144,7 @@ def test_bad_analysis_filters_are_400s_naming_them(
     world: World, params: dict[str, str], message: str
 ) -> None:
     response = world.clients["admin"].get(LIST, params=params)
-    assert response.status_code == 400, response.text
-    assert message in response.json()["error"]["message"]
+    assert message in assert_error(response, 400, "VALIDATION_ERROR")["message"]
 
 
 def test_a_cursor_is_bound_to_the_analysis_filters_and_sort(
@@ -155,8 +156,10 @@ def test_a_cursor_is_bound_to_the_analysis_filters_and_sort(
     assert cursor
     for other in ({"maxIdlePct": "40"}, {"maxIdlePct": "50", "sort": "step_time:asc"}):
         answer = client.get(LIST, params={**other, "limit": 1, "next": cursor})
-        assert answer.status_code == 400
-        assert "different sort or different filters" in answer.json()["error"]["message"]
+        assert (
+            "different sort or different filters"
+            in assert_error(answer, 400, "VALIDATION_ERROR")["message"]
+        )
 
 
 def test_an_analysed_upload_is_found_by_its_summary(world: World) -> None:

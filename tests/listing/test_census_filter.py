@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.inspect_fixtures import TESTDATA
-from tests.listing.world import LIST, World, add, list_all
-from tests.uploading import upload
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
+from tests.support.world import LIST, World, add, list_all
 
 KINETO = sorted((TESTDATA / "kineto-dlrm-8ranks").iterdir())
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from tests.inspect_fixtures import TESTDATA
-from tests.listing.world import LIST, World, add, list_all
-from tests.uploading import upload
+from tests.support.envelopes import assert_error
+from tests.support.paths import TESTDATA
+from tests.support.uploading import upload
+from tests.support.world import LIST, World, add, list_all
 from tracestore.server import db
 from tracestore.server.inspection import record_facts
 
@@ -87,8 +88,7 @@ def test_bad_inspected_filters_are_400s_naming_them(
     world: World, params: dict[str, Any], message: str
 ) -> None:
     response = world.clients["admin"].get(LIST, params=params)
-    assert response.status_code == 400, response.text
-    assert message in response.json()["error"]["message"]
+    assert message in assert_error(response, 400, "VALIDATION_ERROR")["message"]
 
 
 def test_a_cursor_is_bound_to_the_inspected_filters(
@@ -99,8 +99,10 @@ def test_a_cursor_is_bound_to_the_inspected_filters(
     cursor = page["pagination"]["nextCursor"]
     assert cursor
     other = client.get(LIST, params={"inspected.gpu_model": "A100", "limit": 1, "next": cursor})
-    assert other.status_code == 400
-    assert "different sort or different filters" in other.json()["error"]["message"]
+    assert (
+        "different sort or different filters"
+        in assert_error(other, 400, "VALIDATION_ERROR")["message"]
+    )
 
 
 def test_reinspection_replaces_the_facts(world: World, inspected: dict[str, str]) -> None:

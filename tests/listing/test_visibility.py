@@ -6,8 +6,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import FakeClock
-from tests.listing.world import LIST, World, add, list_all, names
+from tests.support.clock import FakeClock
+from tests.support.envelopes import assert_error
+from tests.support.world import LIST, World, add, list_all, names
 from tracestore.server import auth
 from tracestore.server.app import create_app
 from tracestore.server.listing.plan import MAX_WORKSPACE_ARMS
@@ -48,19 +49,18 @@ def test_visibility_follows_workspaces_tenants_and_scopes(world: World, clock: F
 def test_naming_a_workspace_the_caller_is_not_in_is_forbidden(world: World) -> None:
     for user, workspace in (("alice", world.ws2), ("carol", world.ws1), ("admin", "workspace_x")):
         response = world.clients[user].get(LIST, params={"workspaceId": workspace})
-        assert response.status_code == 403
-        assert response.json()["error"] == {
-            "code": "FORBIDDEN",
-            "message": "You do not have access to this resource",
-            "requestId": response.json()["error"]["requestId"],
-        }
+        assert assert_error(response, 403, "FORBIDDEN")["message"] == (
+            "You do not have access to this resource"
+        )
 
 
 def test_listing_needs_a_token(services: Services) -> None:
     with TestClient(create_app(services=services), raise_server_exceptions=False) as client:
         response = client.get(LIST)
-    assert response.status_code == 401
-    assert response.json()["error"]["message"] == "Invalid or missing authentication token"
+    assert (
+        assert_error(response, 401, "UNAUTHORIZED")["message"]
+        == "Invalid or missing authentication token"
+    )
 
 
 def test_a_member_of_many_workspaces_sees_all_of_them_in_one_arm(

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.test_e2e_serve import Served, serving
+from tests.support.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
+from tests.support.served import Served, serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium reaches for Google's hosts at every start,
@@ -24,7 +25,14 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here drives a browser against a real serve: slow (``-m "not slow"``)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +67,13 @@ def page(browser: Browser) -> Iterator[Page]:
     opened.set_default_timeout(15_000)
     yield opened
     context.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """A served database of each engine, for the web tests that run on both: None for
+    SQLite (the data directory's), a fresh PostgreSQL database's URL otherwise."""
+    if request.param == "sqlite":
+        yield None
+    else:
+        yield fresh_database(request.getfixturevalue("postgres"))

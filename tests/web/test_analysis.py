@@ -7,61 +7,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
-import httpx
 import psycopg
-import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.conftest import TESTDATA
-from tests.kineto_traces import dlrm_ranks
-from tests.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
-from tests.test_e2e_serve import Served, serving
-from tests.test_worker_processes import worker_process
-from tests.web.conftest import SCREENSHOTS
-from tests.web.seeding import sign_in
-from tracestore.client import Client
-
-KINETO = TESTDATA / "kineto-dlrm-8ranks"
-
-
-def analysis_of(served: Served, traceset_id: str) -> dict[str, Any]:
-    answer = httpx.get(
-        f"{served.url}/api/v1/tracesets/{traceset_id}/analysis",
-        headers={"Authorization": f"Bearer {served.token}"},
-    )
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
-
-
-def wait_analysed(served: Served, traceset_id: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = analysis_of(served, traceset_id)
-        if answer["status"] != "pending":
-            return answer
-        assert time.monotonic() < deadline, f"still pending after {timeout} s"
-        time.sleep(0.2)
-
-
-def upload_files(served: Served, name: str, files: list[Path], ranks: int) -> str:
-    with Client(served.url, served.token) as client:
-        traceset = client.upload_traceset(
-            files, name=name, workload_metadata={"shape": {"rankCount": ranks}}
-        )
-    return traceset.id
-
-
-def open_analysis(page: Page, served: Served, traceset_id: str) -> Any:
-    sign_in(page, served, f"/tracesets/{traceset_id}")
-    section = page.locator("section.analysis")
-    expect(section).to_be_visible()
-    return section
+from tests.support.analysis_page import (
+    KINETO,
+    open_analysis,
+    synthetic_answer,
+    upload_files,
+    wait_analysed,
+)
+from tests.support.kineto_traces import dlrm_ranks
+from tests.support.paths import SCREENSHOTS
+from tests.support.replica_processes import fresh_database, postgres, worker_process  # noqa: F401 - the fixture
+from tests.support.served import Served, serving
 
 
 def test_the_analysis_section_draws_a_real_sets_charts(served: Served, page: Page) -> None:
@@ -128,44 +90,9 @@ def test_pending_is_shown_while_the_jobs_wait_then_the_charts(page: Page, tmp_pa
         expect(section.locator("canvas.heatmap")).to_have_attribute("data-ranks", "2")
 
 
-def _synthetic_answer(ranks: int, steps: int, slow: int) -> dict[str, Any]:
-    """The analysis route's answer for ``ranks`` ranks, rank ``slow`` 3 times slower."""
-    entries = []
-    for rank in range(ranks):
-        factor = 3 if rank == slow else 1 + (rank % 7) / 100
-        entries.append(
-            {
-                "rank": rank,
-                "file": f"rank{rank}.json",
-                "status": "complete",
-                "reason": None,
-                "temporal": {"kernelTimeUs": 1000, "idleTimeUs": 300, "computeTimeUs": 500,
-                             "nonComputeTimeUs": 200, "idlePct": 30.0, "computePct": 50.0,
-                             "nonComputePct": 20.0},
-                "overlap": {"communicationTimeUs": 100, "overlapTimeUs": 40, "pct": 40.0},
-                "kindBreakdown": {"COMPUTATION": 700},
-                "kernels": [{"name": "gemm", "kind": "COMPUTATION", "count": 10, "sumUs": 500,
-                             "minUs": 50, "maxUs": 50, "meanUs": 50, "stddevUs": 0}],
-                "idle": [{"stream": 7, "category": "kernel_wait", "idleTimeUs": 300, "ratio": 1}],
-                "steps": [
-                    {"step": s, "startUs": 0, "endUs": 1, "durationUs": 10_000 * factor,
-                     "computeUs": 0, "communicationUs": 0, "overlapUs": 0, "idleUs": 0,
-                     "truncated": False}
-                    for s in range(steps)
-                ],
-            }
-        )  # fmt: skip
-    spread = {"median": 1, "min": 1, "max": 1}
-    summary = {"rankCount": ranks, "computePct": spread, "nonComputePct": spread,
-               "idlePct": spread, "overlapPct": spread, "stepTimeUs": spread,
-               "slowestRank": slow, "fastestRank": 0}  # fmt: skip
-    return {"status": "complete", "reason": None, "analyzedAt": "2026-12-01T00:00:00.000Z",
-            "ranks": entries, "summary": summary}  # fmt: skip
-
-
 def test_the_heatmap_stays_readable_at_1024_ranks(served: Served, page: Page) -> None:
     traceset_id = upload_files(served, "one", sorted(KINETO.iterdir())[:1], 1)
-    answer = _synthetic_answer(1024, 12, slow=700)
+    answer = synthetic_answer(1024, 12, slow=700)
 
     def fulfil(route: Route) -> None:
         route.fulfill(status=200, content_type="application/json", body=json.dumps(answer))
@@ -210,14 +137,6 @@ def _ran_by(database_url: str | None, data_dir: Path) -> tuple[set[str], set[str
             {r[0] for r in connection.execute(jobs).fetchall()},
             {r[0] for r in connection.execute(files).fetchall()},
         )
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    if request.param == "sqlite":
-        yield None
-    else:
-        yield fresh_database(request.getfixturevalue("postgres"))
 
 
 def test_a_64_rank_set_is_analysed_by_two_workers_and_drawn(

@@ -14,11 +14,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import Page, Request, expect
 
-from tests.conftest import TESTDATA
-from tests.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
-from tests.test_e2e_serve import Served, serving
-from tests.web.seeding import sign_in, upload
-from tests.web.upload_page import fill_rank_count, open_upload_view, upload_done
+from tests.support.paths import TESTDATA
+from tests.support.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
+from tests.support.seeding import sign_in, upload
+from tests.support.served import Served, serving
+from tests.support.upload_page import fill_rank_count, open_upload_view, upload_done
 from tracestore import metadata
 from tracestore.cli.common import census_problems
 

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
-from tests.test_e2e_serve import Served, serving
-from tests.web.conftest import SCREENSHOTS
-from tests.web.seeding import sign_in
-from tests.web.test_analysis import upload_files, wait_analysed
+from tests.support.analysis_page import upload_files, wait_analysed
+from tests.support.paths import SCREENSHOTS
+from tests.support.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
+from tests.support.seeding import sign_in
+from tests.support.served import Served, serving
 
 KINETO = Path(__file__).resolve().parents[1] / "data" / "kineto-dlrm-8ranks"
 OLD, NEW = b"volta_sgemm_128x32_nt", b"volta_sgemm_128x64_nt"

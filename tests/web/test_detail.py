@@ -11,10 +11,9 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.conftest import TESTDATA
-from tests.test_e2e_serve import Served
-from tests.web.conftest import SCREENSHOTS
-from tests.web.seeding import chakra_ranks, get_traceset, sign_in, upload
+from tests.support.paths import SCREENSHOTS, TESTDATA
+from tests.support.seeding import chakra_ranks, get_traceset, sign_in, upload
+from tests.support.served import Served
 
 # Numbers JSON.parse would rewrite (1.0 → 1, 1e3 → 1000, the long integer rounded).
 EXACT_METADATA = (

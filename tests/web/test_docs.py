@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.test_e2e_serve import Served
+from tests.support.served import Served
 
 LISTEN = """
 window.__violations = [];

@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, Route, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.seeding import admin, chakra_ranks, sign_in, upload
+from tests.support.envelopes import assert_error
+from tests.support.seeding import admin, chakra_ranks, sign_in, upload
+from tests.support.served import Served
 
 
 def refuse_first(count: int, dropped: list[str]) -> Callable[[Route], None]:
@@ -35,11 +36,11 @@ def test_a_traceset_that_is_not_there_is_a_404_page_in_the_apis_words(
         f"{served.url}/api/v1/tracesets/ts_nothing",
         headers={"Authorization": f"Bearer {served.token}"},
     )
-    assert answer.status_code == 404
+    message = assert_error(answer, 404, "NOT_FOUND")["message"]
     sign_in(page, served, path="/tracesets/ts_nothing")
     panel = page.locator('.problem[data-status="404"]')
     expect(panel.get_by_role("heading")).to_have_text("Not found")
-    expect(panel.locator(".problem-message")).to_have_text(answer.json()["error"]["message"])
+    expect(panel.locator(".problem-message")).to_have_text(message)
     expect(panel.locator(".problem-next")).to_contain_text("It may have been deleted")
     panel.get_by_role("link", name="All tracesets").click()
     expect(page.get_by_role("heading", name="Tracesets")).to_be_visible()
@@ -60,8 +61,9 @@ def test_a_workspace_the_user_is_not_in_is_a_403_page_that_says_what_to_do(
         params={"workspaceId": team["id"]},
         headers={"Authorization": f"Bearer {bob}"},
     )
-    assert refused.status_code == 403
-    expect(panel.locator(".problem-message")).to_have_text(refused.json()["error"]["message"])
+    expect(panel.locator(".problem-message")).to_have_text(
+        assert_error(refused, 403, "FORBIDDEN")["message"]
+    )
     expect(panel.locator(".problem-next")).to_contain_text("Ask a tenant admin")
 
 

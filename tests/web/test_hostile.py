@@ -9,8 +9,8 @@ from urllib.parse import quote
 
 from playwright.sync_api import Page, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.seeding import chakra_ranks, sign_in, upload, wait_inspected
+from tests.support.seeding import chakra_ranks, sign_in, upload, wait_inspected
+from tests.support.served import Served
 from tracestore import jsontext
 from tracestore.client import Client
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.seeding import chakra_ranks, sign_in, upload
+from tests.support.seeding import chakra_ranks, sign_in, upload
+from tests.support.served import Served
 
 
 def test_focus_moves_to_the_new_views_heading_after_navigation(served: Served, page: Page) -> None:

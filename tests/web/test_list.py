@@ -6,9 +6,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from playwright.sync_api import Browser, Page, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.conftest import SCREENSHOTS
-from tests.web.seeding import chakra_ranks, sign_in, upload
+from tests.support.paths import SCREENSHOTS
+from tests.support.seeding import chakra_ranks, sign_in, upload
+from tests.support.served import Served
 from tracestore.choices import SCOPES, STATUSES
 
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.test_e2e_serve import Served, serving
-from tests.web.oidc_provider import Provider, identity_provider
-from tests.web.seeding import chakra_ranks, upload
+from tests.support.oidc_provider import Provider, identity_provider
+from tests.support.seeding import chakra_ranks, upload
+from tests.support.served import Served, serving
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from playwright.sync_api import ConsoleMessage, Page, Request, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.conftest import SCREENSHOTS
-from tests.web.seeding import chakra_ranks, upload
+from tests.support.paths import SCREENSHOTS
+from tests.support.seeding import chakra_ranks, upload
+from tests.support.served import Served
 
 
 def test_the_page_loads_and_works_with_no_request_leaving_the_machine(

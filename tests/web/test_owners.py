@@ -5,27 +5,17 @@ uploader only (``canEdit``) and recorded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Page, expect
 
-from tests.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
-from tests.test_e2e_serve import Served, serving
-from tests.web.seeding import get_traceset, sign_in
+from tests.support.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
+from tests.support.seeding import get_traceset, sign_in
+from tests.support.served import Served, serving
 from tracestore.client import Client
 from tracestore.server import auth, db
 from tracestore.server.db.database import Database
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    if request.param == "sqlite":
-        yield None
-    else:
-        yield fresh_database(request.getfixturevalue("postgres"))
 
 
 def _colleague(served: Served, database_url: str | None, data_dir: Path, name: str) -> str:

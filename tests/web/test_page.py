@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.test_e2e_serve import Served
+from tests.support.envelopes import assert_error
+from tests.support.served import Served
 from tracestore.server.settings import Settings
 from tracestore.server.web import STATIC_DIR, blocked_part_origin, page_headers
 
@@ -47,8 +48,7 @@ def test_the_shell_is_served_at_each_page_url_and_api_paths_keep_their_json_404(
         assert "connect-src 'self'" in answer.headers["content-security-policy"]
     for path in ["/api/v1/nothing", "/nothing", "/tracesets/a/b"]:
         answer = httpx.get(served.url + path)
-        assert answer.status_code == 404, path
-        assert answer.json()["error"]["message"] == f"No route GET {path}"
+        assert assert_error(answer, 404, "NOT_FOUND")["message"] == f"No route GET {path}"
     paths = httpx.get(served.url + "/openapi.json").json()["paths"]
     assert not {"/", "/upload", "/compare", "/tracesets/{traceset_id}"} & set(paths)
 
@@ -128,11 +128,9 @@ def test_the_static_modules_are_not_sniffed_and_are_revalidated_after_an_upgrade
         assert again.status_code == 304, path
         assert again.headers["cache-control"] == "no-cache", path
     missing = httpx.get(served.url + "/static/nothing.js")
-    assert missing.status_code == 404
-    assert missing.json()["error"]["message"] == "No route GET /static/nothing.js"
+    assert assert_error(missing, 404, "NOT_FOUND")["message"] == "No route GET /static/nothing.js"
 
 
 def test_the_login_callback_is_a_page_only_when_a_login_is_configured(served: Served) -> None:
     answer = httpx.get(served.url + "/signin/callback?code=x&state=y")
-    assert answer.status_code == 404
-    assert answer.json()["error"]["message"] == "No route GET /signin/callback"
+    assert assert_error(answer, 404, "NOT_FOUND")["message"] == "No route GET /signin/callback"

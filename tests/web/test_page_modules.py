@@ -11,7 +11,7 @@ import random
 
 from playwright.sync_api import Page
 
-from tests.test_e2e_serve import Served
+from tests.support.served import Served
 
 
 def test_the_pages_sha256_matches_hashlib(served: Served, page: Page) -> None:

@@ -10,24 +10,23 @@ from pathlib import Path
 
 from playwright.sync_api import Page, Route, expect
 
-from tests.kineto_traces import straggler_run
-from tests.replica_processes import postgres  # noqa: F401 - the fixture
-from tests.test_e2e_serve import Served, serving
-from tests.web.conftest import SCREENSHOTS
-from tests.web.test_analysis import (  # noqa: F401 - database_url: the fixture
+from tests.support.analysis_page import (
     KINETO,
-    _synthetic_answer,
-    database_url,
     open_analysis,
+    synthetic_answer,
     upload_files,
     wait_analysed,
 )
+from tests.support.kineto_traces import straggler_run
+from tests.support.paths import SCREENSHOTS
+from tests.support.replica_processes import postgres  # noqa: F401 - the fixture
+from tests.support.served import Served, serving
 
 
 def test_the_straggler_is_marked_in_the_census_and_on_the_heatmap(
     page: Page,
     tmp_path: Path,
-    database_url: str | None,  # noqa: F811 - the fixture
+    database_url: str | None,
 ) -> None:
     paths = []
     for builder in straggler_run(8, steps=8, slow={5: 1.25}, jitter=0.03):
@@ -103,7 +102,7 @@ def test_a_balanced_run_marks_none(served: Served, page: Page, tmp_path: Path) -
 
 def test_many_stragglers_are_listed_twenty_and_all_marked(served: Served, page: Page) -> None:
     traceset_id = upload_files(served, "one", sorted(KINETO.iterdir())[:1], 1)
-    answer = _synthetic_answer(64, 4, slow=7)
+    answer = synthetic_answer(64, 4, slow=7)
     answer["summary"]["stragglers"] = [
         {"rank": r, "computeRatio": 1.2, "waitUs": 0, "lastArrivals": 0, "reason": f"rank {r} x"}
         for r in range(0, 50, 2)

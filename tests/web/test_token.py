@@ -8,8 +8,9 @@ from pathlib import Path
 
 from playwright.sync_api import Page, Request, expect
 
-from tests.test_e2e_serve import Served
-from tests.web.seeding import chakra_ranks, sign_in, upload
+from tests.support.seeding import chakra_ranks, sign_in, upload
+from tests.support.served import Served
+from tests.support.waiting import wait_until
 
 
 def test_the_token_stays_in_session_storage_and_the_authorization_header(
@@ -40,11 +41,13 @@ def test_the_token_stays_in_session_storage_and_the_authorization_header(
         if authorization is not None:
             assert request.url.startswith(served.url + "/api/v1/"), request.url
     assert any(r.headers.get("authorization") == f"Bearer {token}" for r in sent)
-    time.sleep(0.2)  # the access log is written as each answer goes
-    # The log prints the admin token once, when the store is created; no request logs it.
-    log = (tmp_path / "server.log").read_text()
-    requests_logged = log.split("Application startup complete", 1)[1]
-    assert "/api/v1/tracesets" in requests_logged
+    # The access log is written as each answer goes. The log prints the admin token once,
+    # when the store is created; no request logs it.
+    requests_logged = wait_until(
+        lambda: "/api/v1/tracesets" in (text := logged_requests(tmp_path)) and text,
+        "no request to /api/v1/tracesets logged",
+        10,
+    )
     assert token not in requests_logged
     page.get_by_role("button", name="Sign out").click()
     assert page.evaluate("sessionStorage.length") == 0
@@ -65,3 +68,9 @@ def test_a_pasted_token_with_a_character_no_token_has_is_refused_at_once(
         )
         assert time.monotonic() - started < 3
         assert page.evaluate("sessionStorage.getItem('tracestore.token')") is None
+
+
+def logged_requests(tmp_path: Path) -> str:
+    """What the server logged since it started."""
+    log = (tmp_path / "server.log").read_text()
+    return log.split("Application startup complete", 1)[1]

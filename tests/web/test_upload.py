@@ -11,9 +11,10 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, Request, expect
 
-from tests.test_e2e_serve import PART, Served
-from tests.web.seeding import sign_in
-from tests.web.upload_page import (
+from tests.support.envelopes import assert_error
+from tests.support.seeding import sign_in
+from tests.support.served import PART, Served
+from tests.support.upload_page import (
     fill_rank_count,
     make_folder,
     mount_recording_view,
@@ -189,10 +190,9 @@ def test_the_forms_verdict_is_the_services_and_nothing_is_created_until_it_passe
         content=checked[-1],  # what the page asked on Upload
         headers={"Authorization": f"Bearer {served.token}", "Content-Type": "application/json"},
     )
-    assert answer.status_code == 400
     assert (
         refusal.inner_text()
-        == answer.json()["error"]["message"]
+        == assert_error(answer, 400, "VALIDATION_ERROR")["message"]
         == (
             "workloadMetadata.shape.rankCount 4 differs from the parallelism product 3 "
             "(dp × tp × sp × ep × pp)"
@@ -230,8 +230,7 @@ def test_a_refusal_by_the_service_is_shown_as_the_api_words_it(
             "workloadMetadata": {"shape": {"rankCount": 1}},
         },
     )
-    assert answer.status_code == 400
-    message = answer.json()["error"]["message"]
+    message = assert_error(answer, 400, "VALIDATION_ERROR")["message"]
     open_upload_view(page, served)
     page.get_by_label("Choose a folder").set_input_files(folder)
     page.get_by_label("Traceset name").evaluate(

@@ -16,10 +16,10 @@ from typing import ClassVar
 import httpx
 from playwright.sync_api import Page, Route, expect
 
-from tests import httpserver
-from tests.test_e2e_serve import PART, Served, serving
-from tests.web.conftest import SCREENSHOTS
-from tests.web.upload_page import (
+from tests.support import httpserver
+from tests.support.paths import SCREENSHOTS
+from tests.support.served import PART, Served, serving
+from tests.support.upload_page import (
     MOUNT_RECORDING,
     PARTS,
     fill_rank_count,

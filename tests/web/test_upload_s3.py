@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.replica_processes import (  # noqa: F401 - the postgres fixture
+from tests.support.replica_processes import (  # noqa: F401 - the postgres fixture
     PART,
     admin_token,
     fresh_database,
@@ -26,10 +26,10 @@ from tests.replica_processes import (  # noqa: F401 - the postgres fixture
     stop,
     wait_ready,
 )
-from tests.s3server import AWS_ENV, MotoServer
-from tests.test_e2e_serve import Served
-from tests.web.seeding import sign_in
-from tests.web.upload_page import make_folder, upload_folder
+from tests.support.s3server import AWS_ENV, MotoServer
+from tests.support.seeding import sign_in
+from tests.support.served import Served
+from tests.support.upload_page import make_folder, upload_folder
 from tracestore.client import Client
 
 

@@ -214,7 +214,7 @@ class Database:
         connection, each insert compiled once for its rows' columns (``reads.Prepared``),
         without a ``Connection`` or an ORM session around it: through those, upload-url's
         three inserts and their transaction cost ~0.4 ms more, two fifths of its CPU
-        in-process (docs/benchmarks.md).
+        in-process (docs/benchmarks-journal.md).
         Inside ``writes_now`` the transaction begins at once or raises ``WriterBusy``, as
         ``session`` does there. A driver's error is raised as SQLAlchemy's
         (``exc.DBAPIError``), as ``Connection.execute`` raises it; on a server database it is

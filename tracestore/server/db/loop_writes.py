@@ -3,7 +3,7 @@
 
 A write handed to a worker thread costs the hop and, under load, the GIL's hand-offs at every
 statement (the convoy ``Database.short_read`` describes): a third of an upload-url's CPU
-(docs/benchmarks.md). A short write of a local SQLite file can run on the loop instead,
+(docs/benchmarks-journal.md). A short write of a local SQLite file can run on the loop instead,
 provided it never waits there: so it takes this process's writer lock only if it is free
 at once, and begins on a connection whose busy timeout is 0. If either is taken it raises
 ``WriterBusy`` before any statement. The caller waits for this process's writer without
@@ -37,7 +37,7 @@ log = logging.getLogger("tracestore")
 # them make ~2,400 pages (~10 MB at 4 KiB), a little over twice SQLite's own autocheckpoint
 # threshold (1,000 pages): a checkpoint copies the pages written more than once only once,
 # and the worker thread's share of upload-url's CPU fell from ~8% (every 24) to ~4%
-# (docs/benchmarks.md).
+# (docs/benchmarks-journal.md).
 CHECKPOINT_EVERY = 64
 
 # How often the loop looks again for this process's writer to end (doubling to the most):

@@ -2,7 +2,7 @@
 less of SQLAlchemy's execution around them.
 
 On SQLite a GET's two selects cost ~145 us through ``Connection.execute`` and ~38 us on the
-DBAPI cursor (bench/request_cpu.py; docs/benchmarks.md): the execution context, its events
+DBAPI cursor (bench/request_cpu.py; docs/benchmarks-journal.md): the execution context, its events
 and the BEGIN that the read engine's "begin" event emits through a second execution cost
 more than SQLite's own work. ``Reads`` compiles each statement once per database
 (``Prepared``: its SQL text, its parameters in order, the result processors of its columns)

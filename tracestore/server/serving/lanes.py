@@ -5,7 +5,7 @@ every upload, and the embedded store's part PUT, which every file of an upload m
 least once.
 
 FastAPI's middleware, router and request handler cost as much as these routes' use cases
-themselves (bench/request_cpu.py; docs/benchmarks.md). A lane does what the route does (the
+themselves (bench/request_cpu.py; docs/benchmarks-journal.md). A lane does what the route does (the
 same token check, the same use case, the same answer and error envelopes) and nothing
 else; the routes stay, for the OpenAPI document and for every request a lane does not
 take. A lane is declared once, by its route: ``app.create_app`` pairs each laned route with

@@ -48,7 +48,7 @@ def freeze_startup_heap() -> None:
     """Take every object alive once a served process has started (its modules, the app, its
     routes and models, the engines) out of the cyclic collector's sight (``gc.freeze``):
     each full collection walked them all again, ~3 % of a list page's CPU served
-    (bench/load.py; docs/benchmarks.md). Objects made afterwards are collected as before;
+    (bench/load.py; docs/benchmarks-journal.md). Objects made afterwards are collected as before;
     the frozen ones live as long as the process anyway."""
     gc.collect()
     gc.freeze()

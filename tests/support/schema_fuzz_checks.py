@@ -121,5 +121,5 @@ def described_data_accepted(ctx: Any, response: Any, case: Any) -> bool | None:
     raise AssertionError(
         f"A request the description allows was refused: {status} {message!r}; describe the "
         "constraint in the OpenAPI document, or list the rule it cannot state in "
-        "tests/schema_fuzz_checks.py"
+        "tests/support/schema_fuzz_checks.py"
     )

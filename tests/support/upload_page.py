@@ -11,7 +11,7 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from tests.test_e2e_serve import Served
+from tests.support.served import Served
 from tracestore.client import Client
 
 PARTS = "**/blobs/parts/**"

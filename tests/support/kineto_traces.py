@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import zstandard
 
+from tests.support.paths import TESTDATA
+
 Number = int | float
 Layout = Literal["pytorch", "compact"]
 HOST_PID, HOST_TID = 4242, 4242
@@ -191,7 +193,7 @@ def compact_json(trace: dict[str, Any]) -> str:
     return json.dumps({**trace, "traceEvents": events})
 
 
-DLRM = Path(__file__).with_name("data") / "kineto-dlrm-8ranks"
+DLRM = TESTDATA / "kineto-dlrm-8ranks"
 _DLRM_INFO = re.compile(rb'"distributedInfo": \{"backend": "nccl", "rank": \d+, "world_size": 8\}')
 
 

@@ -19,8 +19,8 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from tests.ports import free_port
-from tests.processes import stop_process
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 from tracestore.server.settings import Settings
 
 # moto accepts any credentials; the tests give these to boto3 through the environment.

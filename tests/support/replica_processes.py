@@ -19,10 +19,10 @@ import httpx
 import psycopg
 import pytest
 
-from tests.pgserver import PostgresServer
-from tests.ports import free_port
-from tests.processes import stop_process
-from tests.s3server import MotoServer
+from tests.support.pgserver import PostgresServer
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
+from tests.support.s3server import MotoServer
 from tracestore.server.db import migrations
 
 MIB = 1024 * 1024
@@ -154,3 +154,26 @@ def newest_revision() -> str:
     """The newest schema revision in migrations/versions: what `migrate` reports."""
     versions = Path(migrations.__file__).parent / "versions"
     return max(p.name.split("_", 1)[0] for p in versions.glob("[0-9]*_*.py"))
+
+
+@contextmanager
+def worker_process(
+    root: Path, name: str, env: dict[str, str], data_dir: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `tracestore worker` with ``env``'s settings (on ``data_dir``, by default
+    ``root/name``); its output in ``root/name.log``."""
+    with open(root / f"{name}.log", "wb") as log:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tracestore.cli", "worker"),
+                *("--data-dir", str(data_dir or root / name)),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                stop_process(process, timeout=30)

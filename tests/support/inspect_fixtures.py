@@ -14,10 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from tests.support.paths import REPO
 from tracestore.inspect import FileInspection, RankCensus, inspect_path, rank_census
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TESTDATA = REPO_ROOT / "tests" / "data"
 
 InfoAt = Literal["head", "tail", "none"]
 
@@ -26,6 +24,7 @@ InfoAt = Literal["head", "tail", "none"]
 _CHILD = """
 import json, re, sys
 from pathlib import Path
+from tests.support.paths import REPO, TESTDATA
 from tracestore.inspect import inspect_path
 result = inspect_path(sys.argv[1])
 status = Path("/proc/self/status").read_text()
@@ -39,7 +38,7 @@ def inspect_in_child(path: Path, timeout: float) -> dict[str, Any]:
     ``{"inspection": its JSON, "peakMib": the child's peak RSS}``."""
     child = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path)],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         check=True,

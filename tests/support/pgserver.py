@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 PG_BIN = Path(os.environ.get("TRACESTORE_PG_BIN", "/usr/lib/postgresql/15/bin"))
 

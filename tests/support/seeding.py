@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.conftest import TESTDATA
-from tests.test_e2e_serve import Served
+from tests.support.paths import TESTDATA
+from tests.support.served import Served
+from tests.support.waiting import wait_until
 from tracestore import jsontext, schemas
 from tracestore.client import Client
 
@@ -47,13 +47,11 @@ def upload(
 
 
 def wait_inspected(served: Served, traceset_id: str, token: str | None = None) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while True:
-        answer = get_traceset(served, traceset_id, token)
-        if (answer.json().get("inspection") or {}).get("status") == "complete":
-            return dict(answer.json())
-        assert time.monotonic() < deadline, "inspection did not finish in 30 s"
-        time.sleep(0.1)
+    def inspected() -> dict[str, Any] | None:
+        answer = get_traceset(served, traceset_id, token).json()
+        return answer if (answer.get("inspection") or {}).get("status") == "complete" else None
+
+    return dict(wait_until(inspected, "inspection did not finish", timeout=30, every=0.1))
 
 
 def get_traceset(served: Served, traceset_id: str, token: str | None = None) -> httpx.Response:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.kineto_traces import TraceBuilder
+from tests.support.kineto_traces import TraceBuilder
 
 GEMM = "void gemm_kernel<float, 128>(float const*, float*, int)"
 RELU = "relu_kernel(float*, int)"

@@ -1,7 +1,7 @@
 """HTA 0.5.0's numbers for a directory of Kineto traces, as JSON on standard output.
 
-Run as ``python tests/hta_oracle.py DIR`` (the per-rank analysis) or ``python
-tests/hta_oracle.py diff CONTROL TEST CONTROL_RANK TEST_RANK`` (TraceDiff), in a process of
+Run as ``python tests/support/hta_oracle.py DIR`` (the per-rank analysis) or ``python
+tests/support/hta_oracle.py diff CONTROL TEST CONTROL_RANK TEST_RANK`` (TraceDiff), in a process of
 its own: HTA loads pandas and
 plotly and forks a pool per directory, none of which belongs in the test process. The calls
 are those ANALYTICS.md names as the oracle's.

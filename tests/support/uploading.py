@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from tests.conftest import TEST_BASE
+from tests.support.paths import TEST_BASE
 from tracestore import schemas
 from tracestore.client import Client
 from tracestore.server import completion, db

@@ -9,7 +9,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.metadata_model import DEGREES, LIMIT, PROMOTION_DEGREES, SHAPE_NUMBERS, TEXTS
+from tests.support.metadata_model import DEGREES, LIMIT, PROMOTION_DEGREES, SHAPE_NUMBERS, TEXTS
 
 
 def nested(levels: int) -> Any:

@@ -1,6 +1,6 @@
 """A small OpenID Connect identity provider for the page's login tests, on a port of its own:
 ``/authorize`` approves at once (or refuses, when told to) and sends the browser back with a
-code; ``/token`` trades the code for a JWT access token signed by tests/idp.py's key, only
+code; ``/token`` trades the code for a JWT access token signed by tests/support/idp.py's key, only
 with the PKCE verifier whose S256 challenge came with the code (RFC 7636). One request a
 connection (HTTP/1.0), so Chromium never sends one again on its own (test_upload_recovery.py
 says when it does)."""
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from tests.idp import AUDIENCE, ISSUER, RSA_KEY, token, write_jwks
+from tests.support.idp import AUDIENCE, ISSUER, RSA_KEY, token, write_jwks
 
 CLIENT_ID = "tracestore-web"
 
