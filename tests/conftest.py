@@ -13,12 +13,15 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
 from tests.support.clock import FakeClock
 from tests.support.s3server import MotoServer
+from tracestore.cli import main
 from tracestore.server.app import create_app
 from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
 from tracestore.server.services import Services, build_services
@@ -157,6 +160,28 @@ def http(services: Services, admin_token: str) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {admin_token}"
         yield client
+
+
+@pytest.fixture
+def app_http(services: Services) -> Iterator[TestClient]:
+    """A TestClient with no token of its own: the Client or the command must send it."""
+    with TestClient(create_app(services=services), raise_server_exceptions=False) as http:
+        yield http
+
+
+@pytest.fixture
+def run(app_http: TestClient, admin_token: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``run("ls", "--json")``: a client command through Click's runner against the app
+    in-process, with the admin token unless given another (``token=``)."""
+    for name in ("TRACESTORE_URL", "TRACESTORE_TOKEN", "TRACESTORE_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+
+    def invoke(command: str, *args: str, token: str = admin_token) -> Result:
+        words = [command, "--url", "http://testserver", *args, "--token", token]
+        return runner.invoke(main, words, obj={"http": app_http})
+
+    yield invoke
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from tests.support.clock import FakeClock
@@ -30,29 +30,8 @@ from tracestore.cli.output import NEXT_STEPS, with_url
 from tracestore.client import Client, RetryPolicy
 from tracestore.client.transfers import RetryWait
 from tracestore.errors import ERRORS_BY_CODE, NetworkError
-from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
-
-
-@pytest.fixture
-def app_http(services: Services) -> Iterator[TestClient]:
-    with TestClient(create_app(services=services), raise_server_exceptions=False) as http:
-        yield http
-
-
-@pytest.fixture
-def run(app_http: TestClient, admin_token: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """``run("ls", "--json")``: the command against the app, with the admin token."""
-    for name in ("TRACESTORE_URL", "TRACESTORE_TOKEN", "TRACESTORE_DATA_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    runner = CliRunner()
-
-    def invoke(command: str, *args: str, token: str = admin_token) -> Result:
-        words = [command, "--url", "http://testserver", *args, "--token", token]
-        return runner.invoke(main, words, obj={"http": app_http})
-
-    yield invoke
 
 
 @pytest.fixture

@@ -5,42 +5,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
 from tests.support.clock import FakeClock
 from tests.support.tenancy import person
 from tracestore import schemas
-from tracestore.cli import main
 from tracestore.cli.output import list_rows, traceset_text
 from tracestore.client import Client
 from tracestore.errors import Forbidden, ValidationError
-from tracestore.server.app import create_app
 from tracestore.server.services import Services
-
-
-@pytest.fixture
-def app_http(services: Services) -> Iterator[TestClient]:
-    with TestClient(create_app(services=services), raise_server_exceptions=False) as http:
-        yield http
-
-
-@pytest.fixture
-def run(app_http: TestClient, admin_token: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name in ("TRACESTORE_URL", "TRACESTORE_TOKEN", "TRACESTORE_DATA_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    runner = CliRunner()
-
-    def invoke(command: str, *args: str, token: str = admin_token) -> Result:
-        words = [command, "--url", "http://testserver", *args, "--token", token]
-        return runner.invoke(main, words, obj={"http": app_http})
-
-    return invoke
 
 
 def _upload(run: Any, tmp_path: Path, name: str, *extra: str, token: str) -> str:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +22,10 @@ from tracestore import errors, jsontext, schemas
 from tracestore.client import Client, MetadataWarning, ProgressEvent, UploadInterrupted
 from tracestore.schemas import format_timestamp
 from tracestore.server import db
-from tracestore.server.app import create_app
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB
 
 META = {"shape": {"rankCount": 2}}
-
-
-@pytest.fixture
-def app_http(services: Services) -> Iterator[TestClient]:
-    """A TestClient with no token of its own: the Client must send it."""
-    with TestClient(create_app(services=services), raise_server_exceptions=False) as http:
-        yield http
 
 
 @pytest.fixture
