@@ -42,6 +42,14 @@ def sha256_hex(value: str | None) -> str | None:
     return value.lower() if value else value
 
 
+def relative_file_name(value: str) -> str:
+    """A file's name in an upload: file_name_problem's words when it breaks the rules."""
+    problem = file_name_problem(value)
+    if problem:
+        raise ValueError(f"File name {value!r} {problem}")
+    return value
+
+
 class UploadFileSpec(RequestModel):
     """One file of an upload."""
 
@@ -59,13 +67,7 @@ class UploadFileSpec(RequestModel):
         json_schema_extra=SHA256_HEX,
     )
 
-    @field_validator("name")
-    @classmethod
-    def _name_is_relative_path(cls, value: str) -> str:
-        problem = file_name_problem(value)
-        if problem:
-            raise ValueError(f"File name {value!r} {problem}")
-        return value
+    _name_is_relative_path = field_validator("name")(relative_file_name)
 
     _sha256_is_hex = field_validator("sha256")(sha256_hex)
 
@@ -222,13 +224,7 @@ class CensusFile(RequestModel):
         json_schema_extra={"pattern": _BASE64, "maxLength": (CENSUS_HEAD_BYTES + 2) // 3 * 4},
     )
 
-    @field_validator("name")
-    @classmethod
-    def _name_is_relative_path(cls, value: str) -> str:
-        problem = file_name_problem(value)
-        if problem:
-            raise ValueError(f"File name {value!r} {problem}")
-        return value
+    _name_is_relative_path = field_validator("name")(relative_file_name)
 
     @model_validator(mode="after")
     def _head_is_base64(self) -> CensusFile:
