@@ -14,19 +14,17 @@ import itertools
 import json
 import math
 import random
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import hta_oracle
 from tests.support.kineto_traces import TraceBuilder
 from tracestore.analysis import AnalysedRank, analyze_path, traceset_json
 
 pytestmark = pytest.mark.slow
-ORACLE = Path(__file__).with_name("support") / "hta_oracle.py"
 SAMPLES = Path(__file__).with_name("data") / "kineto-dlrm-8ranks"
 GEMM = "void gemm_kernel<float, 128>(float const*, float*, int)"
 RELU = "relu_kernel(float*, int)"
@@ -36,15 +34,7 @@ ALL_GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 def hta(directory: Path) -> dict[str, Any]:
     """HTA's numbers for ``directory`` (a bounded child process)."""
-    run = subprocess.run(
-        [sys.executable, str(ORACLE), str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    result: dict[str, Any] = json.loads(run.stdout)
-    return result
+    return hta_oracle.ask(str(directory))
 
 
 def ours(directory: Path) -> dict[int, AnalysedRank]:

@@ -12,34 +12,24 @@ purpose (a file without steps; fractional times) the test asserts the difference
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import hta_oracle
 from tests.support.comparison_traces import ADAM, ALL_REDUCE, BASE, GEMM, OTHER, RELU, SOFTMAX, run
 from tests.support.kineto_traces import TraceBuilder
 from tracestore.analysis import analyze_path
 from tracestore.analysis.compare import compare_sides, side_of
 
 pytestmark = pytest.mark.slow
-ORACLE = Path(__file__).with_name("support") / "hta_oracle.py"
 SAMPLES = sorted((Path(__file__).with_name("data") / "kineto-dlrm-8ranks").iterdir())
 
 
 def hta_diff(control: Path, test: Path) -> dict[str, Any]:
     """HTA's comparison of the one rank in each directory (a bounded child process)."""
-    answer = subprocess.run(
-        [sys.executable, str(ORACLE), "diff", str(control), str(test), "-", "-"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert answer.returncode == 0, answer.stderr[-3000:]
-    result: dict[str, Any] = json.loads(answer.stdout)
-    return result
+    return hta_oracle.ask("diff", str(control), str(test), "-", "-")
 
 
 def ours(control: Path, test: Path) -> dict[str, Any]:

@@ -1,20 +1,31 @@
 """HTA 0.5.0's numbers for a directory of Kineto traces, as JSON on standard output.
 
 Run as ``python tests/support/hta_oracle.py DIR`` (the per-rank analysis) or ``python
-tests/support/hta_oracle.py diff CONTROL TEST CONTROL_RANK TEST_RANK`` (TraceDiff), in a process of
-its own: HTA loads pandas and
-plotly and forks a pool per directory, none of which belongs in the test process. The calls
-are those ANALYTICS.md names as the oracle's.
+tests/support/hta_oracle.py diff CONTROL TEST CONTROL_RANK TEST_RANK`` (TraceDiff), in a
+process of its own (``ask`` starts one): HTA loads pandas and plotly and forks a pool per
+directory, none of which belongs in the test process. The calls are those ANALYTICS.md names
+as the oracle's.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 from typing import Any
 
 ALL_KERNELS = 1_000_000  # num_kernels: at least the number of distinct names, so none fold
+
+
+def ask(*args: str) -> dict[str, Any]:
+    """The oracle's JSON for ``args`` (its command line's), from a bounded child process."""
+    answer = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, timeout=240
+    )
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    result: dict[str, Any] = json.loads(answer.stdout)
+    return result
 
 
 def numbers(directory: str) -> dict[str, Any]:
