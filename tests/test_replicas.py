@@ -23,6 +23,7 @@ from tests.support.replica_processes import (  # noqa: F401 - the postgres and s
     PART,
     Replica,
     admin_token,
+    bucket_replica_env,
     fresh_database,
     newest_revision,
     postgres,
@@ -56,11 +57,10 @@ def test_replicas_start_together_on_an_empty_database_and_serve_each_others_urls
         root = tmp_path / f"round{round_number}"
         root.mkdir()
         bucket = s3.new_bucket()
-        env = replica_env(
-            TRACESTORE_DATABASE_URL=fresh_database(postgres),
-            TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
-            TRACESTORE_S3_ENDPOINT_URL=s3.endpoint_url,
-            **AWS_ENV,
+        env = bucket_replica_env(
+            fresh_database(postgres),
+            s3,
+            bucket,
         )
         with replicas(root, env) as (a, b, c):
             token = admin_token([a, b, c])

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from tests.support.envelopes import assert_error
 from tests.support.ports import free_port
 from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
+    bucket_replica_env,
     fresh_database,
     newest_revision,
     postgres,
@@ -138,11 +139,10 @@ def test_readyz_names_the_failing_dependency_and_why(
     tmp_path: Path,
 ) -> None:
     bucket = s3.new_bucket()
-    env = replica_env(
-        TRACESTORE_DATABASE_URL=fresh_database(postgres),
-        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
-        TRACESTORE_S3_ENDPOINT_URL=s3.endpoint_url,
-        **AWS_ENV,
+    env = bucket_replica_env(
+        fresh_database(postgres),
+        s3,
+        bucket,
     )
     with replicas(tmp_path, env, count=1) as (replica,):
         s3.client().delete_bucket(Bucket=bucket)

@@ -25,6 +25,7 @@ from tests.support import crafted
 from tests.support.ports import free_port
 from tests.support.replica_processes import (  # noqa: F401 - the postgres and s3 fixtures
     admin_token,
+    bucket_replica_env,
     fresh_database,
     postgres,
     refusal,
@@ -33,7 +34,7 @@ from tests.support.replica_processes import (  # noqa: F401 - the postgres and s
     s3,
     worker_process,
 )
-from tests.support.s3server import AWS_ENV, MotoServer
+from tests.support.s3server import MotoServer
 from tests.support.served import serving
 from tests.support.waiting import wait_until
 from tracestore.client import Client
@@ -122,12 +123,11 @@ def test_a_killed_workers_inspection_is_finished_by_another_while_the_api_answer
     tmp_path: Path,
 ) -> None:
     database_url = fresh_database(postgres)
-    env = replica_env(
-        TRACESTORE_DATABASE_URL=database_url,
-        TRACESTORE_BLOB_URL=f"s3://{s3.new_bucket()}/ts",
-        TRACESTORE_S3_ENDPOINT_URL=s3.endpoint_url,
+    env = bucket_replica_env(
+        database_url,
+        s3,
+        s3.new_bucket(),
         TRACESTORE_JOB_LEASE=str(LEASE_SECONDS),
-        **AWS_ENV,
     )
     source = tmp_path / "traces"
     source.mkdir()

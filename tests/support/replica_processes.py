@@ -22,7 +22,7 @@ import pytest
 from tests.support.pgserver import PostgresServer
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
-from tests.support.s3server import MotoServer
+from tests.support.s3server import AWS_ENV, MotoServer
 from tracestore.server.db import migrations
 
 MIB = 1024 * 1024
@@ -74,6 +74,20 @@ def replica_env(**settings: str) -> dict[str, str]:
     env["TRACESTORE_PART_SIZE"] = str(PART)
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
     return {**env, **settings}
+
+
+def bucket_replica_env(
+    database_url: str, s3: MotoServer, bucket: str, **settings: str
+) -> dict[str, str]:
+    """``replica_env`` of replicas sharing ``database_url`` and ``bucket`` of ``s3`` (under
+    the prefix ``ts``), with moto's credentials."""
+    return replica_env(
+        TRACESTORE_DATABASE_URL=database_url,
+        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
+        TRACESTORE_S3_ENDPOINT_URL=s3.endpoint_url,
+        **AWS_ENV,
+        **settings,
+    )
 
 
 def start_replica(data_dir: Path, env: dict[str, str], *args: str) -> Replica:

@@ -18,6 +18,7 @@ from playwright.sync_api import Page, expect
 from tests.support.replica_processes import (  # noqa: F401 - the postgres fixture
     PART,
     admin_token,
+    bucket_replica_env,
     fresh_database,
     postgres,
     replica_env,
@@ -26,7 +27,7 @@ from tests.support.replica_processes import (  # noqa: F401 - the postgres fixtu
     stop,
     wait_ready,
 )
-from tests.support.s3server import AWS_ENV, MotoServer
+from tests.support.s3server import MotoServer
 from tests.support.seeding import sign_in
 from tests.support.served import Served
 from tests.support.upload_page import make_folder, upload_folder
@@ -60,11 +61,10 @@ def test_a_browser_upload_through_one_replica_downloads_byte_exact_through_anoth
     tmp_path: Path,
 ) -> None:
     bucket = strict_s3.new_bucket()
-    env = replica_env(
-        TRACESTORE_DATABASE_URL=fresh_database(postgres),
-        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
-        TRACESTORE_S3_ENDPOINT_URL=strict_s3.endpoint_url,
-        **AWS_ENV,
+    env = bucket_replica_env(
+        fresh_database(postgres),
+        strict_s3,
+        bucket,
     )
     with replicas(tmp_path, env, count=2) as (a, b):
         token = admin_token([a, b])
@@ -113,12 +113,11 @@ def test_serve_warns_when_the_setting_leaves_the_bucket_out_of_the_pages_reach(
     tmp_path: Path,
 ) -> None:
     bucket = strict_s3.new_bucket()
-    env = replica_env(
-        TRACESTORE_DATABASE_URL=fresh_database(postgres),
-        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
-        TRACESTORE_S3_ENDPOINT_URL=strict_s3.endpoint_url,
+    env = bucket_replica_env(
+        fresh_database(postgres),
+        strict_s3,
+        bucket,
         TRACESTORE_WEB_CONNECT_ORIGINS="https://elsewhere.example",
-        **AWS_ENV,
     )
     replica = start_replica(tmp_path / "replica", env)
     try:
@@ -146,11 +145,10 @@ def test_a_bucket_without_the_cors_rule_is_named_while_the_page_waits(
     bucket the browser gets no answer it may read, and the page says where it is sending and
     what the bucket's rule must allow, not just that nothing answered."""
     bucket = strict_s3.new_bucket()
-    env = replica_env(
-        TRACESTORE_DATABASE_URL=fresh_database(postgres),
-        TRACESTORE_BLOB_URL=f"s3://{bucket}/ts",
-        TRACESTORE_S3_ENDPOINT_URL=strict_s3.endpoint_url,
-        **AWS_ENV,
+    env = bucket_replica_env(
+        fresh_database(postgres),
+        strict_s3,
+        bucket,
     )
     with replicas(tmp_path, env, count=1) as (replica,):
         sign_in(page, Served(replica.url, admin_token([replica]), {}), "/upload")
