@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.served import Served
 from tracestore.client import Client
@@ -82,10 +83,21 @@ def upload_folder(page: Page, folder: Path, rank_count: str = "1") -> None:
 
 
 def wait_until_saved(page: Page) -> None:
-    """Until the upload's session exists and its state is in localStorage."""
-    page.wait_for_function(
-        "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1"
-    )
+    """Until the upload's session exists and its state is in localStorage.
+
+    A slow machine (CI runs the servers under coverage) gets 30 s; a timeout says what the
+    view showed, so a failure names its cause rather than only the wait."""
+    try:
+        page.wait_for_function(
+            "() => JSON.parse(localStorage.getItem('tracestore.uploads') || '[]').length === 1",
+            timeout=30_000,
+        )
+    except PlaywrightTimeoutError:
+        shown = page.evaluate("document.getElementById('app')?.innerText ?? ''")
+        saved = page.evaluate("localStorage.getItem('tracestore.uploads')")
+        raise AssertionError(
+            f"no upload state saved in 30 s; saved: {saved!r}; the view showed:\n{shown}"
+        ) from None
 
 
 def upload_done(page: Page) -> dict[str, Any]:

@@ -310,6 +310,9 @@ def test_an_upload_running_while_another_view_is_open_is_shown_again_not_sent_tw
     stored_matches(served, traceset["id"], folder, tmp_path)
 
     # One that finishes while another view is open does not open its traceset over that view.
+    # Started once the first has forgotten its state and the form is idle again.
+    page.wait_for_function("() => localStorage.getItem('tracestore.uploads') === '[]'")
+    expect(page.get_by_role("button", name="Upload")).to_be_enabled()
     page.route(PARTS, lambda route: None)
     page.get_by_label("Choose a folder").set_input_files(folder)
     page.get_by_role("button", name="Upload").click()
