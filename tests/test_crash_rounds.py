@@ -300,7 +300,7 @@ def _run_round(
     rng = random.Random(20261201 + round_number)
     uploads = _new_uploads(tmp_path, rng, round_number * UPLOADS_PER_ROUND)
     pool = ThreadPoolExecutor(UPLOADS_PER_ROUND // 2, thread_name_prefix="crash-client")
-    with serving(data_dir, env=SERVE_ENV, port=port) as served:
+    with serving(data_dir, env=SERVE_ENV, port=port, measured=False) as served:
         baseline = _session_count(data_dir)
         completed = _session_count(data_dir, "completed")
         for upload in uploads:
@@ -323,7 +323,10 @@ def _run_round(
         os.kill(served.pid, signal.SIGKILL)
         tally.at_kill.update(_moment(data_dir, uploads))
     # Restarted at once on the same port: the patient uploads are still retrying.
-    with serving(data_dir, env=SERVE_ENV, port=port) as served, _client(served) as client:
+    with (
+        serving(data_dir, env=SERVE_ENV, port=port, measured=False) as served,
+        _client(served) as client,
+    ):
         for upload in uploads:
             traceset_id, outcome = _settle(served, data_dir, upload)
             tally.outcomes[f"{outcome} ({'patient' if upload.patient else 'impatient'})"] += 1

@@ -22,7 +22,7 @@ MIB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    with serving(tmp_path_factory.mktemp("bodies") / "data") as server:
+    with serving(tmp_path_factory.mktemp("bodies") / "data", measured=False) as server:
         yield server
 
 

@@ -45,13 +45,18 @@ def serving(
     env: dict[str, str] | None = None,
     port: int | None = None,
     open_files: int | None = None,
+    measured: bool = True,
 ) -> Iterator[Served]:
     """``tracestore serve`` on ``port`` (a free one by default) over ``data_dir``, stopped at
     the end; with ``cwd``, started there without --data-dir (``data_dir`` is then its default
     one); ``env`` adds to its environment; ``open_files`` limits its descriptors (soft and
-    hard)."""
+    hard). ``measured=False`` keeps coverage out of the server and of the commands run with
+    ``Served.env``: for tests whose worth is volume or chance (fuzzing, crash rounds, load),
+    which coverage slows two to three times and which reach no line the others miss."""
     port = port or free_port()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACESTORE_")}
+    if not measured:
+        base_env = unmeasured(base_env)
     base_env["TRACESTORE_PART_SIZE"] = str(PART)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
     command = [sys.executable, "-m", "tracestore.cli", "serve", "--port", str(port)]
@@ -84,6 +89,11 @@ def serving(
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def unmeasured(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without what makes coverage (``[tool.coverage.run] patch``) measure a process."""
+    return {k: v for k, v in env.items() if not k.startswith("COVERAGE_")}
 
 
 def _limit_open_files(limit: int) -> None:
