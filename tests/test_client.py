@@ -360,7 +360,8 @@ def test_the_command_line_starts_without_the_client_stack() -> None:
 
 def test_import_loads_no_server_dependency() -> None:
     code = (
-        "import sys, tracestore.client, tracestore.cli.client\n"
+        "import sys, tracestore.client\n"
+        "import tracestore.cli.client, tracestore.cli.listing, tracestore.cli.upload\n"
         "heavy = {'fastapi', 'sqlalchemy', 'boto3', 'uvicorn', 'starlette', 'alembic'}\n"
         "loaded = sorted(m for m in heavy if m in sys.modules)\n"
         "assert not loaded, loaded\n"

@@ -1,7 +1,8 @@
 """The ``tracestore`` command: run the service, administer it, and work with tracesets.
 
-``client`` holds the commands that talk to a service over HTTP, ``inspect`` the local
-inspection, ``analyze`` the local analysis; ``serve`` (serve, worker, migrate), ``admin``
+``upload``, ``listing`` (ls) and ``client`` (the commands on one stored traceset) hold
+the commands that talk to a service over HTTP, ``inspect`` the local inspection,
+``analyze`` the local analysis; ``serve`` (serve, worker, migrate), ``admin``
 (tenant, user, token, workspace) and ``maintenance`` (gc, signing-key) those that run or
 administer a service on its data directory (they import the server only when they run,
 through ``store``); ``common`` and ``output`` are what they all share.
@@ -21,8 +22,10 @@ from tracestore.cli.client import COMMANDS as CLIENT_COMMANDS
 from tracestore.cli.common import OWN_PROCESS
 from tracestore.cli.compare import compare
 from tracestore.cli.inspect import inspect_command
+from tracestore.cli.listing import ls
 from tracestore.cli.maintenance import COMMANDS as MAINTENANCE_COMMANDS
 from tracestore.cli.serve import COMMANDS as SERVE_COMMANDS
+from tracestore.cli.upload import upload
 
 __all__ = ["main", "run"]
 
@@ -46,6 +49,8 @@ for _command in (
     *SERVE_COMMANDS,
     *ADMIN_COMMANDS,
     *MAINTENANCE_COMMANDS,
+    upload,
+    ls,
     *CLIENT_COMMANDS,
     inspect_command,
     analyze_command,

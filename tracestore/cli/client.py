@@ -1,336 +1,38 @@
-"""The client commands of ``tracestore``: upload, ls, show, analysis, promote, download,
-validate, rm.
+"""The commands on one stored traceset, named by its id: show, edit, analysis, promote,
+download, validate, rm (``upload`` and ``ls`` have modules of their own).
 
 They talk to a service over HTTP through ``tracestore.Client`` and import nothing of the
-server. Exit codes: 0 success, 1 API or network error, 2 usage error (bad options, missing
-files, metadata that breaks the upload rules before anything is sent).
+server. Exit codes: 0 success, 1 API or network error (or a failed check), 2 usage error,
+130 an interrupted download.
 """
 
 from __future__ import annotations
 
-import functools
-import shlex
 import sys
-import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracestore.choices import CENSUS_VERDICTS, SCOPES, STATUSES
 from tracestore.cli.common import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
-    F,
-    census_problems,
     connection,
-    given_url,
     json_option,
-    promotion_problems,
     read_metadata,
 )
 from tracestore.cli.output import (
     echo_json,
     echo_shown,
-    error_lines,
-    list_rows,
     progress_bars,
-    size_text,
-    timestamp,
     traceset_text,
     validate_text,
     wire,
 )
-from tracestore.errors import UploadIncomplete, ValidationError
+from tracestore.errors import ValidationError
 
 if TYPE_CHECKING:  # the client (httpx, pydantic) loads when a command runs, not at start
     from tracestore.client import Client
-    from tracestore.readahead import ReadAhead
-    from tracestore.schemas import UploadUrlResponse
-
-
-def reading_ahead(command: F) -> F:
-    """Starts hashing the files to upload on a thread of their own (``ReadAhead``) before
-    ``connection`` imports the client, the command's slow start; the command gets it as
-    ``read_ahead``."""
-
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> Any:
-        from tracestore.readahead import ReadAhead
-
-        with ReadAhead([*kwargs["paths"], *kwargs["supporting"]]) as read_ahead:
-            return command(read_ahead=read_ahead, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-@click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--workload-metadata",
-    "metadata_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="JSON file with the workloadMetadata (must declare the rank count for primary files).",
-)
-@click.option("--name", help="Traceset name (default: the first path's base name).")
-@click.option(
-    "--supporting",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="A supporting file or directory (configs, logs); repeatable.",
-)
-@click.option("--role", type=click.Choice(["primary", "supporting"]), default="primary")
-@click.option("--workspace", "workspace_id", help="Workspace id (default: yours).")
-@click.option("--tag", "tags", multiple=True, help="A tag; repeatable.")
-@click.option("--ttl-days", type=click.IntRange(1, 365), help="Days unused before it expires.")
-@click.option("--description", help="Free text.")
-@click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True)
-@click.option("--resume", "resume_id", metavar="UPLOAD_ID", help="Finish an interrupted upload.")
-@click.option(
-    "--strict",
-    is_flag=True,
-    help="Refuse (do not just warn) when a local inspection of the files disagrees with the "
-    "declared rank count, or promotion would refuse the metadata.",
-)
-@json_option
-@reading_ahead
-@connection
-def upload(
-    client: Client,
-    paths: tuple[Path, ...],
-    metadata_file: Path | None,
-    name: str | None,
-    supporting: tuple[Path, ...],
-    role: str,
-    workspace_id: str | None,
-    tags: tuple[str, ...],
-    ttl_days: int | None,
-    description: str | None,
-    concurrency: int,
-    resume_id: str | None,
-    strict: bool,
-    as_json: bool,
-    read_ahead: ReadAhead,
-) -> None:
-    """Upload files and directories as one traceset (parallel, resumable, verified)."""
-    from tracestore import metadata as rules
-    from tracestore.client import MetadataWarning
-    from tracestore.client.transfers import UploadInterrupted
-
-    workload_metadata = read_metadata(metadata_file)
-    if resume_id is None:
-        meant = rules.near_misses(workload_metadata)
-        try:
-            declared = rules.check_upload_metadata(
-                workload_metadata, has_primary_files=role == "primary"
-            )
-        except ValidationError as exc:
-            hint = f" ({'; '.join(meant)})" if meant else ""
-            raise click.UsageError(
-                f"{metadata_file or 'no --workload-metadata'}: {exc}{hint}"
-            ) from None
-        for hint in meant:
-            echo_shown(f"Warning: {hint}", err=True)
-        problems = promotion_problems(workload_metadata, declared)
-        problems += census_problems(paths, role, workload_metadata, declared)
-        for problem in problems:
-            echo_shown(f"{'Error' if strict else 'Warning'}: {problem}", err=True)
-        if problems and strict:  # a data problem, not a usage one: exit 1, as inspect does
-            click.echo(
-                "Error: not uploaded: the local checks disagree with the metadata (--strict); "
-                "fix the files or the metadata, or upload without --strict",
-                err=True,
-            )
-            sys.exit(EXIT_API_ERROR)
-
-    try:
-        with progress_bars() as report:
-
-            def started(session: UploadUrlResponse) -> None:
-                report.note(
-                    f"Uploading {session.traceset_id} as {session.upload_id}; if this stops: "
-                    + _resume_hint(session.upload_id, paths, supporting)
-                )
-
-            with warnings.catch_warnings():  # said above, before sending
-                warnings.simplefilter("ignore", MetadataWarning)
-                traceset = client.upload_traceset(
-                    list(paths),
-                    name=name,
-                    workload_metadata=workload_metadata,
-                    role=role,  # type: ignore[arg-type]
-                    supporting=list(supporting),
-                    workspace_id=workspace_id,
-                    tags=tags,
-                    ttl_days=ttl_days,
-                    description=description,
-                    concurrency=concurrency,
-                    progress=report.progress,
-                    resume_upload_id=resume_id,
-                    on_started=started,
-                    read_ahead=read_ahead,
-                )
-    except UploadInterrupted as exc:
-        click.echo(f"\nInterrupted; {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except UploadIncomplete as exc:
-        for line in error_lines(exc, given_url()):
-            click.echo(line, err=True)
-        click.echo(f"  {_resume_hint(exc.upload_id, paths, supporting)}", err=True)
-        sys.exit(EXIT_API_ERROR)
-    except ValidationError as exc:
-        if exc.request_id is None:  # found locally, before any request
-            raise click.UsageError(exc.message) from None
-        raise
-    if as_json:
-        echo_json(wire(traceset))
-    else:
-        echo_shown(
-            f"{traceset.id}  {traceset.status}  {traceset.file_count} files  "
-            f"{size_text(traceset.total_size)}  {traceset.hash}"
-        )
-        if traceset.expires_at is not None:  # said at once: it goes unless used or promoted
-            url = given_url()
-            keep = ["tracestore", "promote", *(["--url", url] if url else []), traceset.id]
-            echo_shown(
-                f"{traceset.id} expires {timestamp(traceset.expires_at)}, {traceset.ttl_days} "
-                f"days after its last use (a download counts); keep it: {shlex.join(keep)}"
-            )
-        else:  # a resumed upload whose traceset was promoted meanwhile
-            echo_shown(f"{traceset.id} never expires (promoted)")
-
-
-def _resume_hint(upload_id: str, paths: Sequence[Path], supporting: Sequence[Path]) -> str:
-    url = given_url()
-    words = ["tracestore", "upload", *(["--url", url] if url else []), "--resume", upload_id]
-    words += map(str, paths)
-    for extra in supporting:
-        words += ["--supporting", str(extra)]
-    return "resume with: " + shlex.join(words)
-
-
-def _parse_filters(pairs: Sequence[str], option: str = "--filter") -> dict[str, Any]:
-    workload: dict[str, Any] = {}
-    for pair in pairs:
-        path, sep, value = pair.partition("=")
-        if not sep or not path:
-            what = "FACT=VALUE" if option == "--inspected" else "PATH=VALUE"
-            raise click.BadParameter(f"{pair!r} is not {what}", param_hint=option)
-        workload[path] = value
-    return workload
-
-
-@click.command("ls")
-@click.option("--workspace", "workspace_id", help="Only this workspace (and what it sees).")
-@click.option("--status", type=click.Choice(STATUSES))
-@click.option("--scope", type=click.Choice(SCOPES))
-@click.option(
-    "--census",
-    type=click.Choice(CENSUS_VERDICTS),
-    help="The rank census's verdict: fail lists the incomplete tracesets (ranks missing ...).",
-)
-@click.option("--search", help="Case-insensitive substring of the name.")
-@click.option(
-    "--sort", help="e.g. created:desc or name:asc,size:desc; step_time:desc (slowest first)."
-)
-@click.option("--limit", type=click.IntRange(min=1), help="At most this many (all by default).")
-@click.option("--workload-family", help="workload_family equals this.")
-@click.option("--workload-name", help="workload_name equals this.")
-@click.option(
-    "--filter",
-    "filters",
-    multiple=True,
-    metavar="PATH=VALUE",
-    help="Workload filter on a snake_case path, e.g. shape.global_batch_size=1024; repeatable.",
-)
-@click.option(
-    "--inspected",
-    "inspected",
-    multiple=True,
-    metavar="FACT=VALUE",
-    help="A fact inspection derived: gpu_model, backend, format, nccl_version or world_size, "
-    "e.g. gpu_model=H100; repeatable.",
-)
-@click.option("--min-world-size", type=click.IntRange(min=0), help="Inspected world size ≥ this.")
-@click.option("--max-world-size", type=click.IntRange(min=0), help="Inspected world size ≤ this.")
-@click.option(
-    "--min-idle-pct", type=click.FloatRange(0, 100), help="Analysis: median rank's idle % ≥ this."
-)
-@click.option(
-    "--max-idle-pct", type=click.FloatRange(0, 100), help="Analysis: median rank's idle % ≤ this."
-)
-@click.option(
-    "--min-overlap-pct",
-    type=click.FloatRange(0, 100),
-    help="Analysis: median communication overlap % ≥ this.",
-)
-@click.option(
-    "--uploaded-by",
-    metavar="USER",
-    help="Only those this user uploaded: a user id (see `show`) or `me`.",
-)
-@click.option(
-    "--tag", "tags", multiple=True, help="Only those holding this exact tag; repeatable (all)."
-)
-@json_option
-@connection
-def ls(
-    client: Client,
-    workspace_id: str | None,
-    status: str | None,
-    scope: str | None,
-    census: str | None,
-    search: str | None,
-    sort: str | None,
-    limit: int | None,
-    workload_family: str | None,
-    workload_name: str | None,
-    filters: tuple[str, ...],
-    inspected: tuple[str, ...],
-    min_world_size: int | None,
-    max_world_size: int | None,
-    min_idle_pct: float | None,
-    max_idle_pct: float | None,
-    min_overlap_pct: float | None,
-    uploaded_by: str | None,
-    tags: tuple[str, ...],
-    as_json: bool,
-) -> None:
-    """List tracesets you can see, newest first (every page, fetched as needed), with who
-    uploaded each."""
-    workload = _parse_filters(filters)
-    if workload_family is not None:
-        workload["workload_family"] = workload_family
-    if workload_name is not None:
-        workload["workload_name"] = workload_name
-    items = list(
-        client.list_tracesets(
-            max_items=limit,
-            page_size=min(limit, 100) if limit else 100,
-            workspace_id=workspace_id,
-            status=status,
-            scope=scope,
-            census=census,
-            search=search,
-            sort=sort,
-            workload=workload or None,
-            inspected=_parse_filters(inspected, "--inspected") or None,
-            min_world_size=min_world_size,
-            max_world_size=max_world_size,
-            min_idle_pct=min_idle_pct,
-            max_idle_pct=max_idle_pct,
-            min_overlap_pct=min_overlap_pct,
-            uploaded_by=uploaded_by,
-            tags=list(tags) or None,
-        )
-    )
-    if as_json:
-        echo_json([wire(item) for item in items])
-    elif items:
-        click.echo(list_rows(items))
-    else:
-        click.echo("No tracesets.", err=True)
 
 
 @click.command()
@@ -579,8 +281,6 @@ def rm(client: Client, traceset_id: str, as_json: bool) -> None:
 
 
 COMMANDS: tuple[click.Command, ...] = (
-    upload,
-    ls,
     show,
     edit,
     analysis,
