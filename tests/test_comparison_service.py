@@ -26,8 +26,8 @@ from tracestore.cli import main
 from tracestore.client import Client
 from tracestore.errors import Conflict
 from tracestore.server import db
-from tracestore.server.comparison import members
 from tracestore.server.services import Services
+from tracestore.server.stored_json import members
 
 KINETO = TESTDATA / "kineto-dlrm-8ranks"
 _INFO = re.compile(rb'"distributedInfo": \{"backend": "nccl", "rank": \d+, "world_size": 8\}')

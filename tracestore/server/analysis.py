@@ -57,7 +57,7 @@ from tracestore.analysis.summary import (
 from tracestore.inspect import FileInspection
 from tracestore.server import db, jobs
 from tracestore.server.services import Services
-from tracestore.server.stored_json import bounded
+from tracestore.server.stored_json import bounded, members
 
 log = logging.getLogger("tracestore.analysis")
 
@@ -353,19 +353,14 @@ def _stored_collectives(
     return read
 
 
+# What the straggler pass reads of a file's stored detail: not its per-step kernel totals.
+COLLECTIVE_MEMBERS = ("processGroups", "collectivesDropped", "collectives")
+
+
 def stored_collectives(blob: bytes | None) -> dict[str, Any] | None:
-    """The members of a file's stored detail the straggler pass reads (``processGroups``,
-    ``collectivesDropped``, ``collectives``), without decoding its per-step kernel totals:
-    ``stepKernels`` sits between them, and ``,"stepKernels":`` / ``,"collectives":`` cannot
-    occur inside the JSON strings before them (a quote in a string is escaped)."""
-    if blob is None:
-        return None
-    text = zlib.decompress(blob).decode()
-    cut, tail = text.find(',"stepKernels":'), text.rfind(',"collectives":')
-    if cut < 0 or tail < cut:
-        return dict(json.loads(text))
-    head = json.loads(text[:cut] + "}")
-    return {**head, **json.loads("{" + text[tail + 1 :])}
+    """The members of a file's stored detail the straggler pass reads (``COLLECTIVE_MEMBERS``),
+    each decoded alone (``stored_json.members``), or None when no detail was kept."""
+    return None if blob is None else members(zlib.decompress(blob).decode(), COLLECTIVE_MEMBERS)
 
 
 def assemble(

@@ -9,7 +9,6 @@ complete, or a chosen rank whose detail was not kept, is a Conflict that says so
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any
 
@@ -22,6 +21,7 @@ from tracestore.server import db
 from tracestore.server.analysis import SETTING
 from tracestore.server.auth import Principal
 from tracestore.server.services import Services
+from tracestore.server.stored_json import members
 
 T, A, F = db.Traceset, db.TracesetAnalysis, db.FileAnalysis
 CHUNK = 500  # positions per IN list
@@ -122,17 +122,3 @@ def _side(rank: int | None, file: str, row: dict[str, Any]) -> Any:
 
 ANALYSIS_MEMBERS = ("temporal", "overlap", "steps")
 DETAIL_MEMBERS = ("names", "stepKernels", "unstepped")
-_DECODER = json.JSONDecoder()
-
-
-def members(text: str, names: tuple[str, ...]) -> dict[str, Any]:
-    """The top-level ``names`` of a stored JSON object (ours: compact, every member's key
-    once), each decoded alone: the kernels' rows and the collectives, most of the text, are
-    never parsed. A ``"key":`` with its quotes bare cannot lie inside a JSON string, whose
-    quotes are escaped, and no deeper member of these objects has these names."""
-    found: dict[str, Any] = {}
-    for name in names:
-        at = text.find(f'"{name}":')
-        if at >= 0:
-            found[name] = _DECODER.raw_decode(text, at + len(name) + 3)[0]
-    return found

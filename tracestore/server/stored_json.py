@@ -43,6 +43,22 @@ def bounded(
     return shrunk
 
 
+_DECODER = json.JSONDecoder()
+
+
+def members(text: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """The top-level ``names`` of a stored JSON object (ours: compact, every member's key
+    once), each decoded alone: the rest of the text (a rank's kernel rows, its collectives)
+    is never parsed. A ``"key":`` with its quotes bare cannot lie inside a JSON string, whose
+    quotes are escaped; a reader names only members that no deeper object of the text has."""
+    found: dict[str, Any] = {}
+    for name in names:
+        at = text.find(f'"{name}":')
+        if at >= 0:
+            found[name] = _DECODER.raw_decode(text, at + len(name) + 3)[0]
+    return found
+
+
 def json_size(value: Any) -> int:
     """The bytes of ``value``'s compact JSON text (UTF-8)."""
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
