@@ -281,7 +281,7 @@ def _through_service(root: Path, paths: list[Path], rounds: int) -> dict[str, li
 
     from tests.support.uploading import upload
     from tracestore.analysis.stragglers import Verdict, verdict
-    from tracestore.server import analysis
+    from tracestore.server import stragglers
     from tracestore.server.app import create_app
     from tracestore.server.auth import ADMIN_TOKEN_FILE, bootstrap
     from tracestore.server.services import Services, build_services
@@ -292,7 +292,7 @@ def _through_service(root: Path, paths: list[Path], rounds: int) -> dict[str, li
     bootstrap(services.db, settings.data_dir, services.now())
     token = (settings.data_dir / ADMIN_TOKEN_FILE).read_text().strip()
     files = {p.name: (p.read_bytes(), "primary") for p in paths}
-    real = analysis.straggler_verdict
+    real = stragglers.straggler_verdict
     spent: list[float] = []
 
     def timed(services: Services, traceset_id: str) -> Verdict:
@@ -311,7 +311,7 @@ def _through_service(root: Path, paths: list[Path], rounds: int) -> dict[str, li
         order = ["with", "without"]
         for round_number in range(rounds):
             for mode in order:
-                analysis.straggler_verdict = timed if mode == "with" else off
+                stragglers.straggler_verdict = timed if mode == "with" else off
                 traceset = upload(http, files, {"shape": {"rankCount": len(paths)}})
                 started = time.perf_counter()
                 services.wait_for_background()
@@ -328,7 +328,7 @@ def _through_service(root: Path, paths: list[Path], rounds: int) -> dict[str, li
                     flush=True,
                 )
             order.reverse()
-    analysis.straggler_verdict = real
+    stragglers.straggler_verdict = real
     services.close()
     return times
 

@@ -21,7 +21,7 @@ from tracestore.analysis import AnalysedRank, Limits, analyze_path, traceset_jso
 from tracestore.analysis.model import KERNEL_ROWS
 from tracestore.analysis.stragglers import CollectiveColumns, RankSource, verdict
 from tracestore.analysis.summary import ranks_verdict
-from tracestore.server import analysis, db
+from tracestore.server import analysis, db, stragglers
 from tracestore.server.services import Services
 
 SECONDS = 1_000_000  # µs
@@ -267,10 +267,10 @@ def test_the_service_names_the_straggler_and_validate_warns(
         blob = session.get(db.FileAnalysis, (traceset["id"], 3))
         assert blob is not None
         whole = analysis.stored_detail(blob.detail)
-        part = analysis.stored_collectives(blob.detail)
+        part = stragglers.stored_collectives(blob.detail)
     assert whole is not None and part is not None and whole["stepKernels"]["step"]
-    assert part == {key: whole[key] for key in analysis.COLLECTIVE_MEMBERS}
-    assert set(analysis.COLLECTIVE_MEMBERS) < set(whole)  # all there, and not the whole
+    assert part == {key: whole[key] for key in stragglers.COLLECTIVE_MEMBERS}
+    assert set(stragglers.COLLECTIVE_MEMBERS) < set(whole)  # all there, and not the whole
 
 
 def test_the_service_names_none_in_a_balanced_run(
@@ -302,7 +302,7 @@ def test_a_stored_detail_that_cannot_be_read_back_leaves_the_summary_saying_why(
         row = session.get(db.FileAnalysis, (traceset["id"], 2))
         assert row is not None
         row.detail = b"not zlib"
-    found = analysis.straggler_verdict(services, traceset["id"])
+    found = stragglers.straggler_verdict(services, traceset["id"])
     assert found.stragglers == [] and found.matched == 0
     assert found.summary_json()["note"] == (
         "No straggler verdict: a stored analysis could not be read back: its compressed "

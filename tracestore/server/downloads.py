@@ -28,7 +28,6 @@ from tracestore.ranks import (
     within,
 )
 from tracestore.server import db
-from tracestore.server.analysis import stragglers_check
 from tracestore.server.archive import ArchiveEntry, archive_size, stream_zip
 from tracestore.server.auth import Principal
 from tracestore.server.inspection import stored_census_checks, stored_readiness
@@ -37,6 +36,7 @@ from tracestore.server.lifecycle import record_use
 from tracestore.server.services import Services
 from tracestore.server.storage.blobs import ContentStore
 from tracestore.server.storage.local import LocalBlobStore
+from tracestore.server.stragglers import stragglers_check
 from tracestore.server.tracesets import files_of, find_visible
 
 NOT_EVALUATED = "Not evaluated yet: trace inspection has not reported on this traceset"

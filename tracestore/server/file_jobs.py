@@ -35,7 +35,7 @@ from tracestore.inspect.streams import (
     read_up_to,
     rewound,
 )
-from tracestore.server import analysis, db, inspection, jobs
+from tracestore.server import analysis, db, inspection, jobs, stragglers
 from tracestore.server.jobs import ClaimedJob
 from tracestore.server.services import Services
 from tracestore.server.stored_json import bounded
@@ -176,7 +176,7 @@ def assemble_traceset(services: Services, job: ClaimedJob, stopping: Callable[[]
     census = None
     if found is not None:
         census = rank_census(found, declared_rank_count=declared, workload_metadata=metadata)
-    stragglers = analysis.straggler_verdict(services, traceset_id)
+    verdict = stragglers.straggler_verdict(services, traceset_id)
     with services.db.session() as session:
         jobs.finish(session, job, services.now())
         traceset = session.get(db.Traceset, traceset_id)
@@ -185,7 +185,7 @@ def assemble_traceset(services: Services, job: ClaimedJob, stopping: Callable[[]
         if found is not None and census is not None:
             inspection.record_census(session, services, traceset, found, census)
             session.flush()  # the files' rank ranges, which the assembly reads
-        analysis.assemble(session, services, traceset, stragglers)
+        analysis.assemble(session, services, traceset, verdict)
 
 
 def _stored_inspections(services: Services, traceset_id: str) -> list[tuple[str, FileInspection]]:
