@@ -30,7 +30,7 @@ from guest import memory_note
 from served import Server, free_port
 from upload import MIB, Case, run_cli, settle, write_files
 
-from tracestore.client.transfers import sha256_of
+from tracestore.client.local_files import sha256_of
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MLFLOW_PYTHON = REPO / ".bench-mlflow" / "bin" / "python"

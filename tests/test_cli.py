@@ -28,7 +28,7 @@ from tracestore.cli import main
 from tracestore.cli.local_service import SERVICE_FILE, record_service
 from tracestore.cli.output import NEXT_STEPS, with_url
 from tracestore.client import Client, RetryPolicy
-from tracestore.client.transfers import RetryWait
+from tracestore.client.retries import RetryWait
 from tracestore.errors import ERRORS_BY_CODE, NetworkError
 from tracestore.server.services import Services
 from tracestore.server.settings import MIB

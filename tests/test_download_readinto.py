@@ -18,8 +18,9 @@ import httpx
 import pytest
 
 from tests.support.httpserver import serving
+from tracestore.client.retries import RetryPolicy
 from tracestore.client.sendfile import SendfileTransport
-from tracestore.client.transfers import BODY_SINK, RetryPolicy, Stopped, download_to
+from tracestore.client.transfers import BODY_SINK, Stopped, download_to
 from tracestore.errors import IntegrityError, TracestoreError
 
 MIB = 1024 * 1024

@@ -31,7 +31,8 @@ from tests.support.uploading import (
 from tracestore import schemas
 from tracestore.client import Client
 from tracestore.client.downloader import Downloader
-from tracestore.client.transfers import RetryPolicy, check_names, collect_files
+from tracestore.client.local_files import check_names, collect_files
+from tracestore.client.retries import RetryPolicy
 from tracestore.errors import ValidationError
 from tracestore.server import lifecycle
 from tracestore.server.app import create_app

@@ -23,9 +23,11 @@ import pytest
 
 from tests.support.httpserver import serving
 from tracestore.client import Client
+from tracestore.client.local_files import LocalFile
 from tracestore.client.parts import PartBody, PartJob, put_part, read_back
+from tracestore.client.retries import RetryPolicy
 from tracestore.client.sendfile import SendfileTransport, default_transport
-from tracestore.client.transfers import LocalFile, RetryPolicy, Stopped
+from tracestore.client.transfers import Stopped
 from tracestore.errors import IntegrityError, TracestoreError
 from tracestore.filedigest import FileDigest
 

@@ -29,7 +29,7 @@ from tracestore.cli import main
 from tracestore.cli.output import NEXT_STEPS
 from tracestore.client import Client, RetryPolicy
 from tracestore.client.api import ApiClient
-from tracestore.client.transfers import RetryWait
+from tracestore.client.retries import RetryWait
 from tracestore.errors import NetworkError, NoServiceAtUrl, NotFound, RouteNotOffered
 from tracestore.server.app import create_app
 from tracestore.server.services import Services

@@ -208,7 +208,7 @@ def census_problems(
     """What a quick local inspection finds wrong with the primary files (empty if none)."""
     if role != "primary":
         return []
-    from tracestore.client.transfers import collect_files
+    from tracestore.client.local_files import collect_files
     from tracestore.inspect import inspect_path, rank_census
     from tracestore.inspect.census import upload_problems
 

@@ -38,7 +38,7 @@ def inspect_command(
     """Inspect trace files and directories locally: each file's format, rank and
     collectives, and the rank census of the set (missing, duplicated, unranked ranks)."""
     from tracestore import metadata
-    from tracestore.client.transfers import collect_files
+    from tracestore.client.local_files import collect_files
     from tracestore.inspect import inspect_path, rank_census
 
     workload_metadata = read_metadata(metadata_file)

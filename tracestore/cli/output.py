@@ -23,7 +23,8 @@ from tracestore.errors import TracestoreError, UploadIncomplete
 
 if TYPE_CHECKING:  # pydantic and httpx load only in the commands that use them
     from tracestore import schemas
-    from tracestore.client.transfers import ProgressCallback, ProgressEvent, RetryWait
+    from tracestore.client.retries import RetryWait
+    from tracestore.client.transfers import ProgressCallback, ProgressEvent
 
 # One line per error code: what to do next. The message itself comes from the service.
 NEXT_STEPS: dict[str, str] = {

@@ -7,13 +7,8 @@ drives, and the transports that move the bytes. It imports no server dependency.
 from __future__ import annotations
 
 from tracestore.client.client import Client, MetadataWarning
-from tracestore.client.transfers import (
-    ProgressCallback,
-    ProgressEvent,
-    RetryPolicy,
-    RetryWait,
-    UploadInterrupted,
-)
+from tracestore.client.retries import RetryPolicy, RetryWait
+from tracestore.client.transfers import ProgressCallback, ProgressEvent, UploadInterrupted
 
 __all__ = [
     "Client",

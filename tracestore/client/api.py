@@ -1,6 +1,6 @@
-"""``ApiClient``, what ``Client`` is built on: the tracestore API's routes, one typed method each,
-over one request helper that sends the token, retries what is safe to send again and turns an
-error answer into its ``tracestore.errors`` class (chosen by the envelope's code).
+"""``ApiClient``, what ``Client`` is built on: the tracestore API's routes, one typed method
+each, over the one request helper of ``calls.ApiCaller`` (which sends the token, retries what
+is safe to send again and raises an error answer's ``tracestore.errors`` class).
 
 It imports no server dependency.
 """
@@ -9,37 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
-from urllib.parse import quote, urlencode
+from typing import Any
 
 import httpx
-from pydantic import BaseModel
 
-from tracestore import jsontext, schemas
-from tracestore.client.sendfile import default_transport
-from tracestore.client.transfers import (
-    RETRY_STATUSES,
-    RetryPolicy,
-    api_error,
-    body_text,
-    network_error,
-    unreached_error,
-)
-from tracestore.errors import (
-    NO_ROUTE,
-    Conflict,
-    InternalError,
-    NoServiceAtUrl,
-    NotFound,
-    RouteNotOffered,
-    TracestoreError,
-)
+from tracestore import schemas
+from tracestore.client.calls import API, API_PREFIX, ApiCaller, answer, segment
+from tracestore.errors import Conflict
 
-API_PREFIX = "/api/v1"
-API = API_PREFIX + "/tracesets"
 LIBRARIES = API_PREFIX + "/libraries"
-DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 COMPLETE_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
 _LIST_PARAMS = {
     "workspace_id": "workspaceId",
@@ -64,9 +42,6 @@ _PERCENT_PARAMS = {
 }
 
 
-Answer = TypeVar("Answer", bound=BaseModel)
-
-
 class Keep:
     """The type of ``KEEP``: a member ``edit_traceset`` leaves as it is (``None`` removes)."""
 
@@ -75,35 +50,6 @@ class Keep:
 
 
 KEEP = Keep()
-
-
-def _answer(response: httpx.Response, model: type[Answer]) -> Answer:
-    """The answer as ``model``; jsontext keeps workloadMetadata numbers as written."""
-    try:
-        return model.model_validate(jsontext.loads(response.content))
-    except ValueError as exc:  # not JSON, or not the shape this client knows
-        raise InternalError(
-            f"Unexpected answer from {response.request.method} {response.request.url.path} "
-            f"(is {response.request.url.host} a tracestore service?): {exc}",
-            request_id=response.headers.get("x-request-id"),
-            status=response.status_code,
-        ) from None
-
-
-def _unrouted(response: httpx.Response) -> bool:
-    """Whether a 404 says that no route matched (a tracestore's ``No route`` or no error
-    envelope at all: another web server), rather than that a traceset or file is missing."""
-    try:
-        error = response.json().get("error")
-        message = error.get("message") if isinstance(error, dict) else None
-    except (ValueError, AttributeError):
-        message = None
-    return not isinstance(message, str) or message.startswith(NO_ROUTE)
-
-
-def _segment(value: str) -> str:
-    """An id as one URL path segment (a stray ``/`` or ``..`` never changes the route)."""
-    return quote(value, safe="")
 
 
 def _query_value(value: object) -> str:
@@ -121,183 +67,18 @@ def _percent(value: object) -> str:
     return str(value)
 
 
-def service_base_url(url: str) -> str:
-    """The base of the service's routes for the URL a user gave: ``http(s)://host[:port]``
-    and an optional path prefix, without a trailing slash or the routes' own ``/api/v1``
-    (given it, users meant the service). ValueError, naming what to write, for anything
-    that cannot reach a service: it would otherwise be retried as if the service were down."""
-    try:
-        parsed = httpx.URL(url.strip())
-    except (httpx.InvalidURL, TypeError, ValueError):
-        parsed = None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
-        given = url.strip()
-        hint = (
-            f": did you mean http://{given}?"
-            if given and "://" not in given
-            else " (for example http://127.0.0.1:8000)"
-        )
-        raise ValueError(
-            f"The service URL must start with http:// or https:// and name a host, got "
-            f"{url!r}{hint}"
-        )
-    base = str(parsed.copy_with(query=None, fragment=None)).rstrip("/")
-    return base.removesuffix(API_PREFIX).rstrip("/")
-
-
-class ApiClient:
+class ApiClient(ApiCaller):
     """The API's routes at ``base_url``, one typed method each, called with the API token
     ``token``; ``Client`` adds what takes several calls (every page of a listing, whole
     uploads and downloads). ``reached``: the service is known to be there (a connection it
     refuses is a restart, waited out as for a service that has answered this client)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        http: httpx.Client | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        reached: bool = False,
-    ) -> None:
-        self.base_url = service_base_url(base_url)
-        # Whether the service has answered this client once (or is ``reached``, known to be
-        # there): until then a connection refused is a wrong URL more likely than a restart,
-        # retried for ``RetryPolicy.unreached_patience`` only.
-        self.reached = reached
-        self._auth = {"Authorization": f"Bearer {token}"}
-        self._owns_http = http is None
-        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-        self.http = http or httpx.Client(
-            timeout=self._timeout,
-            limits=limits,
-            # Part bodies over http:// go out with sendfile (tracestore/client/sendfile.py).
-            transport=default_transport(limits),
-            follow_redirects=True,
-        )
-        self.retry = retry or RetryPolicy()
-
-    def close(self) -> None:
-        """Close the connections this client opened (not an ``http`` handed in)."""
-        if self._owns_http:
-            self.http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    # --- plumbing ---
-
-    def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: list[tuple[str, str]] | None = None,
-        body: object = None,
-        idempotent: bool = True,
-        timeout: httpx.Timeout | None = None,
-    ) -> httpx.Response:
-        """One API request with the token; idempotent ones are retried on network errors and
-        5xx. Any other error answer raises its tracestore exception."""
-        url = self.base_url + path
-        headers = dict(self._auth)
-        content = None
-        if body is not None:
-            content = body_text(body)
-            headers["Content-Type"] = "application/json"
-        tries = self.retry.tries()
-        while True:
-            began = time.monotonic()
-            try:
-                response = self.http.request(
-                    method,
-                    url,
-                    params=urlencode(params) if params else None,
-                    content=content,
-                    headers=headers,
-                    # An injected client (a TestClient) keeps its own timeouts.
-                    # An injected client (a TestClient) keeps its own timeouts.
-                    timeout=self._request_timeout(timeout)
-                    if self._owns_http
-                    else httpx.USE_CLIENT_DEFAULT,
-                )
-            except httpx.TransportError as exc:
-                # A request that never connected was never seen: safe to send again.
-                connecting = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-                error: TracestoreError = network_error(exc, url)
-                if not (idempotent or connecting):
-                    raise error from None
-                if connecting and not self.reached:
-                    error = unreached_error(exc, self.base_url)
-                tries.failed(
-                    error,
-                    reached=self.reached or not connecting,
-                    since=began if connecting else None,
-                )
-                continue
-            self.reached = True
-            if response.status_code < 400:
-                return response
-            error = api_error(response)
-            if response.status_code == 404 and _unrouted(response):
-                raise self._unrouted_error(path, response)
-            if not (idempotent and response.status_code in RETRY_STATUSES):
-                raise error
-            tries.failed(error)
-
-    def _unrouted_error(self, path: str, response: httpx.Response) -> NotFound:
-        """A 404 that no route of the API answered: the URL has no tracestore API (the
-        listing, which every version serves, is not there either) or the service is an
-        older one without ``path``."""
-        asked = f"{response.request.method} {response.request.url.path}"
-        request_id = response.headers.get("x-request-id")
-        if path != API and self._serves_listing():
-            return RouteNotOffered(
-                f"The service at {self.base_url} does not offer {asked}", request_id=request_id
-            )
-        return NoServiceAtUrl(
-            f"No tracestore API at {self.base_url} ({asked} answered 404 Not Found)",
-            request_id=request_id,
-        )
-
-    def _serves_listing(self) -> bool:
-        """Whether a route every tracestore service has answers at ``base_url``."""
-        try:
-            probe = self.http.get(
-                self.base_url + API,
-                params={"limit": "1"},
-                headers=self._auth,
-                timeout=self._timeout if self._owns_http else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.TransportError:
-            return False
-        return not (probe.status_code == 404 and _unrouted(probe))
-
-    def _request_timeout(self, timeout: httpx.Timeout | None) -> httpx.Timeout:
-        """A request's timeouts: ``timeout`` or the client's, but connecting to a service
-        that has not answered yet takes no longer than the patience it gets (a connection
-        dropped without a word is a wrong address more likely than a slow one)."""
-        chosen = timeout or self._timeout
-        connect = max(1.0, self.retry.unreached_patience)
-        if self.reached or chosen.connect is None or chosen.connect <= connect:
-            return chosen
-        return httpx.Timeout(
-            connect=connect, read=chosen.read, write=chosen.write, pool=chosen.pool
-        )
-
     # --- tracesets ---
 
     def get_traceset(self, traceset_id: str) -> schemas.Traceset:
         """The traceset with its files and its workloadMetadata exactly as given."""
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}")
-        return _answer(response, schemas.Traceset)
+        response = self._call("GET", f"{API}/{segment(traceset_id)}")
+        return answer(response, schemas.Traceset)
 
     def get_analysis(
         self, traceset_id: str, *, ranks: str | None = None
@@ -305,8 +86,8 @@ class ApiClient:
         """Where each rank's GPU time went: the traceset's analysis (``status`` ``pending``
         while its jobs run), optionally only the entries of ``ranks`` (``"0-7,12"``)."""
         params = None if ranks is None else [("ranks", ranks)]
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}/analysis", params=params)
-        return _answer(response, schemas.TracesetAnalysis)
+        response = self._call("GET", f"{API}/{segment(traceset_id)}/analysis", params=params)
+        return answer(response, schemas.TracesetAnalysis)
 
     def compare_tracesets(
         self,
@@ -329,12 +110,12 @@ class ApiClient:
                 params.append((name, value))
         if steps is not None:
             params.append(("steps", steps))
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}/compare", params=params)
-        return _answer(response, schemas.TracesetComparison)
+        response = self._call("GET", f"{API}/{segment(traceset_id)}/compare", params=params)
+        return answer(response, schemas.TracesetComparison)
 
     def delete_traceset(self, traceset_id: str) -> None:
         """Soft-delete a traceset (its status becomes ``deleted``)."""
-        self._call("DELETE", f"{API}/{_segment(traceset_id)}")
+        self._call("DELETE", f"{API}/{segment(traceset_id)}")
 
     def list_page(self, *, cursor: str | None = None, **filters: Any) -> schemas.TracesetPage:
         """One page of ``GET /api/v1/tracesets``; see ``list_tracesets`` for the filters."""
@@ -342,7 +123,7 @@ class ApiClient:
         if cursor:
             params.append(("next", cursor))
         response = self._call("GET", API, params=params)
-        return _answer(response, schemas.TracesetPage)
+        return answer(response, schemas.TracesetPage)
 
     @staticmethod
     def _list_params(filters: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -388,8 +169,8 @@ class ApiClient:
         for member, value in (("tags", tags), ("addTags", add_tags), ("removeTags", remove_tags)):
             if value is not None:
                 body[member] = list(value)
-        response = self._call("PATCH", f"{API}/{_segment(traceset_id)}", body=body)
-        return _answer(response, schemas.Traceset)
+        response = self._call("PATCH", f"{API}/{segment(traceset_id)}", body=body)
+        return answer(response, schemas.Traceset)
 
     def promote_traceset(
         self,
@@ -412,20 +193,20 @@ class ApiClient:
             body["description"] = description
         if tags is not None:
             body["tags"] = list(tags)
-        response = self._call("POST", f"{API}/{_segment(traceset_id)}/promote", body=body)
-        return _answer(response, schemas.PromoteAnswer)
+        response = self._call("POST", f"{API}/{segment(traceset_id)}/promote", body=body)
+        return answer(response, schemas.PromoteAnswer)
 
     def validate_traceset(self, traceset_id: str) -> schemas.ValidateAnswer:
         """Re-verify a traceset's bytes and metadata on the service."""
         response = self._call(
-            "POST", f"{API}/{_segment(traceset_id)}/validate", timeout=COMPLETE_TIMEOUT
+            "POST", f"{API}/{segment(traceset_id)}/validate", timeout=COMPLETE_TIMEOUT
         )
-        return _answer(response, schemas.ValidateAnswer)
+        return answer(response, schemas.ValidateAnswer)
 
     def resolve_traceset(self, traceset_id: str) -> schemas.ResolveAnswer:
         """Where a traceset's bytes are (``s3://`` or ``file://``), for a simulator host."""
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}/resolve")
-        return _answer(response, schemas.ResolveAnswer)
+        response = self._call("GET", f"{API}/{segment(traceset_id)}/resolve")
+        return answer(response, schemas.ResolveAnswer)
 
     def list_libraries(
         self, *, cursor: str | None = None, **params: str | int
@@ -437,13 +218,13 @@ class ApiClient:
         if cursor:
             query.append(("next", cursor))
         response = self._call("GET", LIBRARIES, params=query)
-        return _answer(response, schemas.LibraryPage)
+        return answer(response, schemas.LibraryPage)
 
     def get_library(self, reference: str) -> schemas.Library:
         """A library by its ``lib_`` id or a hex content-hash prefix of 8 or more characters
         (a prefix that matches several raises ``MultipleChoices`` naming them)."""
-        response = self._call("GET", f"{LIBRARIES}/{_segment(reference)}")
-        return _answer(response, schemas.Library)
+        response = self._call("GET", f"{LIBRARIES}/{segment(reference)}")
+        return answer(response, schemas.Library)
 
     def download_url(
         self,
@@ -459,8 +240,8 @@ class ApiClient:
         params: list[tuple[str, str]] | None = [("file", file)] if file is not None else None
         if ranks is not None:
             params = [("ranks", ranks)] + ([("supporting", "true")] if supporting else [])
-        response = self._call("GET", f"{API}/{_segment(traceset_id)}/download", params=params)
-        return _answer(response, schemas.DownloadAnswer)
+        response = self._call("GET", f"{API}/{segment(traceset_id)}/download", params=params)
+        return answer(response, schemas.DownloadAnswer)
 
     # --- uploads, low level ---
 
@@ -468,14 +249,14 @@ class ApiClient:
         """``POST /api/v1/tracesets/upload-url``: create the traceset, get part URLs."""
         body = schemas.wire_dict(request, exclude_none=True)
         response = self._call("POST", f"{API}/upload-url", body=body, idempotent=False)
-        return _answer(response, schemas.UploadUrlResponse)
+        return answer(response, schemas.UploadUrlResponse)
 
     def check_upload(self, request: schemas.TracesetUploadUrlRequest) -> schemas.UploadCheckAnswer:
         """``POST /api/v1/tracesets/upload-url/check``: upload-url's checks of ``request``
         without creating anything; raises the error upload-url would. Safe to retry."""
         body = schemas.wire_dict(request, exclude_none=True)
         response = self._call("POST", f"{API}/upload-url/check", body=body)
-        return _answer(response, schemas.UploadCheckAnswer)
+        return answer(response, schemas.UploadCheckAnswer)
 
     def resume_upload(
         self, upload_id: str, file: str | None = None, from_part: int = 1
@@ -483,8 +264,8 @@ class ApiClient:
         """``GET /api/v1/tracesets/upload-url/{id}``: parts received, fresh URLs for the
         first parts missing (a page); with ``file``, that file's from ``from_part`` on."""
         params = [("file", file), ("fromPart", str(from_part))] if file is not None else None
-        response = self._call("GET", f"{API}/upload-url/{_segment(upload_id)}", params=params)
-        return _answer(response, schemas.UploadSessionResponse)
+        response = self._call("GET", f"{API}/upload-url/{segment(upload_id)}", params=params)
+        return answer(response, schemas.UploadSessionResponse)
 
     def complete_upload(
         self,
@@ -517,4 +298,4 @@ class ApiClient:
                     raise
                 time.sleep(1.0)
                 continue
-            return _answer(response, schemas.Traceset)
+            return answer(response, schemas.Traceset)

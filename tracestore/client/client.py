@@ -23,7 +23,8 @@ from typing import Any
 from tracestore import metadata, schemas
 from tracestore.client.api import ApiClient
 from tracestore.client.downloader import Downloader
-from tracestore.client.transfers import ProgressCallback, check_names, collect_files
+from tracestore.client.local_files import check_names, collect_files
+from tracestore.client.transfers import ProgressCallback
 from tracestore.client.uploader import Uploader, received_parts
 from tracestore.errors import ValidationError
 from tracestore.ranks import parse_ranks, select_files

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 
 from tracestore import schemas
-from tracestore.client.transfers import ProgressCallback, RetryPolicy, download_to
+from tracestore.client.retries import RetryPolicy
+from tracestore.client.transfers import ProgressCallback, download_to
 from tracestore.errors import IntegrityError, ValidationError
 
 DownloadUrlCall = Callable[[str, str], schemas.DownloadAnswer]

@@ -21,16 +21,9 @@ from pathlib import Path
 
 import httpx
 
-from tracestore.client.transfers import (
-    RETRY_STATUSES,
-    LocalFile,
-    ProgressCallback,
-    ProgressEvent,
-    RetryPolicy,
-    Stopped,
-    api_error,
-    network_error,
-)
+from tracestore.client.local_files import LocalFile
+from tracestore.client.retries import RETRY_STATUSES, RetryPolicy, api_error, network_error
+from tracestore.client.transfers import ProgressCallback, ProgressEvent, Stopped
 from tracestore.errors import IntegrityError, TracestoreError
 from tracestore.filedigest import FileDigest, PartTransfer, ReadBack
 

@@ -15,15 +15,10 @@ from typing import Protocol
 import httpx
 
 from tracestore import schemas
+from tracestore.client.local_files import LocalFile, sha256_of
 from tracestore.client.parts import PartJob, hash_held_part, put_part, read_back
-from tracestore.client.transfers import (
-    LocalFile,
-    ProgressCallback,
-    ProgressEvent,
-    RetryPolicy,
-    UploadInterrupted,
-    sha256_of,
-)
+from tracestore.client.retries import RetryPolicy
+from tracestore.client.transfers import ProgressCallback, ProgressEvent, UploadInterrupted
 from tracestore.errors import IntegrityError, TracestoreError, UploadIncomplete, ValidationError
 from tracestore.filedigest import FileDigest
 from tracestore.readahead import ReadAhead
