@@ -4,6 +4,8 @@ on the service's engine; the migration that brought them (0010), down and up aga
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from sqlalchemy import select
 
 from tests.support.clock import FakeClock
 from tests.support.tenancy import RANKS_256, Person, person, upload_ready
-from tracestore.server import db
+from tracestore.server import db, tracesets
 from tracestore.server.services import Services
 
 LIST = "/api/v1/tracesets"
@@ -154,6 +156,39 @@ def test_a_bad_edit_is_a_400_that_changes_nothing(
     assert words in answer.json()["error"]["message"]
     after = http.get(_url(done), headers=alice.auth).json()
     assert (after["name"], after["tags"], after["editedAt"]) == ("promotion test", ["kept"], None)
+
+
+def test_the_body_is_read_before_the_write_and_its_400_comes_after_the_404(
+    http: TestClient, team: dict[str, Person], services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = team["alice"]
+    done = _upload(http, alice, tags=["kept"])
+    # A body is parsed outside the write transaction: on SQLite that holds the one writer.
+    events: list[str] = []
+    real_parse, real_session = tracesets.parse_edit_request, services.db.session
+
+    def parse(body: bytes) -> Any:
+        events.append("parse")
+        return real_parse(body)
+
+    @contextmanager
+    def session(*, write: bool = True) -> Iterator[Any]:
+        events.append("write" if write else "read")
+        with real_session(write=write) as opened:
+            yield opened
+
+    monkeypatch.setattr(tracesets, "parse_edit_request", parse)
+    monkeypatch.setattr(services.db, "session", session)
+    answer = http.patch(_url(done), json={"name": "renamed"}, headers=alice.auth)
+    assert answer.status_code == 200, answer.text
+    assert events.index("parse") < events.index("write")
+    # Still: who may not see it learns nothing from the body's refusal.
+    bad = b'{"name": null}'
+    for who, status in ((team["eve"], 404), (alice, 400)):
+        answer = http.patch(
+            _url(done), content=bad, headers={**who.auth, "Content-Type": "application/json"}
+        )
+        assert answer.status_code == status, answer.text
 
 
 def test_a_deleted_traceset_is_not_edited(http: TestClient, team: dict[str, Person]) -> None:

@@ -119,12 +119,20 @@ def edited_tags(current: Sequence[str], request: schemas.EditRequest) -> list[st
 def edit_traceset(services: Services, principal: Principal, traceset_id: str, body: bytes) -> str:
     """Change the traceset's name, description or tags (its uploader or a tenant admin),
     recording when and by whom; the traceset as GET answers it. 404 unless the caller may
-    see it, 403 when they may see it but not edit it, 409 once it is deleted."""
+    see it, 400 for a body it refuses, 403 when they may see it but not edit it, 409 once
+    it is deleted. The body is parsed before the write transaction opens (on SQLite it holds
+    the database's one writer), its refusal said after the 404."""
+    refused: ValidationError | None = None
+    try:
+        request = parse_edit_request(body)
+    except ValidationError as exc:
+        refused = exc
     with services.db.session() as session:
         traceset = find_visible(session, principal, traceset_id)
+        if refused is not None:
+            raise refused
         # Lock the row (PostgreSQL): two edits of the tags each see the other's.
         session.refresh(traceset, with_for_update=True)
-        request = parse_edit_request(body)
         if not principal.can_edit(traceset):
             uploader = session.get(db.User, traceset.created_by)
             raise Forbidden(NOT_YOURS.format(name=uploader.name if uploader else "its uploader"))
