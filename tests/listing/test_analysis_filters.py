@@ -89,7 +89,9 @@ FILTERS: list[tuple[dict[str, str], Any]] = [
 ]
 
 
-@pytest.mark.parametrize(("params", "matches"), FILTERS, ids=lambda v: str(v)[:50])
+@pytest.mark.parametrize(
+    ("params", "matches"), FILTERS, ids=lambda v: str(v)[:50] if isinstance(v, dict) else None
+)
 def test_the_analysis_filters_select_exactly_the_matching_tracesets(
     world: World, analysed: list[dict[str, Any]], params: dict[str, str], matches: Any
 ) -> None:

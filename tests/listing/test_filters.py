@@ -72,7 +72,11 @@ def _expected(records: list[dict[str, Any]], predicate: Predicate) -> list[str]:
     return [r["id"] for r in chosen]
 
 
-@pytest.mark.parametrize(("params", "predicate"), FILTER_CASES, ids=lambda v: str(v)[:60])
+@pytest.mark.parametrize(
+    ("params", "predicate"),
+    FILTER_CASES,
+    ids=lambda v: str(v)[:60] if isinstance(v, dict) else None,
+)
 def test_each_filter_and_combination_selects_exactly_the_matching_tracesets(
     world: World,
     catalogue: list[dict[str, Any]],

@@ -64,7 +64,9 @@ CASES: list[tuple[dict[str, Any], set[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("params", "expected"), CASES, ids=lambda v: str(v)[:48])
+@pytest.mark.parametrize(
+    ("params", "expected"), CASES, ids=lambda v: str(v)[:48] if isinstance(v, dict) else None
+)
 def test_inspected_filters_select_exactly_the_matching_tracesets(
     world: World, inspected: dict[str, str], params: dict[str, Any], expected: set[str]
 ) -> None:
