@@ -253,12 +253,12 @@ def _read_slowly(sock: socket.socket, slow_for: float, into: bytearray) -> None:
         into += chunk
 
 
-@pytest.mark.parametrize("what", ["archive"])
+@pytest.mark.parametrize("what", ["file", "archive"])
 def test_a_download_not_read_is_closed_after_the_send_deadline_a_slow_one_is_not(
     tmp_path: Path, what: str
 ) -> None:
-    # An archive is streamed as a ZIP: a client that stopped reading held its connection
-    # (and the answer) for good.
+    # A file is sent from disk (pathsend.py), an archive streamed as a ZIP: a client that
+    # stopped reading either held its connection (and the answer) for good.
     data_dir, source = tmp_path / "data", tmp_path / "traces"
     source.mkdir()
     data = os.urandom(DOWNLOAD)

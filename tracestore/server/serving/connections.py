@@ -26,7 +26,7 @@ whose client takes none of its answer for ``ConnectionLimits.send_timeout`` is a
 reset, which ends the answer's wait; a client that reads, however slowly, keeps its
 connection: what it took is counted in the transport's buffer and the kernel's send queue
 (``_unsent``), not by ``resume_writing`` alone, which comes only once the buffer is nearly
-empty.
+empty. ``pathsend`` reports its waits on a full socket the same way.
 ``ConnectionRules`` is the protocol doing all this; ``protocol.BodyProtocol`` builds on it.
 """
 
