@@ -17,16 +17,18 @@ import threading
 import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
+from uvicorn.protocols.http.flow_control import FlowControl
 
 from tests.support.httpserver import uvicorn_serving
-from tracestore.server.serving.pathsend import PATHSEND, SLICE
+from tracestore.server.serving.pathsend import PATHSEND, SLICE, _send_slices
 
 pytestmark = pytest.mark.slow  # a real uvicorn, raw sockets and timed waits
 
@@ -148,6 +150,59 @@ def test_pipelined_requests_behind_a_file_are_answered_in_order(
             assert length is not None
             bodies.append(reader.read(length))
     assert bodies == [data, b'{"ok":true}', data]
+
+
+class Writing(asyncio.Protocol):
+    """A connection's protocol as uvicorn's: the transport pauses and resumes its flow."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.flow = FlowControl(cast(asyncio.Transport, transport))
+
+    def pause_writing(self) -> None:
+        self.flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.flow.resume_writing()
+
+
+def test_a_file_goes_out_after_what_the_transport_still_holds(tmp_path: Path) -> None:
+    # sendfile(2) writes to the socket past the transport: the file must wait until the
+    # transport has written what it holds (an earlier answer's end, the file's headers).
+    held, data = b"h" * (1024 * 1024), os.urandom(4 * 1024 * 1024)
+    (tmp_path / "blob").write_bytes(data)
+    server, client = socket.socketpair()
+    received = bytearray()
+
+    def read() -> None:
+        while len(received) < len(held) + len(data) and (chunk := client.recv(1 << 20)):
+            received.extend(chunk)
+
+    async def send() -> int:
+        writing = Writing()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_accepted_socket(lambda: writing, server)
+        try:
+            transport.write(held)  # more than the socket takes: the transport keeps some
+            assert transport.get_write_buffer_size() > 0
+            # The client reads while the event loop does not run: the socket takes bytes
+            # again before the transport has written the rest.
+            time.sleep(0.3)
+            cycle = SimpleNamespace(transport=transport, flow=writing.flow)
+            with open(tmp_path / "blob", "rb") as file:
+                sent = await _send_slices(cast(Any, cycle), writing, file, len(data))
+            assert transport.get_write_buffer_limits() == (16 * 1024, 64 * 1024)  # as it was
+            return sent
+        finally:
+            transport.close()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert asyncio.run(send()) == len(data)
+        reader.join(10)
+    finally:
+        client.close()
+    assert received == held + data
 
 
 def test_a_file_shorter_than_its_answer_closes_the_connection(

@@ -1,15 +1,19 @@
 """A real ``tracestore serve`` against connections that never finish their headers (issue 41):
 20,800 of them, idle or sending a header byte every few seconds, were held for good; the
 process ran out of descriptors, its log grew a traceback per failed accept, and
-well-behaved clients got no answer for half a minute."""
+well-behaved clients got no answer for half a minute. And against clients that ask for a
+download and then stop reading it: each held its connection for good."""
 
 from __future__ import annotations
 
 import contextlib
+import io
+import os
 import resource
 import socket
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,7 +21,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.support.served import Served, serving
+from tests.support.served import MIB, Served, serving
+from tracestore.client import Client
 
 pytestmark = pytest.mark.slow  # a server process per test
 
@@ -208,3 +213,96 @@ def test_a_cap_past_the_open_file_limit_is_warned_about_and_failed_accepts_cost_
     assert "Too many open files" in log  # named, once
     assert "Traceback" not in log
     assert len(log) < 64 * 1024
+
+
+SEND_TIMEOUT = 2.0
+DOWNLOAD = 32 * MIB  # far more than the socket buffers on both sides hold
+SMALL_RCVBUF = 64 * 1024
+UNREAD = "closed with their answers unread"
+
+
+def _get(url: str) -> socket.socket:
+    """A connection with a small receive buffer that has sent ``GET url``."""
+    target = httpx.URL(url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+    sock.settimeout(10)
+    sock.connect((target.host, target.port or 80))
+    request = f"GET {target.raw_path.decode()} HTTP/1.1\r\nHost: {target.host}\r\n\r\n"
+    sock.sendall(request.encode())
+    return sock
+
+
+def _read_slowly(sock: socket.socket, slow_for: float, into: bytearray) -> None:
+    """Read 64 KiB every 0.3 s for ``slow_for`` seconds, then the rest of the answer as
+    fast as it comes."""
+    slow_until = time.monotonic() + slow_for
+    while time.monotonic() < slow_until:
+        into += sock.recv(64 * 1024)
+        time.sleep(0.3)
+    while (head_end := into.find(b"\r\n\r\n")) < 0:
+        into += sock.recv(64 * 1024)
+    length = next(
+        int(line.split(b":")[1])
+        for line in into[:head_end].split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(into) < head_end + 4 + length:
+        chunk = sock.recv(1024 * 1024)
+        assert chunk, "the answer ended early"
+        into += chunk
+
+
+@pytest.mark.parametrize("what", ["file", "archive"])
+def test_a_download_not_read_is_closed_after_the_send_deadline_a_slow_one_is_not(
+    tmp_path: Path, what: str
+) -> None:
+    # A file is sent from disk (pathsend.py), an archive streamed as a ZIP: a client that
+    # stopped reading either held its connection (and the answer) for good.
+    data_dir, source = tmp_path / "data", tmp_path / "traces"
+    source.mkdir()
+    data = os.urandom(DOWNLOAD)
+    (source / "big.bin").write_bytes(data)
+    answer = bytearray()
+    with serving(data_dir, env={"TRACESTORE_SEND_TIMEOUT": f"{SEND_TIMEOUT:g}"}) as served:
+        with Client(served.url, served.token) as client:
+            traceset = client.upload_traceset(source, role="supporting")
+            url = client.download_url(traceset.id, "big.bin" if what == "file" else None).url
+        slow, stalled = _get(url), _get(url)
+        reader = threading.Thread(target=_read_slowly, args=(slow, 2 * SEND_TIMEOUT, answer))
+        reader.start()
+        try:
+            # The stalled client reads nothing: the server's writes pause, and after the
+            # deadline its connection is closed, and logged.
+            started = time.monotonic()
+            with httpx.Client(base_url=served.url, timeout=5) as other:
+                while UNREAD not in _server_log(data_dir):
+                    assert time.monotonic() - started < SEND_TIMEOUT + 5, "never closed"
+                    assert other.get("/healthz").status_code == 200
+                    time.sleep(0.2)
+            # What the kernels buffered on the way may still come, then the end (or a reset).
+            received = 0
+            with contextlib.suppress(ConnectionError):
+                while chunk := stalled.recv(1024 * 1024):
+                    received += len(chunk)
+            assert received < DOWNLOAD
+            reader.join(30)
+            assert not reader.is_alive()
+        finally:
+            slow.close()
+            stalled.close()
+    # The slow reader, never stalled for the deadline, got the whole answer.
+    body = bytes(answer[answer.index(b"\r\n\r\n") + 4 :])
+    if what == "archive":
+        body = zipfile.ZipFile(io.BytesIO(body)).read("big.bin")
+    assert len(body) == len(data)
+    assert body == data
+    # Logged once; and the stalled answer was released, not left for the shutdown to cancel.
+    log = _server_log(data_dir)
+    named = [line for line in log.splitlines() if "TRACESTORE_SEND_TIMEOUT" in line]
+    assert len(named) == 1
+    assert named[0].endswith(
+        f"connections: 1 {UNREAD} in the last 10 s (TRACESTORE_SEND_TIMEOUT {SEND_TIMEOUT:g} s)"
+    )
+    assert "Traceback" not in log
+    assert "graceful shutdown exceeded" not in log

@@ -112,6 +112,7 @@ def serve(
     limits = ConnectionLimits(
         header_timeout=settings.header_timeout.total_seconds(),
         idle_timeout=settings.idle_timeout.total_seconds(),
+        send_timeout=settings.send_timeout.total_seconds(),
         max_connections=settings.max_connections or connection_cap(open_files),
     )
     record = record_service(settings.data_dir, url)

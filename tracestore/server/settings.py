@@ -190,10 +190,12 @@ class Settings(BaseSettings):
 
     # Connections: one waiting for a request (new, or idle after an answer) is closed after
     # idle_timeout (longer than a load balancer's common 60 s, which reuses it); a request's
-    # headers must be whole header_timeout after their first byte; at most max_connections
-    # per serving process (None: what its open-file limit allows, connections.py).
+    # headers must be whole header_timeout after their first byte; one whose peer takes
+    # none of its answer for send_timeout is closed; at most max_connections per serving
+    # process (None: what its open-file limit allows, connections.py).
     idle_timeout: Duration = timedelta(seconds=75)
     header_timeout: Duration = timedelta(seconds=20)
+    send_timeout: Duration = timedelta(seconds=120)
     max_connections: int | None = Field(default=None, ge=1)
 
     signing_key: str | None = None

@@ -92,7 +92,7 @@ class BodyProtocol(ConnectionRules):
         cycle = self.cycle
         if cycle is None or cycle.scope is not self.scope or self.scheme != "http":
             return
-        offer_pathsend(cycle, self.loop)
+        offer_pathsend(cycle, self.loop, self)
         # Body bytes parsed for this request, to tell whether the app took some already.
         self._counted, self._seen = cycle, 0
         length = _content_length(self.headers)

@@ -17,16 +17,31 @@ logged in one line now and then (``Occasional``), and so is a failing ``accept``
 (``quiet_accept_errors``): never a traceback per connection. Once a request's headers are
 whole, a body the app reads through ``receive()`` keeps the pace ``protocol.receive_into``
 holds part bodies to (``MIN_RATE`` after ``RATE_GRACE``), or its connection is closed.
+
+Answers have a deadline too. A client that asked for a download and stopped reading it held
+its connection, its slot under the cap and whatever the answer held (a file, a task) for
+good: the transport paused the app's writes and the answer waited for a drain that never
+came. So once writing pauses (``pause_writing``: the client takes nothing), a connection
+whose client takes none of its answer for ``ConnectionLimits.send_timeout`` is aborted and
+reset, which ends the answer's wait; a client that reads, however slowly, keeps its
+connection: what it took is counted in the transport's buffer and the kernel's send queue
+(``_unsent``), not by ``resume_writing`` alone, which comes only once the buffer is nearly
+empty. ``pathsend`` reports its waits on a full socket the same way.
 ``ConnectionRules`` is the protocol doing all this; ``protocol.BodyProtocol`` builds on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import functools
 import json
 import logging
 import resource
+import socket
+import struct
+import termios
 import time
 import weakref
 from dataclasses import dataclass
@@ -60,6 +75,9 @@ LOG_EVERY = 10.0
 MIN_RATE = 64 * 1024
 RATE_GRACE = 30.0
 BODY_DEADLINE = 3600.0
+# How often, over ``send_timeout``, a paused answer is looked at for bytes its client took:
+# a client that takes none is cut off between 1 and 1 + 1/SEND_CHECKS deadlines after.
+SEND_CHECKS = 4
 
 
 def connection_cap(open_files: int) -> int:
@@ -93,6 +111,7 @@ class ConnectionLimits:
 
     header_timeout: float = 20.0
     idle_timeout: float = 75.0
+    send_timeout: float = 120.0
     max_connections: int | None = None  # None: ``connection_cap`` of the open-file limit
 
     @property
@@ -194,6 +213,9 @@ class ConnectionRules(HttpToolsProtocol):
     _paced_bytes = 0
     _paced_since = _paced_checked = 0.0
     _body_timer: asyncio.TimerHandle | None = None
+    _send_timer: asyncio.TimerHandle | None = None
+    _unsent_seen = 0  # the answer's bytes not yet taken by the client, when last looked at
+    _quiet_checks = 0  # looks since the client last took some
 
     def __init__(
         self,
@@ -271,7 +293,53 @@ class ConnectionRules(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()
         self._unpace()
+        self._stop_send_deadline()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The client takes nothing for now: its answer waits, for at most ``send_timeout``
+        without the client taking a byte (module doc)."""
+        super().pause_writing()
+        if self._send_timer is None:
+            self._unsent_seen, self._quiet_checks = self._unsent(), 0
+            self._check_send_in()
+
+    def resume_writing(self) -> None:
+        self._stop_send_deadline()
+        super().resume_writing()
+
+    def _check_send_in(self) -> None:
+        delay = self._limits.send_timeout / SEND_CHECKS
+        self._send_timer = self.loop.call_later(delay, self._check_send)
+
+    def _stop_send_deadline(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _unsent(self) -> int:
+        return self.transport.get_write_buffer_size() + _send_queue(self.transport)
+
+    def _check_send(self) -> None:
+        self._send_timer = None
+        unsent = self._unsent()
+        taken = unsent < self._unsent_seen
+        self._unsent_seen = unsent
+        self._quiet_checks = 0 if taken else self._quiet_checks + 1
+        if self._quiet_checks < SEND_CHECKS:
+            self._check_send_in()
+            return
+        # A reset, not a close: the kernel would otherwise keep the unsent answer (and
+        # probe the client's closed window) for minutes after the descriptor is gone.
+        raw = self.transport.get_extra_info("socket")
+        if raw is not None:
+            with contextlib.suppress(OSError):
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
+        CONNECTIONS.note(
+            "closed with their answers unread",
+            f" (TRACESTORE_SEND_TIMEOUT {self._limits.send_timeout:g} s)",
+        )
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
@@ -350,6 +418,17 @@ def _refusal() -> bytes:
         f"retry-after: 1\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
+
+
+def _send_queue(transport: asyncio.BaseTransport) -> int:
+    """Bytes in the kernel's send queue of ``transport``'s socket its client has not yet
+    taken (Linux's SIOCOUTQ); 0 where the system does not tell."""
+    raw = transport.get_extra_info("socket")
+    try:
+        answer = fcntl.ioctl(raw.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (AttributeError, OSError, ValueError):  # no socket, closed, or not Linux
+        return 0
+    return int(struct.unpack("i", answer)[0])
 
 
 def _declares_body(headers: list[tuple[bytes, bytes]]) -> bool:

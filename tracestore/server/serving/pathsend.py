@@ -6,9 +6,13 @@ instead of the file's bytes in ``http.response.body`` messages when the scope of
 extension, for a whole file (a ranged answer is read and sent in chunks as before). Read
 and sent in chunks, a blob cost the server a copy out of the page cache into Python and
 another into the socket, plus a thread hop per chunk: most of a download's server CPU,
-taken from the client on a small machine. Through ``loop.sendfile`` the file goes from
-the page cache to the socket directly, ``SLICE`` bytes a call at most (a call holds the
-event loop while it copies).
+taken from the client on a small machine. By ``sendfile(2)`` the file goes from the page
+cache to the socket directly, ``SLICE`` bytes a call at most (a call holds the event loop
+while it copies). The calls are ours, not ``loop.sendfile``'s, so that the connection's send
+deadline (``connections.py``) sees a client that stops reading: a wait on a full socket is
+reported to the protocol as its transport reports its own (``pause_writing``, then
+``resume_writing``), and ends when the deadline aborts the connection. Inside
+``loop.sendfile`` it waited for good.
 
 The extension is offered on plain-TCP connections only (``BodyProtocol`` decides; through
 TLS the kernel cannot send a file) and on asyncio's own event loop. The response must
@@ -47,17 +51,22 @@ Send = Callable[[Any], Awaitable[None]]
 log = logging.getLogger("tracestore")
 
 
-def offer_pathsend(cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop) -> None:
+def offer_pathsend(
+    cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop, writing: asyncio.BaseProtocol
+) -> None:
     """Offer the extension to ``cycle``'s request and answer its pathsend message, if
-    ``loop`` sends files natively (asyncio's selector loop, which ``tracestore serve``
-    runs; uvloop has no ``loop.sendfile``). Call before the cycle's app task first runs (it
+    ``loop`` is asyncio's selector loop (which ``tracestore serve`` runs) on a system with
+    ``sendfile``; ``writing`` (the connection's protocol) is told when the socket takes no
+    more and when it takes bytes again. Call before the cycle's app task first runs (it
     looks ``cycle.send`` up then). Not for a request with a body (a GET may have one): the
     app never reads it when the file goes out by sendfile, and a connection closed after
     the answer (``Connection: close``, HTTP/1.0) with the body's rest unread in the kernel
     is reset, the answer's last megabytes still in the socket's send buffer lost with it.
     Sent in chunks, Starlette's ``FileResponse`` reads the body as it sends (it waits on
     ``receive()`` for the client's disconnect)."""
-    if not isinstance(loop, BaseSelectorEventLoop) or _has_body(cycle.scope["headers"]):
+    if not isinstance(loop, BaseSelectorEventLoop) or not hasattr(os, "sendfile"):
+        return
+    if _has_body(cycle.scope["headers"]):
         return
     extensions = cast(dict[str, Any], cycle.scope.setdefault("extensions", {}))
     extensions[PATHSEND] = {}
@@ -65,7 +74,7 @@ def offer_pathsend(cycle: RequestResponseCycle, loop: asyncio.AbstractEventLoop)
 
     async def send(message: Any) -> None:
         if message.get("type") == PATHSEND:
-            await _send_path(cycle, str(message["path"]))
+            await _send_path(cycle, writing, str(message["path"]))
         else:
             await ordinary(message)
 
@@ -80,7 +89,7 @@ def _has_body(headers: Any) -> bool:
     )
 
 
-async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
+async def _send_path(cycle: RequestResponseCycle, writing: asyncio.BaseProtocol, path: str) -> None:
     if cycle.disconnected:  # (uvicorn drops every message then, the response's start too)
         return
     if not cycle.response_started or cycle.response_complete:
@@ -96,11 +105,12 @@ async def _send_path(cycle: RequestResponseCycle, path: str) -> None:
             if os.fstat(file.fileno()).st_size < expected:
                 log.warning("%s is shorter than the %d bytes its answer declared", path, expected)
             else:
-                sent = await _send_slices(transport, file, expected)
+                sent = await _send_slices(cycle, writing, file, expected)
     except OSError as exc:  # the client went away mid-file, or the file did
         log.info("a file's answer ended early: %s", exc)
     if sent != expected:
-        # The body cannot be finished: the client must not take what came as the whole.
+        # The body cannot be finished (or the send deadline cut the connection): the client
+        # must not take what came as the whole.
         # (Marked gone, so that uvicorn does not log the unfinished response as an error.)
         cycle.keep_alive = False
         cycle.disconnected = True
@@ -132,15 +142,67 @@ def _discard_received(transport: asyncio.Transport) -> None:
                 break
 
 
-async def _send_slices(transport: asyncio.Transport, file: BinaryIO, count: int) -> int:
-    """Send the first ``count`` bytes of ``file`` by ``loop.sendfile``, ``SLICE`` bytes at a
-    time; the bytes sent (fewer when the file ends early or the transport closes)."""
+async def _send_slices(
+    cycle: RequestResponseCycle, writing: asyncio.BaseProtocol, file: BinaryIO, count: int
+) -> int:
+    """Send the first ``count`` bytes of ``file`` on ``cycle``'s connection, ``SLICE`` bytes
+    a ``sendfile(2)`` at most, as ``loop.sendfile`` did: after what the transport holds,
+    reading paused meanwhile. The bytes sent: fewer when the file ends early or the
+    connection is lost (a client that stopped reading, cut off by the send deadline)."""
+    transport = cycle.transport
+    await _flushed(cycle)
     loop = asyncio.get_running_loop()
+    reading = transport.is_reading()
+    transport.pause_reading()
+    # A descriptor of our own on the connection's socket: the loop refuses to watch the
+    # transport's for us, and the transport may close its own while we wait.
+    out = os.dup(transport.get_extra_info("socket").fileno())
     sent = 0
-    while sent < count and not transport.is_closing():
-        # (A count of 0 would be "to the end".)
-        n = await loop.sendfile(transport, file, sent, min(SLICE, count - sent))
-        if n == 0:
-            break
-        sent += n
+    try:
+        while sent < count and not transport.is_closing():
+            try:
+                n = os.sendfile(out, file.fileno(), sent, min(SLICE, count - sent))
+            except BlockingIOError:
+                await _writable(loop, out, cycle, writing)
+                continue
+            if n == 0:
+                break
+            sent += n
+            await asyncio.sleep(0)  # the loop's other work between slices
+    finally:
+        os.close(out)
+        if reading:
+            transport.resume_reading()
     return sent
+
+
+async def _flushed(cycle: RequestResponseCycle) -> None:
+    """Wait until the transport has written what it holds (this answer's headers, the end of
+    an earlier one) to the socket, or the connection is lost."""
+    transport = cycle.transport
+    if not transport.get_write_buffer_size():
+        return
+    low, high = transport.get_write_buffer_limits()
+    # With both marks 0 the transport pauses the protocol's writing until it holds nothing
+    # (the send deadline running meanwhile), then resumes it.
+    transport.set_write_buffer_limits(high=0, low=0)
+    try:
+        await cycle.flow.drain()
+    finally:
+        transport.set_write_buffer_limits(high=high, low=low)
+
+
+async def _writable(
+    loop: asyncio.AbstractEventLoop,
+    fd: int,
+    cycle: RequestResponseCycle,
+    writing: asyncio.BaseProtocol,
+) -> None:
+    """Wait until the socket ``fd`` takes bytes again or the connection is lost, ``writing``
+    told of the wait as the transport tells it of its own."""
+    writing.pause_writing()
+    loop.add_writer(fd, writing.resume_writing)
+    try:
+        await cycle.flow.drain()  # resumed by the socket, or by the connection's loss
+    finally:
+        loop.remove_writer(fd)
