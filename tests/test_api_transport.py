@@ -256,6 +256,8 @@ def _peer_port(thing: object) -> int | None:
     """The port a connected socket talks to (the server's, for a client's socket)."""
     if not isinstance(thing, socket.socket) or thing.fileno() == -1:
         return None
+    if thing.family not in (socket.AF_INET, socket.AF_INET6):  # (a Unix socket's peer: a path)
+        return None
     try:
         return int(thing.getpeername()[1])
     except OSError:  # listening, or not connected

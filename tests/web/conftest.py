@@ -35,8 +35,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Chromium, for one test module: while Playwright's sync API runs, its event loop is
+    this thread's running loop, and a later module's ``asyncio.run`` (a pytest-xdist worker
+    runs web and other modules in turn) would refuse to start."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: install Debian's chromium package "
