@@ -34,9 +34,13 @@ run_pytest() {
     return "$status"
 }
 
+# Two test processes (pytest-xdist), a test file each at a time: half the suite is
+# in-process tests that keep one core busy. TRACESTORE_TEST_WORKERS=0 runs one process.
+parallel=(-n "${TRACESTORE_TEST_WORKERS:-2}" --dist loadfile)
+
 echo "== tests on SQLite, under coverage"
 rm -f .coverage .coverage.*
-run_pytest .venv/bin/coverage run -m pytest --durations=25 "$@"
+run_pytest .venv/bin/coverage run -m pytest "${parallel[@]}" --durations=25 "$@"
 .venv/bin/coverage combine -q
 # A partial run (extra arguments) is not held to the floor. The PostgreSQL pass is not
 # measured: it would add its cost for a few lines of dialect code.
@@ -45,4 +49,4 @@ if [ "$#" -gt 0 ]; then floor=(--fail-under=0); fi
 total=$(.venv/bin/coverage report --format=total "${floor[@]}") || { echo "$total" >&2; exit 1; }
 echo "coverage: ${total}% of tracestore's lines (.venv/bin/coverage report for each module's)"
 echo "== tests on PostgreSQL"
-TRACESTORE_TEST_POSTGRES=1 run_pytest .venv/bin/pytest --durations=25 "$@"
+TRACESTORE_TEST_POSTGRES=1 run_pytest .venv/bin/pytest "${parallel[@]}" --durations=25 "$@"
