@@ -60,17 +60,26 @@ RESULTS_PER_LIMIT = 4
 
 
 def queue_inspection(
-    session: Session, services: Services, traceset_id: str, primary_bytes: int
+    session: Session,
+    services: Services,
+    traceset_id: str,
+    primary_bytes: int,
+    *,
+    held: bool = True,
 ) -> ClaimedJob | None:
     """Record the traceset's inspection jobs in the caller's (completing) transaction; for a
     small traceset the one job is held by the caller, who inspects it (``run_inspection``),
-    a larger one gets a ``trace_file`` job per primary file."""
+    or, not ``held``, queued for the workers; a larger one gets a ``trace_file`` job per
+    primary file."""
     now = services.now()
     if primary_bytes <= INLINE_INSPECTION_BYTES:
         analysis.begin(session, traceset_id, now, files=0, inspects=False)
+        key = f"{jobs.INSPECT}:{traceset_id}"
+        if not held:
+            jobs.enqueue(session, jobs.INSPECT, traceset_id, now, dedupe_key=key)
+            return None
         owner = f"request:{secrets.token_hex(8)}"
         lease = services.settings.job_lease
-        key = f"{jobs.INSPECT}:{traceset_id}"
         return jobs.enqueue_claimed(
             session, jobs.INSPECT, traceset_id, now, owner, lease, dedupe_key=key
         )
