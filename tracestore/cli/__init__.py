@@ -3,7 +3,7 @@
 ``upload``, ``listing`` (ls) and ``client`` (the commands on one stored traceset) hold
 the commands that talk to a service over HTTP, ``inspect`` the local inspection,
 ``analyze`` the local analysis; ``serve`` (serve, worker, migrate), ``admin``
-(tenant, user, token, workspace) and ``maintenance`` (gc, signing-key) those that run or
+(tenant, user, token, workspace) and ``maintenance`` (gc, reinspect, signing-key) those that run or
 administer a service on its data directory (they import the server only when they run,
 through ``store``); ``common`` and ``output`` are what they all share.
 """

@@ -1,4 +1,5 @@
-"""The maintenance commands on a service's store: ``gc`` (one sweep) and ``signing-key``."""
+"""The maintenance commands on a service's store: ``gc`` (one sweep), ``reinspect`` and
+``signing-key``."""
 
 from __future__ import annotations
 
@@ -33,6 +34,42 @@ def gc(data_dir: Path | None, init: bool, as_json: bool) -> None:
     )
 
 
+@click.command()
+@click.argument("traceset_ids", metavar="TRACESET_ID...", nargs=-1)
+@click.option(
+    "--missing",
+    is_flag=True,
+    help="Every ready traceset with no census verdict recorded (inspected by an older version).",
+)
+@store_options
+@json_option
+def reinspect(
+    traceset_ids: tuple[str, ...], missing: bool, data_dir: Path | None, init: bool, as_json: bool
+) -> None:
+    """Queue the inspection and analysis of stored tracesets again.
+
+    After an upgrade, `--missing` queues every traceset an older version inspected (its
+    census unknown, no inspected.* facts, no analysis). What each had recorded is replaced
+    when its jobs run: the workers (serve's in-process worker, or `tracestore worker`) do
+    the work. Safe to run while servers run, and again: nothing is queued twice.
+    """
+    if bool(traceset_ids) == missing:
+        raise click.UsageError("Give TRACESET_ID... or --missing (one of them)")
+    from tracestore.server.reinspection import reinspect as queue_ids
+    from tracestore.server.reinspection import reinspect_missing
+
+    with store_services(data_dir, init) as services:
+        report = reinspect_missing(services) if missing else queue_ids(services, traceset_ids)
+    if as_json:
+        echo_json(report.as_json())
+        return
+    click.echo(
+        f"queued the inspection and analysis of {report.queued} tracesets"
+        + (f" ({report.under_way} already under way)" if report.under_way else "")
+        + "; the workers (serve's in-process worker, or `tracestore worker`) do the work"
+    )
+
+
 @click.group("signing-key")
 def signing_key() -> None:
     """Rotate the key that signs presigned URLs (shared by every process in the database)."""
@@ -57,4 +94,4 @@ def signing_key_rotate(data_dir: Path | None, init: bool) -> None:
     )
 
 
-COMMANDS: tuple[click.Command, ...] = (gc, signing_key)
+COMMANDS: tuple[click.Command, ...] = (gc, reinspect, signing_key)

@@ -30,10 +30,11 @@ from __future__ import annotations
 import json
 import logging
 import zlib
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from tracestore.analysis import RankTap, analyze_opened
@@ -82,6 +83,23 @@ def begin(session: Session, traceset_id: str, now: datetime, *, files: int, insp
                 updated_at=now,
             )
         )
+
+
+def discard(session: Session, traceset_ids: Sequence[str]) -> None:
+    """Forget the analyses of ``traceset_ids`` (each file's, the state and summary, the
+    searchable medians), so that ``begin`` starts each afresh (in the caller's transaction)."""
+    for table in (db.FileAnalysis, db.TracesetAnalysis):
+        session.execute(
+            delete(table)
+            .where(table.traceset_id.in_(traceset_ids))
+            .execution_options(synchronize_session=False)
+        )
+    session.execute(
+        update(db.Traceset)
+        .where(db.Traceset.id.in_(traceset_ids))
+        .values(median_idle_pct=None, median_overlap_pct=None, median_step_time_us=None)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def queue_file(session: Session, services: Services, traceset_id: str, position: int) -> None:
