@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import resource
+import signal
 import socket
 import threading
 import time
@@ -306,3 +307,48 @@ def test_a_download_not_read_is_closed_after_the_send_deadline_a_slow_one_is_not
     )
     assert "Traceback" not in log
     assert "graceful shutdown exceeded" not in log
+
+
+def _exited_within(pid: int, seconds: float) -> float | None:
+    """Seconds until process ``pid`` (a child, not yet reaped) exits, or None after
+    ``seconds``."""
+    started = time.monotonic()
+    while (elapsed := time.monotonic() - started) < seconds:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return elapsed
+        if state == "Z":
+            return elapsed
+        time.sleep(0.05)
+    return None
+
+
+def test_a_shutdown_does_not_wait_its_grace_for_answers_nobody_reads(tmp_path: Path) -> None:
+    # A send deadline longer than the shutdown's grace (as by default: 120 s and 20 s) let
+    # a client that stopped reading hold a restart for the whole grace, after which each
+    # of its answers was cancelled with a traceback. During a shutdown the deadline fits
+    # within the grace.
+    data_dir, source = tmp_path / "data", tmp_path / "traces"
+    source.mkdir()
+    (source / "big.bin").write_bytes(os.urandom(DOWNLOAD))
+    grace = 6.0
+    env = {"TRACESTORE_SEND_TIMEOUT": "60", "TRACESTORE_SHUTDOWN_GRACE": f"{grace:g}"}
+    with serving(data_dir, env=env) as served:
+        with Client(served.url, served.token) as client:
+            traceset = client.upload_traceset(source, role="supporting")
+            urls = [client.download_url(traceset.id, "big.bin").url]
+            urls.append(client.download_url(traceset.id).url)
+        stalled = [_get(url) for url in urls]  # a file and an archive, neither read
+        try:
+            time.sleep(1.5)  # both answers wait on full sockets
+            os.kill(served.pid, signal.SIGTERM)
+            took = _exited_within(served.pid, grace + 5)
+        finally:
+            for sock in stalled:
+                sock.close()
+    log = _server_log(data_dir)
+    assert took is not None, "never exited"
+    assert took < grace - 1, f"exited after {took:.1f} s"
+    assert "graceful shutdown exceeded" not in log
+    assert "Traceback" not in log

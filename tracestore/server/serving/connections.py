@@ -26,7 +26,10 @@ whose client takes none of its answer for ``ConnectionLimits.send_timeout`` is a
 reset, which ends the answer's wait; a client that reads, however slowly, keeps its
 connection: what it took is counted in the transport's buffer and the kernel's send queue
 (``_unsent``), not by ``resume_writing`` alone, which comes only once the buffer is nearly
-empty. ``pathsend`` reports its waits on a full socket the same way.
+empty. ``pathsend`` reports its waits on a full socket the same way. Once the server is
+stopping, the deadline is at most half its grace (``_send_timeout``): a client that stopped
+reading would otherwise hold a restart for the whole grace, its answer then cancelled with
+a traceback.
 ``ConnectionRules`` is the protocol doing all this; ``protocol.BodyProtocol`` builds on it.
 """
 
@@ -216,6 +219,7 @@ class ConnectionRules(HttpToolsProtocol):
     _send_timer: asyncio.TimerHandle | None = None
     _unsent_seen = 0  # the answer's bytes not yet taken by the client, when last looked at
     _quiet_checks = 0  # looks since the client last took some
+    _stopping = False  # the server is shutting down
 
     def __init__(
         self,
@@ -296,6 +300,20 @@ class ConnectionRules(HttpToolsProtocol):
         self._stop_send_deadline()
         super().connection_lost(exc)
 
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._stopping = True
+        if self._send_timer is not None:  # a paused answer: its deadline shortened now
+            self._stop_send_deadline()
+            self._check_send_in()
+
+    def _send_timeout(self) -> float:
+        """The send deadline: ``send_timeout``, and at most half the grace of a shutdown."""
+        grace = self.config.timeout_graceful_shutdown
+        if self._stopping and grace is not None:
+            return min(self._limits.send_timeout, grace / 2)
+        return self._limits.send_timeout
+
     def pause_writing(self) -> None:
         """The client takes nothing for now: its answer waits, for at most ``send_timeout``
         without the client taking a byte (module doc)."""
@@ -309,7 +327,7 @@ class ConnectionRules(HttpToolsProtocol):
         super().resume_writing()
 
     def _check_send_in(self) -> None:
-        delay = self._limits.send_timeout / SEND_CHECKS
+        delay = self._send_timeout() / SEND_CHECKS
         self._send_timer = self.loop.call_later(delay, self._check_send)
 
     def _stop_send_deadline(self) -> None:
@@ -336,10 +354,12 @@ class ConnectionRules(HttpToolsProtocol):
             with contextlib.suppress(OSError):
                 raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
-        CONNECTIONS.note(
-            "closed with their answers unread",
-            f" (TRACESTORE_SEND_TIMEOUT {self._limits.send_timeout:g} s)",
-        )
+        timeout = self._send_timeout()
+        if timeout < self._limits.send_timeout:
+            detail = f" ({timeout:g} s, half TRACESTORE_SHUTDOWN_GRACE: the server is stopping)"
+        else:
+            detail = f" (TRACESTORE_SEND_TIMEOUT {timeout:g} s)"
+        CONNECTIONS.note("closed with their answers unread", detail)
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
