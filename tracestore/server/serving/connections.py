@@ -23,8 +23,10 @@ its connection, its slot under the cap and whatever the answer held (a file, a t
 good: the transport paused the app's writes and the answer waited for a drain that never
 came. So once writing pauses (``pause_writing``: the client takes nothing), a connection
 whose client takes none of its answer for ``ConnectionLimits.send_timeout`` is aborted and
-reset, which ends the answer's wait; a client that reads, however slowly, keeps its
-connection: what it took is counted in the transport's buffer and the kernel's send queue
+reset, which ends the answer's wait; a client that reads keeps its connection, as slowly as
+the kernel lets us see (it reopens the client's window a segment, ~32 KiB on loopback, at a
+time, so at least that much a deadline): what it took is counted in the transport's buffer
+and the kernel's send queue
 (``_unsent``), not by ``resume_writing`` alone, which comes only once the buffer is nearly
 empty. ``pathsend`` reports its waits on a full socket the same way. Once the server is
 stopping, the deadline is at most half its grace (``_send_timeout``): a client that stopped
