@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.support.served import MIB, Served, serving
+from tests.support.waiting import wait_until
 from tracestore.client import Client
 
 pytestmark = pytest.mark.slow  # a server process per test
@@ -352,3 +353,40 @@ def test_a_shutdown_does_not_wait_its_grace_for_answers_nobody_reads(tmp_path: P
     assert took < grace - 1, f"exited after {took:.1f} s"
     assert "graceful shutdown exceeded" not in log
     assert "Traceback" not in log
+
+
+def _open_blobs(pid: int) -> list[str]:
+    """The stored blob files process ``pid`` holds open."""
+    opened = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if "/blobs/" in (target := os.readlink(fd)):
+                opened.append(target)
+    return opened
+
+
+def test_an_archive_cut_off_or_left_closes_its_blob_files_at_once(tmp_path: Path) -> None:
+    # The streamed ZIP reads each blob inside a generator: an answer that ended early (its
+    # client gone, or cut off by the send deadline) left the generator, and the file it had
+    # open, to the next cyclic garbage collection, which an idle server may not run for long.
+    data_dir, source = tmp_path / "data", tmp_path / "traces"
+    source.mkdir()
+    (source / "big.bin").write_bytes(os.urandom(DOWNLOAD))
+    with serving(data_dir, env={"TRACESTORE_SEND_TIMEOUT": "1"}) as served:
+        with Client(served.url, served.token) as client:
+            traceset = client.upload_traceset(source, role="supporting")
+            url = client.download_url(traceset.id, None).url
+        stalled = [_get(url) for _ in range(3)]  # cut off by the deadline
+        for sock in [_get(url) for _ in range(3)]:  # gone after their first bytes
+            assert sock.recv(65536)
+            sock.close()
+        try:
+            wait_until(
+                lambda: UNREAD in _server_log(data_dir) and not _open_blobs(served.pid),
+                timeout=15,
+                what=lambda: f"blob files still open: {_open_blobs(served.pid)}",
+            )
+        finally:
+            for sock in stalled:
+                sock.close()
+    assert "Traceback" not in _server_log(data_dir)

@@ -5,8 +5,9 @@ in the embedded store."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from enum import Enum
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
@@ -34,6 +35,28 @@ async def _local_store(services: ServicesDep) -> LocalBlobStore:
 
 
 LocalStoreDep = Annotated[LocalBlobStore, Depends(_local_store)]
+
+
+class ClosingStream(StreamingResponse):
+    """A streamed answer of ``chunks`` (a generator reading files) that closes it when the
+    answer ends, however it ends. Left unfinished (its client gone, or cut off by the send
+    deadline), Starlette drops the generator, which a reference cycle keeps, with the blob
+    file it has open, until the next cyclic garbage collection: on an idle server, for long."""
+
+    def __init__(self, chunks: Iterator[bytes], **options: Any) -> None:
+        super().__init__(chunks, **options)
+        self._chunks = chunks
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The thread that read the last chunk has returned (anyio waits for it even
+            # when cancelled), so the generator is not running: closing it is safe.
+            await cast(Any, self.body_iterator).aclose()
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()
 
 
 @router.get(
@@ -65,7 +88,7 @@ def get_archive(
     """Stream the ZIP of every file of a traceset (or of the ranks ``select`` names, with
     their manifest) through a presigned archive URL."""
     archive = downloads.open_archive(services, traceset_id, expires, signature, select)
-    return StreamingResponse(
+    return ClosingStream(
         archive.chunks,
         media_type="application/zip",
         headers={
