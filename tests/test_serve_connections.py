@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import resource
 import signal
 import socket
@@ -353,6 +354,9 @@ def test_a_shutdown_does_not_wait_its_grace_for_answers_nobody_reads(tmp_path: P
     assert took < grace - 1, f"exited after {took:.1f} s"
     assert "graceful shutdown exceeded" not in log
     assert "Traceback" not in log
+    # Both cut-offs are said before the process ends, not only the first of its window.
+    said = re.findall(rf"connections: (\d+) {UNREAD} in the last", log)
+    assert sum(map(int, said)) == 2, log[-2000:]
 
 
 def _open_blobs(pid: int) -> list[str]:

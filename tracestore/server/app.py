@@ -44,6 +44,7 @@ from tracestore.server.routes import (
 )
 from tracestore.server.services import Services, build_services, stores_bytes_locally
 from tracestore.server.serving import lanes
+from tracestore.server.serving.connections import CONNECTIONS
 from tracestore.server.serving.lanes import Lanes
 from tracestore.server.serving.process_tuning import freeze_startup_heap, keep_heap_warm
 from tracestore.server.serving.request_context import (
@@ -230,6 +231,7 @@ def create_app(
         try:
             yield
         finally:
+            CONNECTIONS.flush()  # what the shutdown's grace counted, said before exit
             if worker is not None:
                 await asyncio.to_thread(worker.stop)
                 services.worker = None

@@ -160,22 +160,45 @@ def waiting_of(server_state: Any) -> dict[Any, None]:
 
 class Occasional:
     """Counts of what happened to connections, logged in one line at most every
-    ``LOG_EVERY`` seconds (the line says how many since the last)."""
+    ``LOG_EVERY`` seconds (the line says how many since the last). What is counted inside a
+    window is said at its end (a timer on the running loop), and what is left at exit by
+    ``flush`` (the app's lifespan), not only when a later event comes."""
 
     def __init__(self, what: str) -> None:
         self._what = what
         self._counts: dict[str, int] = {}
+        self._detail = ""
         self._logged = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def note(self, event: str, detail: str = "") -> None:
         self._counts[event] = self._counts.get(event, 0) + 1
-        now = time.monotonic()
-        if now - self._logged < LOG_EVERY:
+        self._detail = detail
+        waited = time.monotonic() - self._logged
+        if waited >= LOG_EVERY:
+            self.flush()
             return
-        self._logged = now
+        live = self._timer_loop is not None and not self._timer_loop.is_closed()
+        if self._timer is not None and live:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop here: the next event, or flush, says it
+            return
+        self._timer, self._timer_loop = loop.call_later(LOG_EVERY - waited, self.flush), loop
+
+    def flush(self) -> None:
+        """Log what was counted and not yet said, if anything."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._counts:
+            return
+        self._logged = time.monotonic()
         counts = ", ".join(f"{n} {e}" for e, n in self._counts.items())
         self._counts = {}
-        log.warning("%s: %s in the last %.0f s%s", self._what, counts, LOG_EVERY, detail)
+        log.warning("%s: %s in the last %.0f s%s", self._what, counts, LOG_EVERY, self._detail)
 
 
 CONNECTIONS = Occasional("connections")
