@@ -44,7 +44,7 @@ from tracestore.server.routes import (
 )
 from tracestore.server.services import Services, build_services, stores_bytes_locally
 from tracestore.server.serving import lanes
-from tracestore.server.serving.connections import CONNECTIONS
+from tracestore.server.serving.connection_log import CONNECTIONS
 from tracestore.server.serving.lanes import Lanes
 from tracestore.server.serving.process_tuning import freeze_startup_heap, keep_heap_warm
 from tracestore.server.serving.request_context import (

@@ -13,10 +13,10 @@ connections under a cap (``max_connections``, by default what the open-file limi
 request's headers (``Waiting``): an idle or trickling connection gives way to a new one, so
 attackers who open many cannot shut out a client whose request is whole; only when every
 connection is inside a request is the new one refused (503). What is closed or refused is
-logged in one line now and then (``Occasional``), and so is a failing ``accept``
-(``quiet_accept_errors``): never a traceback per connection. Once a request's headers are
-whole, a body the app reads through ``receive()`` keeps the pace ``protocol.receive_into``
-holds part bodies to (``MIN_RATE`` after ``RATE_GRACE``), or its connection is closed.
+logged in one line now and then (``connection_log``), and so is a failing ``accept``: never
+a traceback per connection. Once a request's headers are whole, a body the app reads through
+``receive()`` keeps the pace ``protocol.receive_into`` holds part bodies to (``MIN_RATE``
+after ``RATE_GRACE``), or its connection is closed.
 
 Answers have a deadline too. A client that asked for a download and stopped reading it held
 its connection, its slot under the cap and whatever the answer held (a file, a task) for
@@ -26,13 +26,12 @@ whose client takes none of its answer for ``ConnectionLimits.send_timeout`` is a
 reset, which ends the answer's wait; a client that reads keeps its connection, as slowly as
 the kernel lets us see (it reopens the client's window a segment, ~32 KiB on loopback, at a
 time, so at least that much a deadline): what it took is counted in the transport's buffer
-and the kernel's send queue
-(``_unsent``), not by ``resume_writing`` alone, which comes only once the buffer is nearly
-empty. ``pathsend`` reports its waits on a full socket the same way. Once the server is
-stopping, the deadline is at most half its grace (``_send_timeout``): a client that stopped
-reading would otherwise hold a restart for the whole grace, its answer then cancelled with
-a traceback.
-``ConnectionRules`` is the protocol doing all this; ``protocol.BodyProtocol`` builds on it.
+and the kernel's send queue (``_unsent``), not by ``resume_writing`` alone, which comes only
+once the buffer is nearly empty. ``pathsend`` reports its waits on a full socket the same
+way. Once the server is stopping, the deadline is at most half its grace
+(``_send_timeout``): a client that stopped reading would otherwise hold a restart for the
+whole grace, its answer then cancelled with a traceback. ``ConnectionRules`` is the protocol
+doing all this; ``protocol.BodyProtocol`` builds on it.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ from uvicorn.server import ServerState
 
 from tracestore.errors import ServiceUnavailable
 from tracestore.server.ids import new_request_id
+from tracestore.server.serving.connection_log import CONNECTIONS, quiet_accept_errors
 
 log = logging.getLogger("tracestore")
 
@@ -74,7 +74,6 @@ RESERVED_DESCRIPTORS = 256
 BACKLOG = 128
 # The soft open-file limit ``serve`` raises itself to when the hard one is unlimited.
 MAX_OPEN_FILES = 1 << 20
-LOG_EVERY = 10.0
 # A request body must keep up MIN_RATE on average once its first RATE_GRACE seconds are
 # past, and end within BODY_DEADLINE (protocol.py holds part bodies to the same).
 MIN_RATE = 64 * 1024
@@ -156,80 +155,6 @@ def waiting_of(server_state: Any) -> dict[Any, None]:
     if waiting is None:
         waiting = _WAITING[server_state] = {}
     return waiting
-
-
-class Occasional:
-    """Counts of what happened to connections, logged in one line at most every
-    ``LOG_EVERY`` seconds (the line says how many since the last). What is counted inside a
-    window is said at its end (a timer on the running loop), and what is left at exit by
-    ``flush`` (the app's lifespan), not only when a later event comes."""
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self._counts: dict[str, int] = {}
-        self._detail = ""
-        self._logged = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_loop: asyncio.AbstractEventLoop | None = None
-
-    def note(self, event: str, detail: str = "") -> None:
-        self._counts[event] = self._counts.get(event, 0) + 1
-        self._detail = detail
-        waited = time.monotonic() - self._logged
-        if waited >= LOG_EVERY:
-            self.flush()
-            return
-        live = self._timer_loop is not None and not self._timer_loop.is_closed()
-        if self._timer is not None and live:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop here: the next event, or flush, says it
-            return
-        self._timer, self._timer_loop = loop.call_later(LOG_EVERY - waited, self.flush), loop
-
-    def flush(self) -> None:
-        """Log what was counted and not yet said, if anything."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._counts:
-            return
-        self._logged = time.monotonic()
-        counts = ", ".join(f"{n} {e}" for e, n in self._counts.items())
-        self._counts = {}
-        log.warning("%s: %s in the last %.0f s%s", self._what, counts, LOG_EVERY, self._detail)
-
-
-CONNECTIONS = Occasional("connections")
-_ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's own words
-_QUIET_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-
-
-def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
-    """Make ``loop``'s failing accepts (out of descriptors or memory) cost one line now and
-    then instead of a traceback per try: asyncio retries every accept of its burst and logs
-    each (1.1 GB of log in 5 minutes of one attack). Other errors go where they went."""
-    if loop in _QUIET_LOOPS:
-        return
-    _QUIET_LOOPS.add(loop)
-    previous = loop.get_exception_handler()
-
-    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        error = context.get("exception")
-        if context.get("message") == _ACCEPT_FAILED and isinstance(error, OSError):
-            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-            CONNECTIONS.note(
-                "accepts failed",
-                f" (last: {error.strerror}; open-file limit {soft}; asyncio retries in 1 s)",
-            )
-            return
-        if previous is not None:
-            previous(loop, context)
-        else:
-            loop.default_exception_handler(context)
-
-    loop.set_exception_handler(handler)
 
 
 class ConnectionRules(HttpToolsProtocol):
