@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.support.attackers import server_log
+from tests.support.processes import exited
 from tests.support.served import MIB, Served, serving
 from tests.support.waiting import wait_until
 from tracestore.client import Client
@@ -37,10 +39,6 @@ ATTACKERS = 1300  # past the descriptor limit: every one held was the outage
 def _address(served: Served) -> tuple[str, int]:
     parts = urlsplit(served.url)
     return parts.hostname or "", parts.port or 80
-
-
-def _server_log(data_dir: Path) -> str:
-    return (data_dir.parent / "server.log").read_text(errors="replace")
 
 
 def _closed_within(sock: socket.socket, seconds: float) -> bool:
@@ -162,7 +160,7 @@ def test_slow_header_connections_past_the_descriptor_limit_shut_no_client_out(
             for sock in held:
                 sock.close()
         assert answered > 10
-    log = _server_log(data_dir)
+    log = server_log(data_dir)
     assert "Traceback" not in log
     assert "Too many open files" not in log
     assert "waiting connections closed at the cap" in log
@@ -182,7 +180,7 @@ def test_past_the_cap_the_longest_waiting_connection_gives_way(tmp_path: Path) -
         finally:
             for sock in idle:
                 sock.close()
-    assert "waiting connections closed at the cap" in _server_log(data_dir)
+    assert "waiting connections closed at the cap" in server_log(data_dir)
 
 
 @pytest.mark.usefixtures("attackers_files")
@@ -202,14 +200,14 @@ def test_a_cap_past_the_open_file_limit_is_warned_about_and_failed_accepts_cost_
                 with contextlib.suppress(OSError):
                     held.append(socket.create_connection(_address(served), timeout=5))
             deadline = time.monotonic() + 20
-            while "accepts failed" not in _server_log(data_dir):
+            while "accepts failed" not in server_log(data_dir):
                 assert time.monotonic() < deadline, "no accept failed"
                 time.sleep(0.1)
             time.sleep(1)  # a second more of asyncio retrying its accepts
         finally:
             for sock in held:
                 sock.close()
-    log = _server_log(data_dir)
+    log = server_log(data_dir)
     assert (
         "Warning: TRACESTORE_MAX_CONNECTIONS=5000 is more than 1024 open files allow (256)" in log
     )
@@ -279,7 +277,7 @@ def test_a_download_not_read_is_closed_after_the_send_deadline_a_slow_one_is_not
             # deadline its connection is closed, and logged.
             started = time.monotonic()
             with httpx.Client(base_url=served.url, timeout=5) as other:
-                while UNREAD not in _server_log(data_dir):
+                while UNREAD not in server_log(data_dir):
                     assert time.monotonic() - started < SEND_TIMEOUT + 5, "never closed"
                     assert other.get("/healthz").status_code == 200
                     time.sleep(0.2)
@@ -301,7 +299,7 @@ def test_a_download_not_read_is_closed_after_the_send_deadline_a_slow_one_is_not
     assert len(body) == len(data)
     assert body == data
     # Logged once; and the stalled answer was released, not left for the shutdown to cancel.
-    log = _server_log(data_dir)
+    log = server_log(data_dir)
     named = [line for line in log.splitlines() if "TRACESTORE_SEND_TIMEOUT" in line]
     assert len(named) == 1
     assert named[0].endswith(
@@ -316,11 +314,7 @@ def _exited_within(pid: int, seconds: float) -> float | None:
     ``seconds``."""
     started = time.monotonic()
     while (elapsed := time.monotonic() - started) < seconds:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return elapsed
-        if state == "Z":
+        if exited(pid):
             return elapsed
         time.sleep(0.05)
     return None
@@ -349,7 +343,7 @@ def test_a_shutdown_does_not_wait_its_grace_for_answers_nobody_reads(tmp_path: P
         finally:
             for sock in stalled:
                 sock.close()
-    log = _server_log(data_dir)
+    log = server_log(data_dir)
     assert took is not None, "never exited"
     assert took < grace - 1, f"exited after {took:.1f} s"
     assert "graceful shutdown exceeded" not in log
@@ -386,11 +380,11 @@ def test_an_archive_cut_off_or_left_closes_its_blob_files_at_once(tmp_path: Path
             sock.close()
         try:
             wait_until(
-                lambda: UNREAD in _server_log(data_dir) and not _open_blobs(served.pid),
+                lambda: UNREAD in server_log(data_dir) and not _open_blobs(served.pid),
                 timeout=15,
                 what=lambda: f"blob files still open: {_open_blobs(served.pid)}",
             )
         finally:
             for sock in stalled:
                 sock.close()
-    assert "Traceback" not in _server_log(data_dir)
+    assert "Traceback" not in server_log(data_dir)

@@ -24,6 +24,7 @@ from tests.support.attackers import (
     server_log,
     start_upload,
 )
+from tests.support.processes import exited
 from tests.support.served import Served, serving
 from tracestore.client import Client
 
@@ -147,14 +148,6 @@ def test_bodies_that_trickle_without_pause_hold_no_body_thread(
     assert took < 5, f"20 small parts of another session took {took:.1f} s"
 
 
-def _exited(pid: int) -> bool:
-    """Whether process ``pid`` (a child not yet waited for) has ended."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def test_a_stopping_serve_does_not_wait_for_ever_on_a_client_that_stopped(
     tmp_path: Path,
 ) -> None:
@@ -178,7 +171,7 @@ def test_a_stopping_serve_does_not_wait_for_ever_on_a_client_that_stopped(
         time.sleep(0.5)
         started = time.monotonic()
         os.kill(served.pid, signal.SIGTERM)
-        while not _exited(served.pid):
+        while not exited(served.pid):
             assert time.monotonic() - started < 15, "serve still waits on its stopped clients"
             time.sleep(0.05)
         took = time.monotonic() - started
