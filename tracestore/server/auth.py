@@ -10,7 +10,7 @@ import hashlib
 import os
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -143,8 +143,9 @@ class TokenCache:
 
     MAX_ENTRIES = 10_000  # more tokens than this in one window: start the window again
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
+        self._monotonic = monotonic  # a test's own clock: a slow machine cannot age an entry
         self._entries: dict[str, tuple[Principal, datetime | None, float]] = {}
 
     def get(self, token_hash: str, now: datetime) -> Principal | None:
@@ -152,7 +153,7 @@ class TokenCache:
         if entry is None:
             return None
         principal, expires_at, until = entry
-        if time.monotonic() >= until or (expires_at is not None and expires_at <= now):
+        if self._monotonic() >= until or (expires_at is not None and expires_at <= now):
             self._entries.pop(token_hash, None)
             return None
         return principal
@@ -162,7 +163,7 @@ class TokenCache:
             return
         if len(self._entries) >= self.MAX_ENTRIES:
             self._entries.clear()
-        self._entries[token_hash] = (principal, expires_at, time.monotonic() + self.seconds)
+        self._entries[token_hash] = (principal, expires_at, self._monotonic() + self.seconds)
 
     def clear(self) -> None:
         self._entries.clear()
