@@ -43,6 +43,7 @@ class Script:
     headers: list[dict[str, str]] = field(default_factory=list)
     connections: set[tuple[str, int]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    dropped: threading.Event = field(default_factory=threading.Event)  # by "close-later"
 
     def next(self) -> str:
         with self.lock:
@@ -85,7 +86,11 @@ def handler_for(script: Script) -> type[BaseHTTPRequestHandler]:
             self._answer(200, b"", etag=hashlib.md5(body).hexdigest())
             if step == "close-later":
                 # Keep-alive promised, then the server drops the idle connection.
-                threading.Timer(0.05, self.connection.shutdown, [socket.SHUT_RDWR]).start()
+                threading.Timer(0.05, self._drop).start()
+
+        def _drop(self) -> None:
+            self.connection.shutdown(socket.SHUT_RDWR)
+            script.dropped.set()
 
         def _answer(self, status: int, body: bytes, etag: str | None = None) -> None:
             self.send_response(status)
@@ -185,7 +190,8 @@ def test_an_idle_connection_the_server_closed_is_not_reused(
     path, data = written(tmp_path / "rank0.bin", MIB)
     script.steps = ["close-later"]
     send(http, job_for(path, data, 1, 4 * MIB, url))
-    time.sleep(0.3)
+    assert script.dropped.wait(30)
+    time.sleep(0.3)  # the server's end of it reaches the client
     # One attempt only: sent on the stale connection, it would fail.
     send(http, job_for(path, data, 1, 4 * MIB, url), attempts=1)
     assert script.bodies == [data, data]

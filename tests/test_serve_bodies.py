@@ -5,9 +5,10 @@ each, and everyone else waited: ``/healthz`` took seconds."""
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -62,6 +63,14 @@ def test_healthz_answers_while_big_bodies_are_parsed(served: Served) -> None:
         for sender in senders:
             sender.join(120)
     assert statuses and set(statuses) == {200}
-    # Generous: parsed on the event loop, each body held it 4-5 s here (the JSON parser
-    # still holds the GIL ~0.7 s for such a body, on whichever thread).
-    assert slowest < 2.5, slowest
+    # Parsed on the event loop, each body held it 4-5 s here, six times its parse. The JSON
+    # parser still holds the GIL for such a body (~0.7 s), on whichever thread: the bound
+    # is that parse as this machine runs it now, two back to back with room to spare.
+    parse = statistics.median(_seconds(lambda: json.loads(body)) for _ in range(3))
+    assert slowest < max(2.5, 3.5 * parse), (slowest, parse)
+
+
+def _seconds(work: Callable[[], object]) -> float:
+    started = time.monotonic()
+    work()
+    return time.monotonic() - started

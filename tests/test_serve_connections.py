@@ -142,8 +142,8 @@ def test_slow_header_connections_past_the_descriptor_limit_shut_no_client_out(
         answered = 0
         try:
             # A fresh connection per request, as new clients come, each answered within the
-            # client's 5 s (the outage was ~25 s), all through the attack and 5 s after.
-            with httpx.Client(base_url=served.url, timeout=5) as good:
+            # client's 12 s (the outage was ~25 s), all through the attack and 5 s after.
+            with httpx.Client(base_url=served.url, timeout=12) as good:
                 bound = time.monotonic() + 90
                 after: float | None = None
                 while after is None or time.monotonic() < after:
@@ -216,7 +216,7 @@ def test_a_cap_past_the_open_file_limit_is_warned_about_and_failed_accepts_cost_
     assert len(log) < 64 * 1024
 
 
-SEND_TIMEOUT = 2.0
+SEND_TIMEOUT = 5.0  # seconds a loaded machine cannot take between two reads of the slow reader
 DOWNLOAD = 32 * MIB  # far more than the socket buffers on both sides hold
 SMALL_RCVBUF = 64 * 1024
 UNREAD = "closed with their answers unread"
@@ -276,9 +276,9 @@ def test_a_download_not_read_is_closed_after_the_send_deadline_a_slow_one_is_not
             # The stalled client reads nothing: the server's writes pause, and after the
             # deadline its connection is closed, and logged.
             started = time.monotonic()
-            with httpx.Client(base_url=served.url, timeout=5) as other:
+            with httpx.Client(base_url=served.url, timeout=12) as other:
                 while UNREAD not in server_log(data_dir):
-                    assert time.monotonic() - started < SEND_TIMEOUT + 5, "never closed"
+                    assert time.monotonic() - started < SEND_TIMEOUT + 15, "never closed"
                     assert other.get("/healthz").status_code == 200
                     time.sleep(0.2)
             # What the kernels buffered on the way may still come, then the end (or a reset).
@@ -328,7 +328,9 @@ def test_a_shutdown_does_not_wait_its_grace_for_answers_nobody_reads(tmp_path: P
     data_dir, source = tmp_path / "data", tmp_path / "traces"
     source.mkdir()
     (source / "big.bin").write_bytes(os.urandom(DOWNLOAD))
-    grace = 6.0
+    # Stalled answers are cut at half the grace (checked every 0.75 s); the rest of the grace
+    # is the exit's, which a loaded machine (a process under coverage) may take seconds for.
+    grace = 16.0
     env = {"TRACESTORE_SEND_TIMEOUT": "60", "TRACESTORE_SHUTDOWN_GRACE": f"{grace:g}"}
     with serving(data_dir, env=env) as served:
         with Client(served.url, served.token) as client:
@@ -345,7 +347,7 @@ def test_a_shutdown_does_not_wait_its_grace_for_answers_nobody_reads(tmp_path: P
                 sock.close()
     log = server_log(data_dir)
     assert took is not None, "never exited"
-    assert took < grace - 1, f"exited after {took:.1f} s"
+    assert took < grace - 3, f"exited after {took:.1f} s"
     assert "graceful shutdown exceeded" not in log
     assert "Traceback" not in log
     # Both cut-offs are said before the process ends, not only the first of its window.

@@ -145,7 +145,8 @@ def test_bodies_that_trickle_without_pause_hold_no_body_thread(
             trickler.join(timeout=5)
             for sock in attackers:
                 sock.close()
-    assert took < 5, f"20 small parts of another session took {took:.1f} s"
+    # ~1 s here; parts waiting for a body thread wait out their 60 s timeout.
+    assert took < 20, f"20 small parts of another session took {took:.1f} s"
 
 
 def test_a_stopping_serve_does_not_wait_for_ever_on_a_client_that_stopped(

@@ -99,7 +99,7 @@ class Watcher:
 
     def _watch(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"}
-        with httpx.Client(timeout=5) as http:
+        with httpx.Client(timeout=30) as http:  # answers asked of, not their speed
             while not self._stop.is_set():
                 for url in self.urls:
                     try:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.support.replica_processes import fresh_database, postgres  # noqa: F401 - the fixture
 from tests.support.served import Served, serving
@@ -68,6 +68,9 @@ def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     opened = context.new_page()
     opened.set_default_timeout(15_000)
+    # Playwright's assertions keep a default of their own (5 s): the same 15 s as the actions,
+    # for a page served by a process under coverage on a loaded machine.
+    expect.set_options(timeout=15_000)
     yield opened
     context.close()
 
