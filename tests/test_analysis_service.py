@@ -5,7 +5,9 @@ test database: SQLite, or PostgreSQL in the PostgreSQL pass."""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from tests.support.uploading import upload
 from tracestore import schemas
 from tracestore.analysis import analyze_path, traceset_json
 from tracestore.analysis.model import KERNEL_ROWS
+from tracestore.analysis.summary import ARCHIVED
 from tracestore.server import analysis, db, inspection, jobs
 from tracestore.server.analysis_answer import answer_text
 from tracestore.server.services import Services
@@ -175,6 +178,30 @@ def test_a_set_without_kineto_traces_answers_none(http: TestClient, services: Se
     assert answer["reason"] == "the traceset holds no Kineto trace"
     assert answer["ranks"] == [] and answer["summary"] is None
     assert _jobs(services, jobs.TRACE_FILE) == []
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["inspected-first", "one-pass"])
+def test_kineto_traces_only_inside_an_archive_are_named_not_called_absent(
+    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    # "holds no Kineto trace" was untrue of a tar.gz of ranks: the answer says where they
+    # are and how to have them analysed.
+    if large:
+        monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as tar:
+        for rank in range(2):
+            member = tarfile.TarInfo(f"rank{rank}.json")
+            body = _kineto(rank, 2)
+            member.size = len(body)
+            tar.addfile(member, io.BytesIO(body))
+    traceset = upload(
+        http, {"ranks.tar.gz": (packed.getvalue(), "primary")}, {"shape": {"rankCount": 2}}
+    )
+    services.wait_for_background()
+    answer = _analysis(http, traceset["id"])
+    assert (answer["status"], answer["reason"]) == ("none", ARCHIVED)
+    assert answer["ranks"] == [] and answer["summary"] is None
 
 
 def test_an_upload_not_complete_is_pending_and_one_stored_before_is_none(

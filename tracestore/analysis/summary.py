@@ -74,9 +74,10 @@ def entry_head(rank: int | None, file: str, reason: str | None = None) -> dict[s
     return {"rank": rank, "file": file, "status": status, "reason": reason}
 
 
-def outcome(analysed: int, failed: int) -> tuple[str, str | None]:
+def outcome(analysed: int, failed: int, archived: bool = False) -> tuple[str, str | None]:
     """A traceset's analysis ``status`` and its ``reason``, once every Kineto trace was read:
-    ``complete`` when one could be analysed, else ``failed``, or ``none`` without any."""
+    ``complete`` when one could be analysed, else ``failed``, or ``none`` without any (said
+    otherwise when it holds Kineto traces only inside archives, ``archived``)."""
     if analysed:
         return "complete", None
     if failed:
@@ -84,7 +85,15 @@ def outcome(analysed: int, failed: int) -> tuple[str, str | None]:
             f"none of its {failed} Kineto trace{'s' if failed > 1 else ''} could be analysed "
             "(each entry of ranks says why)"
         )
+    if archived:
+        return "none", ARCHIVED
     return "none", "the traceset holds no Kineto trace"
+
+
+ARCHIVED = (
+    "its Kineto traces are inside archives, which are not analysed: upload them as files "
+    "of their own to have them analysed"
+)
 
 
 def _spread(values: Sequence[float], digits: int | None = 2) -> dict[str, Any]:

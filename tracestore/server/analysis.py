@@ -135,7 +135,12 @@ def queue_analysis(
     state.files = state.remaining = queued
     state.updated_at = now
     if not kineto:
-        _settle(state, *outcome(0, 0), now)
+        archived = any(
+            leaf.format == "kineto_json"
+            for _, result in found
+            for _, leaf in result.leaves(result.name)
+        )
+        _settle(state, *outcome(0, 0, archived), now)
     elif not queued:
         queue_assembly(session, services, traceset_id)
 
@@ -316,7 +321,8 @@ def assemble(
                 step_time_us=row.step_time_us,
             )
         )
-    status, reason = outcome(len(analysed), failed)
+    archived = not analysed and not failed and _holds_kineto(traceset)
+    status, reason = outcome(len(analysed), failed, archived)
     _settle(state, status, reason, now)
     summary = None
     if status == "complete":
@@ -325,3 +331,12 @@ def assemble(
     traceset.median_idle_pct = summary["idlePct"]["median"] if summary else None
     traceset.median_overlap_pct = summary["overlapPct"]["median"] if summary else None
     traceset.median_step_time_us = summary["stepTimeUs"]["median"] if summary else None
+
+
+def _holds_kineto(traceset: db.Traceset) -> bool:
+    """Whether the traceset's inspection found a Kineto trace anywhere, archive members too
+    (its summary's ``formats`` are every leaf's)."""
+    inspection = traceset.inspection
+    summary = inspection.get("summary") if isinstance(inspection, dict) else None
+    formats = summary.get("formats") if isinstance(summary, dict) else None
+    return isinstance(formats, list) and "kineto_json" in formats
