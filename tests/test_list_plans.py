@@ -162,6 +162,36 @@ def test_a_tag_filter_keeps_the_arms_ordered_walk(database: Database) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "items",
+    [
+        [("tag", "regression")],
+        [("tag", "regression"), ("tag", "nightly"), ("sort", "step_time:desc")],
+        [("tag", "regression"), ("uploadedBy", "me"), ("sort", "name:asc")],
+        [("tag", "regression"), ("workload_family", "llama"), ("scope", "tenant")],
+    ],
+)
+def test_a_rare_tag_drives_its_page_from_the_tags_rows(
+    database: Database, items: list[tuple[str, str]]
+) -> None:
+    # pages.RARE_TAG: the tag's rows, each traceset looked up by id, then sorted; with no
+    # statistics SQLite took a workspace's or an uploader's index for ten rows and walked it.
+    shape, values = listing_plan.plan(
+        PRINCIPAL, parse_list_query(items), "sqlite", None, "regression"
+    )
+    compiled = sql.statement(shape).compile(database.engine)
+    params = compiled.construct_params(values)
+    positional = tuple(params[name] for name in compiled.positiontup or ())
+    with database.read_engine.connect() as conn:
+        plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), positional).all()
+    steps = [row[-1] for row in plan if row[-1].startswith(("SEARCH", "SCAN"))]
+    assert steps[:2] == [
+        "SEARCH tagged USING COVERING INDEX sqlite_autoindex_traceset_tags_1 (tag=?)",
+        "SEARCH tracesets USING INDEX sqlite_autoindex_tracesets_1 (id=?)",
+    ], steps
+    assert not [s for s in steps if "tracesets" in s and "(id=?)" not in s], steps
+
+
 def _fact_searches(database: Database, items: list[tuple[str, str]]) -> list[str]:
     """How the statement reads ``traceset_facts``, each search as the planner words it."""
     shape, values = listing_plan.plan(PRINCIPAL, parse_list_query(items), "sqlite", None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tracestore.server.auth import Principal
@@ -46,6 +46,9 @@ class Shape:
     # With step_time first in the sort: whether the cursor is past every traceset with a
     # step time (the page then holds only tracesets without one).
     after_missing_step: bool = False
+    # The first tag (g0) is rare (``pages.RARE_TAG``): the page starts from its tracesets
+    # rather than walking the sort's order until a page of them is found.
+    tag_driven: bool = False
 
 
 def _census_kind(verdict: str) -> str:
@@ -100,9 +103,16 @@ def _workspaces(principal: Principal, query: ListQuery) -> list[str]:
 
 
 def plan(
-    principal: Principal, query: ListQuery, dialect: str, after: list[Any] | None
+    principal: Principal,
+    query: ListQuery,
+    dialect: str,
+    after: list[Any] | None,
+    rare_tag: str | None = None,
 ) -> tuple[Shape, dict[str, Any]]:
-    """The query's shape and the values of its bind parameters."""
+    """The query's shape and the values of its bind parameters; ``rare_tag``, one of the
+    query's tags, drives the page (``Shape.tag_driven``)."""
+    if rare_tag is not None:
+        query = replace(query, tags=(rare_tag, *(tag for tag in query.tags if tag != rare_tag)))
     values: dict[str, Any] = {"fetch": query.limit + 1, "tenant": principal.tenant_id}
     workspaces = _workspaces(principal, query)
     if len(workspaces) > MAX_WORKSPACE_ARMS:
@@ -161,6 +171,7 @@ def plan(
         after_missing_step=(
             after is not None and query.sort[0].field == "step_time" and after[0][0] is None
         ),
+        tag_driven=rare_tag is not None,
     )
     return shape, values
 

@@ -28,9 +28,11 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     and_,
+    any_,
     bindparam,
     case,
     cast,
+    column,
     exists,
     false,
     func,
@@ -38,10 +40,12 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    table,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import InstrumentedAttribute
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import Join, Select
 from sqlalchemy.sql.elements import BindParameter
 
 from tracestore.inspect.census import CENSUS_FACT
@@ -180,6 +184,9 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
     if shape.uploaded_by:  # the arms walk migration 0010's (uploader, ...) indexes
         conditions.append(T.created_by == bindparam("uploaded_by"))
     for i in range(shape.tags):
+        if i == 0 and shape.tag_driven:
+            conditions.append(_tagged(shape.dialect))
+            continue
         # As the facts: a primary-key lookup of (tag, id) per candidate row.
         conditions.append(exists().where(G.tag == bindparam(f"g{i}"), G.traceset_id == T.id))
     if shape.census is not None:
@@ -207,6 +214,63 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
         # the planner's statistics both understand it.
         conditions.append(T.workload_metadata.op("@>")(cast(cast(bindparam("wdoc"), Text), JSONB)))
     return conditions
+
+
+def _tagged(dialect: str) -> ColumnElement[bool]:
+    """The tracesets that hold the rare tag ``g0`` (``Shape.tag_driven``), so that each
+    engine starts from its few rows and looks each traceset up by id. On PostgreSQL an
+    array the statement computes once (an initplan: a semi-join left the planner free to
+    walk the sort's index instead, probing the tag per row); on SQLite the tag's rows are
+    the outer loop of a CROSS JOIN (``_TagsFirst``), which its planner never reorders (an
+    ``IN`` list it took for 25 rows, and walked a workspace's index it took for 10)."""
+    if dialect == "postgresql":
+        tagged = select(G.traceset_id).where(G.tag == bindparam("g0"))
+        return T.id == any_(func.array(tagged.scalar_subquery()))
+    return _TAGGED.c.tag == bindparam("g0")
+
+
+# The driving tag's rows on SQLite, by a name of their own: the other tags' EXISTS must not
+# correlate to them.
+_TAGGED = G.__table__.alias("tagged")
+
+
+class _TagsFirst(Join):
+    """``traceset_tags CROSS JOIN tracesets ON ...``: SQLite keeps a CROSS JOIN's tables in
+    the order written (https://sqlite.org/optoverview.html#manual_control_of_join_order)."""
+
+    inherit_cache = True
+
+    def __init__(self) -> None:
+        super().__init__(_TAGGED, T.__table__, _TAGGED.c.traceset_id == T.id)
+
+
+@compiles(_TagsFirst)
+def _cross_join(join: _TagsFirst, compiler: Any, **kw: Any) -> str:
+    kw["asfrom"] = True
+    left = compiler.process(join.left, **kw)
+    right = compiler.process(join.right, **kw)
+    return f"{left} CROSS JOIN {right} ON {compiler.process(join.onclause, **kw)}"
+
+
+@functools.lru_cache(maxsize=2)
+def tag_count(dialect: str) -> Select[Any]:
+    """How many tracesets hold the tag ``tag``, counted up to ``cap`` (an index-only range
+    of the tags' primary key), and about how many tracesets there are (0: not known): what
+    ``pages`` weighs to drive a page from a tag. The size is an estimate for free: SQLite's
+    largest rowid (the end of the table's b-tree; the rows purged leave it higher), the
+    planner's count of rows on PostgreSQL (-1 before the table was first analysed)."""
+    held = select(literal(1)).where(G.tag == bindparam("tag")).limit(bindparam("cap"))
+    count = select(func.count()).select_from(held.subquery()).scalar_subquery()
+    if dialect == "postgresql":
+        pg_class = table("pg_class", column("oid"), column("reltuples"))
+        size: Any = (
+            select(pg_class.c.reltuples)
+            .where(pg_class.c.oid == literal_column("'tracesets'::regclass"))
+            .scalar_subquery()
+        )
+    else:
+        size = select(func.max(literal_column("tracesets.rowid"))).select_from(T).scalar_subquery()
+    return select(count, func.coalesce(size, 0))
 
 
 def _arms(shape: Shape) -> list[ColumnElement[bool]]:
@@ -325,6 +389,14 @@ def _chosen(shape: Shape) -> Select[Any]:
     arms = _arms(shape)
     if not arms:
         return select(*columns).where(false()).limit(fetch)
+    if shape.tag_driven:
+        # A few thousand tracesets at most, each looked up by id and sorted: one select
+        # over every arm at once (per arm, each would look up every one of them).
+        after = [_after(atoms)] if shape.after else []
+        driven = select(*columns)
+        if shape.dialect != "postgresql":
+            driven = driven.select_from(_TagsFirst())
+        return driven.where(or_(*arms), *after, *conditions).order_by(*_order(atoms)).limit(fetch)
     if shape.sort[0].field == "step_time":
         parts = [part for arm in arms for part in _step_time_parts(shape, arm, atoms)]
     else:
