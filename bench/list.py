@@ -126,12 +126,13 @@ def _runner(
 
     def run() -> int:
         query = parse_list_query(items)
-        rare_tag = pages.RARE_TAG
-        pages.RARE_TAG = -1 if walked else rare_tag
+        chooses = pages._rare_tag
+        if walked:  # no count of the tags either, as before
+            pages._rare_tag = lambda *_: None
         try:
             return len(json.loads(pages.page_text(services, PRINCIPAL, query))["items"])
         finally:
-            pages.RARE_TAG = rare_tag
+            pages._rare_tag = chooses
 
     return run
 

@@ -33,7 +33,9 @@ def explain(database: Database, run: Callable[[], int]) -> str:
     captured: list[tuple[str, Any]] = []
 
     def note(statement: str, parameters: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "tracesets" in statement:
+        # The page's SELECT (its uploaders joined), not the tag counts and table size before
+        # it or the summary query after it.
+        if statement.lstrip().upper().startswith("SELECT") and "JOIN users" in statement:
             # A positional list as exec_driver_sql takes it (a tuple).
             captured.append(
                 (statement, tuple(parameters) if isinstance(parameters, list) else parameters)
@@ -55,7 +57,7 @@ def explain(database: Database, run: Callable[[], int]) -> str:
         prepared.Prepared.run = sent  # type: ignore[method-assign]
         for engine in {database.engine, database.read_engine}:
             event.remove(engine, "before_cursor_execute", capture)
-    statement, parameters = captured[0]  # the page; the summary query follows it
+    statement, parameters = captured[0]
     prefix = (
         "EXPLAIN (ANALYZE, BUFFERS) "
         if database.dialect == "postgresql"

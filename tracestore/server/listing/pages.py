@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -268,24 +269,36 @@ RARE_TAG = 5_000
 
 
 def _rare_tag(reads: Reads, tags: tuple[str, ...], fetch: int, dialect: str) -> str | None:
-    """The first of ``tags`` whose page costs less driven from its tracesets than walked.
-    Driven, a page looks up each of the tag's ``count`` tracesets; walked, it reads about
-    ``fetch`` rows for each share of the table the tag holds: ``fetch * size / count`` (at
-    a million tracesets, 25,000 rows for a tag on one in 500; at ten thousand, a tag on
-    every third is found in 60). So a tag drives when ``count ** 2 <= fetch * size``, and
-    never beyond RARE_TAG (all tenants' tracesets counted: a tag rare in the table is rare
-    in what the caller sees)."""
-    for tag in tags:
-        count, size = reads.all(sql.tag_count(dialect), {"tag": tag, "cap": RARE_TAG + 1})[0]
-        if drives(count, size, fetch):
-            return tag
-    return None
+    """The rarest of ``tags`` if its page costs less driven from its tracesets than walked
+    (``drives``), else None. Each tag is counted only as far as it could drive."""
+    if not tags:
+        return None
+    (size,) = reads.all(sql.table_size(dialect), {})[0]
+    values: dict[str, Any] = {f"t{i}": tag for i, tag in enumerate(tags)}
+    values["cap"] = most_driving(size, fetch) + 1
+    counts = reads.all(sql.tag_counts(len(tags)), values)[0]
+    driving = [(count, tag) for tag, count in zip(tags, counts, strict=True)]
+    chosen = min((pair for pair in driving if drives(pair[0], size, fetch)), default=None)
+    return None if chosen is None else chosen[1]
+
+
+def most_driving(size: float, fetch: int) -> int:
+    """The most tracesets a tag may hold and drive a page of ``fetch`` rows out of about
+    ``size`` (0 or less: not known). Driven, a page looks up each of the tag's ``count``
+    tracesets; walked, it reads about ``fetch`` rows for each share of the table the tag
+    holds, ``fetch * size / count`` (at a million tracesets, 25,000 rows for a tag on one
+    in 500; at ten thousand, a tag on every third is found in 60). So a tag drives when
+    ``count ** 2 <= fetch * size``, and never beyond RARE_TAG (every tenant's tracesets
+    counted: a tag rare in the table is rare in what the caller sees)."""
+    if size <= 0:
+        return RARE_TAG
+    return max(min(RARE_TAG, math.isqrt(int(fetch * size))), 0)
 
 
 def drives(count: int, size: float, fetch: int) -> bool:
-    """Whether a tag on ``count`` of about ``size`` tracesets (0 or less: not known) drives
-    a page of ``fetch`` rows (``_rare_tag``)."""
-    return count <= RARE_TAG and (size <= 0 or count * count <= fetch * size)
+    """Whether a tag on ``count`` of about ``size`` tracesets drives a page of ``fetch``
+    rows (``most_driving``)."""
+    return count <= most_driving(size, fetch)
 
 
 def _plain(value: Any) -> bool:

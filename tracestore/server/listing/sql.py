@@ -253,14 +253,11 @@ def _cross_join(join: _TagsFirst, compiler: Any, **kw: Any) -> str:
 
 
 @functools.lru_cache(maxsize=2)
-def tag_count(dialect: str) -> Select[Any]:
-    """How many tracesets hold the tag ``tag``, counted up to ``cap`` (an index-only range
-    of the tags' primary key), and about how many tracesets there are (0: not known): what
-    ``pages`` weighs to drive a page from a tag. The size is an estimate for free: SQLite's
-    largest rowid (the end of the table's b-tree; the rows purged leave it higher), the
-    planner's count of rows on PostgreSQL (-1 before the table was first analysed)."""
-    held = select(literal(1)).where(G.tag == bindparam("tag")).limit(bindparam("cap"))
-    count = select(func.count()).select_from(held.subquery()).scalar_subquery()
+def table_size(dialect: str) -> Select[Any]:
+    """About how many tracesets there are (0 or less: not known), an estimate for free:
+    SQLite's largest rowid (the end of the table's b-tree; rows purged leave it higher),
+    PostgreSQL's planner's count (-1 before the table was first analysed). ``pages``
+    weighs a tag's count against it."""
     if dialect == "postgresql":
         pg_class = table("pg_class", column("oid"), column("reltuples"))
         size: Any = (
@@ -270,7 +267,25 @@ def tag_count(dialect: str) -> Select[Any]:
         )
     else:
         size = select(func.max(literal_column("tracesets.rowid"))).select_from(T).scalar_subquery()
-    return select(count, func.coalesce(size, 0))
+    return select(func.coalesce(size, 0))
+
+
+@functools.lru_cache(maxsize=16)
+def tag_counts(tags: int) -> Select[Any]:
+    """How many tracesets hold each of the tags ``t0`` ... (``tags`` of them), each counted
+    up to ``cap``: a range of the tags' primary key read in its order, which stops at the
+    cap (unordered, PostgreSQL took a tag whose rows were all written last for a scan of
+    the table, 110-170 ms, or read all of a common tag's entries by bitmap)."""
+    counts = []
+    for i in range(tags):
+        held = (
+            select(literal(1))
+            .where(G.tag == bindparam(f"t{i}"))
+            .order_by(G.tag, G.traceset_id)
+            .limit(bindparam("cap"))
+        )
+        counts.append(select(func.count()).select_from(held.subquery()).scalar_subquery())
+    return select(*counts)
 
 
 def _arms(shape: Shape) -> list[ColumnElement[bool]]:
