@@ -16,6 +16,7 @@ and the EXPLAIN of each query at the large size. The store it loads is
 
     .venv/bin/python bench/list.py --count 1000000          # the full run
     .venv/bin/python bench/list.py --count 100000 --engines sqlite
+    .venv/bin/python bench/list.py --extra --only tag        # the tag filters, rare ones too
 """
 
 from __future__ import annotations
