@@ -21,6 +21,7 @@ from sqlalchemy import update
 from tests.support.clock import FakeClock
 from tests.support.envelopes import assert_error
 from tests.support.uploading import put_parts, request_upload, upload
+from tests.support.waiting import wait_until
 from tracestore.server import db
 from tracestore.server.integrity import VerifiedBlobs
 from tracestore.server.lifecycle import sweep
@@ -422,14 +423,32 @@ def test_validates_of_a_blob_being_read_wait_for_that_read(
         def blob_exists(self, asked: str) -> bool:
             return True
 
+    class DecidingLock:
+        """VerifiedBlobs' lock, counting the askers who decided (a read or a wait)."""
+
+        def __init__(self) -> None:
+            self.lock, self.decided = threading.Lock(), 0
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.decided += 1
+            self.lock.release()
+
     store = cast(ContentStore, SlowStore())
     verified = VerifiedBlobs()
+    deciding = DecidingLock()
+    verified._lock = deciding  # type: ignore[assignment]
     with ThreadPoolExecutor(6) as pool:
         first = pool.submit(verified.outcome, store, sha256, clock(), timedelta(0))
         assert entered.wait(30)
         others = [
             pool.submit(verified.outcome, store, sha256, clock(), timedelta(0)) for _ in range(5)
         ]
+        # Every asker decided while the read ran (a loaded machine may start a thread only
+        # after the read has ended, and with no interval, that one reads again).
+        wait_until(lambda: deciding.decided >= 6, "the askers never asked", timeout=30)
         release.set()
         outcomes = [first.result(30), *(o.result(30) for o in others)]
     assert {size for size, _ in outcomes} == {len(data)}
