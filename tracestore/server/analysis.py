@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -135,14 +135,17 @@ def queue_analysis(
     state.files = state.remaining = queued
     state.updated_at = now
     if not kineto:
-        archived = any(
-            leaf.format == "kineto_json"
-            for _, result in found
-            for _, leaf in result.leaves(result.name)
-        )
-        _settle(state, *outcome(0, 0, archived), now)
+        # No Kineto file: any the inspection found are archive members.
+        _settle(state, *outcome(0, 0, holds_kineto(result for _, result in found)), now)
     elif not queued:
         queue_assembly(session, services, traceset_id)
+
+
+def holds_kineto(found: Iterable[FileInspection]) -> bool:
+    """Whether any of the inspected files ``found`` is a Kineto trace, archive members too."""
+    return any(
+        leaf.format == "kineto_json" for result in found for _, leaf in result.leaves(result.name)
+    )
 
 
 def give_up(session: Session, services: Services, traceset_id: str, reason: str) -> None:
@@ -284,11 +287,16 @@ def stored_detail(blob: bytes | None) -> dict[str, Any] | None:
 
 
 def assemble(
-    session: Session, services: Services, traceset: db.Traceset, found: Verdict | None = None
+    session: Session,
+    services: Services,
+    traceset: db.Traceset,
+    found: Verdict | None = None,
+    kineto_found: bool = False,
 ) -> None:
     """In the assembling job's ending transaction: each file's rank from the census (a file
     of one rank), the summary from the files' figures and ``found``'s stragglers, the
-    traceset's searchable medians."""
+    traceset's searchable medians. ``kineto_found``: the files' inspections found a Kineto
+    trace (``holds_kineto``), which none analysed or failed means inside archives."""
     now = services.now()
     state = session.get(db.TracesetAnalysis, traceset.id)
     if state is None:
@@ -321,8 +329,7 @@ def assemble(
                 step_time_us=row.step_time_us,
             )
         )
-    archived = not analysed and not failed and _holds_kineto(traceset)
-    status, reason = outcome(len(analysed), failed, archived)
+    status, reason = outcome(len(analysed), failed, kineto_found)
     _settle(state, status, reason, now)
     summary = None
     if status == "complete":
@@ -331,12 +338,3 @@ def assemble(
     traceset.median_idle_pct = summary["idlePct"]["median"] if summary else None
     traceset.median_overlap_pct = summary["overlapPct"]["median"] if summary else None
     traceset.median_step_time_us = summary["stepTimeUs"]["median"] if summary else None
-
-
-def _holds_kineto(traceset: db.Traceset) -> bool:
-    """Whether the traceset's inspection found a Kineto trace anywhere, archive members too
-    (its summary's ``formats`` are every leaf's)."""
-    inspection = traceset.inspection
-    summary = inspection.get("summary") if isinstance(inspection, dict) else None
-    formats = summary.get("formats") if isinstance(summary, dict) else None
-    return isinstance(formats, list) and "kineto_json" in formats

@@ -185,7 +185,8 @@ def assemble_traceset(services: Services, job: ClaimedJob, stopping: Callable[[]
         if found is not None and census is not None:
             inspection.record_census(session, services, traceset, found, census)
             session.flush()  # the files' rank ranges, which the assembly reads
-        analysis.assemble(session, services, traceset, verdict)
+        kineto_found = found is not None and analysis.holds_kineto(r for _, r in found)
+        analysis.assemble(session, services, traceset, verdict, kineto_found)
 
 
 def _stored_inspections(services: Services, traceset_id: str) -> list[tuple[str, FileInspection]]:
