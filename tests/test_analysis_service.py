@@ -180,14 +180,20 @@ def test_a_set_without_kineto_traces_answers_none(http: TestClient, services: Se
     assert _jobs(services, jobs.TRACE_FILE) == []
 
 
-@pytest.mark.parametrize("large", [False, True], ids=["inspected-first", "one-pass"])
+@pytest.fixture(params=["inspected-first", "one-pass"])
+def either_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small set (inspected by the completion, then a job a Kineto file reads it again),
+    or a large one (a job a file inspects and analyses it in one pass)."""
+    if request.param == "one-pass":
+        monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
+
+
+@pytest.mark.usefixtures("either_path")
 def test_kineto_traces_only_inside_an_archive_are_named_not_called_absent(
-    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch, large: bool
+    http: TestClient, services: Services
 ) -> None:
     # "holds no Kineto trace" was untrue of a tar.gz of ranks: the answer says where they
     # are and how to have them analysed.
-    if large:
-        monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
     packed = io.BytesIO()
     with tarfile.open(fileobj=packed, mode="w:gz") as tar:
         for rank in range(2):
@@ -238,12 +244,10 @@ def _kineto(rank: int, world: int, extra: bytes = b"") -> bytes:
     return pytorch_json(trace.trace()).encode() + extra
 
 
-@pytest.mark.parametrize("large", [False, True], ids=["inspected-first", "one-pass"])
+@pytest.mark.usefixtures("either_path")
 def test_a_file_that_cannot_be_analysed_fails_alone_with_its_reason(
-    http: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch, large: bool
+    http: TestClient, services: Services
 ) -> None:
-    if large:
-        monkeypatch.setattr(inspection, "INLINE_INSPECTION_BYTES", 0)
     # 10^17 µs: within what inspection holds (2^63 µs), past the analysis's 2^62 ns.
     beyond = _kineto(2, 4).replace(b'"ts": 110', b'"ts": 100000000000000000', 1)
     assert beyond != _kineto(2, 4)
