@@ -42,7 +42,7 @@ from listbench.store import MEMBER_OF, load  # noqa: E402
 from tests.support.pgserver import PostgresServer  # noqa: E402
 from tracestore.server.auth import Principal  # noqa: E402
 from tracestore.server.db.database import Database  # noqa: E402
-from tracestore.server.listing import pages  # noqa: E402
+from tracestore.server.listing import pages, rare_tags  # noqa: E402
 from tracestore.server.listing.query import parse_list_query  # noqa: E402
 from tracestore.server.presigned import UrlSigner  # noqa: E402
 from tracestore.server.services import Services  # noqa: E402
@@ -79,7 +79,7 @@ EXTRA_QUERIES: dict[str, dict[str, str] | list[tuple[str, str]]] = {
     "step_time:asc, page by cursor": {"sort": "step_time:asc", "minOverlapPct": "90"},
     "a rare uploader": {"uploadedBy": "user_tenant_a_49"},
     "uploadedBy=me, sort=name:asc": {"uploadedBy": "me", "sort": "name:asc"},
-    # Driven from the tag's rows (pages.RARE_TAG): its cost grows with the tag's tracesets
+    # Driven from the tag's rows (rare_tags.RARE_TAG): its cost grows with the tag's tracesets
     # (2,000 here, 20 at 10,000), not with the table, and is bounded by RARE_TAG lookups.
     "a rare tag (regression, 0.2 %)": {"tag": "regression"},
     "a rare tag and a common one": [("tag", "nightly"), ("tag", "regression")],
@@ -123,17 +123,17 @@ def _page_100_cursor(services: Services) -> str:
 def _runner(
     services: Services, items: list[tuple[str, str]], walked: bool = False
 ) -> Callable[[], int]:
-    """One page's use case; ``walked``: as before pages.RARE_TAG, no tag drives a page."""
+    """One page's use case; ``walked``: as before rare_tags.RARE_TAG, no tag drives a page."""
 
     def run() -> int:
         query = parse_list_query(items)
-        chooses = pages._rare_tag
+        chooses = rare_tags.rarest
         if walked:  # no count of the tags either, as before
-            pages._rare_tag = lambda *_: None
+            rare_tags.rarest = lambda *_: None
         try:
             return len(json.loads(pages.page_text(services, PRINCIPAL, query))["items"])
         finally:
-            pages._rare_tag = chooses
+            rare_tags.rarest = chooses
 
     return run
 

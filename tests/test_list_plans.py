@@ -174,7 +174,7 @@ def test_a_tag_filter_keeps_the_arms_ordered_walk(database: Database) -> None:
 def test_a_rare_tag_drives_its_page_from_the_tags_rows(
     database: Database, items: list[tuple[str, str]]
 ) -> None:
-    # pages.RARE_TAG: the tag's rows, each traceset looked up by id, then sorted; with no
+    # rare_tags.RARE_TAG: the tag's rows, each traceset looked up by id, then sorted; with no
     # statistics SQLite took a workspace's or an uploader's index for ten rows and walked it.
     shape, values = listing_plan.plan(
         PRINCIPAL, parse_list_query(items), "sqlite", None, "regression"

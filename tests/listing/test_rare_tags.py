@@ -1,4 +1,4 @@
-"""A page of a rare tag starts from the tag's rows (``pages.RARE_TAG``): the same pages, in
+"""A page of a rare tag starts from the tag's rows (``rare_tags.RARE_TAG``): the same pages, in
 the same order, through the same cursors, as the walk in the sort's order that checks the
 tag per row (at a million tracesets, 226 ms a page on SQLite for a tag on one in 500)."""
 
@@ -11,8 +11,8 @@ from sqlalchemy import insert, text, update
 
 from tests.support.world import LIST, World, add
 from tracestore.server import db
-from tracestore.server.listing import pages
 from tracestore.server.listing import plan as listing_plan
+from tracestore.server.listing import rare_tags
 
 SORTS = [
     "created:desc",
@@ -104,7 +104,7 @@ def driven_tags(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
 
 def _drive(monkeypatch: pytest.MonkeyPatch, always: bool) -> None:
     """Every tag drives its page, or none does."""
-    monkeypatch.setattr(pages, "drives", lambda count, size, fetch: always)
+    monkeypatch.setattr(rare_tags, "drives", lambda count, size, fetch: always)
 
 
 @pytest.mark.parametrize("sort", SORTS)
@@ -149,7 +149,7 @@ def test_a_rare_tags_pages_are_the_walks_pages(
 def test_a_tag_drives_when_its_lookups_cost_less_than_the_walk(
     count: int, size: int, fetch: int, drives: bool
 ) -> None:
-    assert pages.drives(count, size, fetch) is drives
+    assert rare_tags.drives(count, size, fetch) is drives
 
 
 def test_the_size_a_tag_is_weighed_against_is_the_stores(
@@ -173,7 +173,7 @@ def test_the_rarest_tag_given_drives_and_common_ones_walk(
     monkeypatch: pytest.MonkeyPatch,
     driven_tags: list[str | None],
 ) -> None:
-    monkeypatch.setattr(pages, "RARE_TAG", 8)  # "third" (8 tracesets) and "rare" are rare
+    monkeypatch.setattr(rare_tags, "RARE_TAG", 8)  # "third" (8 tracesets) and "rare" are rare
     _every_page(world, [("tag", "all"), ("tag", "even"), ("tag", "third")], limit=50)
     _every_page(world, [("tag", "all"), ("tag", "even")], limit=50)
     _every_page(world, [("tag", "even"), ("tag", "rare")], limit=50)

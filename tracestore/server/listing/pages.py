@@ -12,7 +12,6 @@ import base64
 import hashlib
 import hmac
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,10 +21,9 @@ from tracestore import jsontext
 from tracestore.errors import ValidationError
 from tracestore.server import db
 from tracestore.server.auth import Principal
-from tracestore.server.db.prepared import Reads
 from tracestore.server.inspection import census_answer
 from tracestore.server.listing import plan as query_plan
-from tracestore.server.listing import sql
+from tracestore.server.listing import rare_tags, sql
 from tracestore.server.listing.query import ListQuery, SortKey, parse_list_query
 from tracestore.server.services import Services
 from tracestore.server.tracesets import user_ref
@@ -198,7 +196,7 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
     # Core rows on a connection, no ORM session: its result machinery cost more than the
     # queries.
     with services.db.read_connection() as reads:
-        rare = _rare_tag(reads, query.tags, query.limit + 1, services.db.dialect)
+        rare = rare_tags.rarest(reads, query.tags, query.limit + 1, services.db.dialect)
         shape, values = query_plan.plan(principal, query, services.db.dialect, after, rare)
         if shape.dialect == "postgresql" and (shape.search or shape.workload or shape.inspected):
             # psycopg prepares a statement run often, and a generic plan cannot weigh how
@@ -261,44 +259,6 @@ def page_text(services: Services, principal: Principal, query: ListQuery) -> str
     if all(_plain(row[9]) and _plain(row[10]) for row in rows):
         return jsontext.compact(page)
     return json.dumps(page, ensure_ascii=False, separators=(",", ":"))
-
-
-# A tag held by at most this many tracesets may drive its page: each of them looked up by
-# id, then sorted. Beyond it the walk in the sort's order always does.
-RARE_TAG = 5_000
-
-
-def _rare_tag(reads: Reads, tags: tuple[str, ...], fetch: int, dialect: str) -> str | None:
-    """The rarest of ``tags`` if its page costs less driven from its tracesets than walked
-    (``drives``), else None. Each tag is counted only as far as it could drive."""
-    if not tags:
-        return None
-    (size,) = reads.all(sql.table_size(dialect), {})[0]
-    values: dict[str, Any] = {f"t{i}": tag for i, tag in enumerate(tags)}
-    values["cap"] = most_driving(size, fetch) + 1
-    counts = reads.all(sql.tag_counts(len(tags)), values)[0]
-    driving = [(count, tag) for tag, count in zip(tags, counts, strict=True)]
-    chosen = min((pair for pair in driving if drives(pair[0], size, fetch)), default=None)
-    return None if chosen is None else chosen[1]
-
-
-def most_driving(size: float, fetch: int) -> int:
-    """The most tracesets a tag may hold and drive a page of ``fetch`` rows out of about
-    ``size`` (0 or less: not known). Driven, a page looks up each of the tag's ``count``
-    tracesets; walked, it reads about ``fetch`` rows for each share of the table the tag
-    holds, ``fetch * size / count`` (at a million tracesets, 25,000 rows for a tag on one
-    in 500; at ten thousand, a tag on every third is found in 60). So a tag drives when
-    ``count ** 2 <= fetch * size``, and never beyond RARE_TAG (every tenant's tracesets
-    counted: a tag rare in the table is rare in what the caller sees)."""
-    if size <= 0:
-        return RARE_TAG
-    return max(min(RARE_TAG, math.isqrt(int(fetch * size))), 0)
-
-
-def drives(count: int, size: float, fetch: int) -> bool:
-    """Whether a tag on ``count`` of about ``size`` tracesets drives a page of ``fetch``
-    rows (``most_driving``)."""
-    return count <= most_driving(size, fetch)
 
 
 def _plain(value: Any) -> bool:

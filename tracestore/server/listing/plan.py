@@ -46,7 +46,7 @@ class Shape:
     # With step_time first in the sort: whether the cursor is past every traceset with a
     # step time (the page then holds only tracesets without one).
     after_missing_step: bool = False
-    # The first tag (g0) is rare (``pages.RARE_TAG``): the page starts from its tracesets
+    # The first tag (g0) is rare (``rare_tags.RARE_TAG``): the page starts from its tracesets
     # rather than walking the sort's order until a page of them is found.
     tag_driven: bool = False
 

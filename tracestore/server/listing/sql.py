@@ -28,11 +28,9 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     and_,
-    any_,
     bindparam,
     case,
     cast,
-    column,
     exists,
     false,
     func,
@@ -40,17 +38,16 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
-    table,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import InstrumentedAttribute
-from sqlalchemy.sql import Join, Select
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import BindParameter
 
 from tracestore.inspect.census import CENSUS_FACT
 from tracestore.server import db
 from tracestore.server.inspection import census_columns
+from tracestore.server.listing import rare_tags
 from tracestore.server.listing.plan import Shape
 from tracestore.server.listing.query import SortKey
 
@@ -185,7 +182,7 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
         conditions.append(T.created_by == bindparam("uploaded_by"))
     for i in range(shape.tags):
         if i == 0 and shape.tag_driven:
-            conditions.append(_tagged(shape.dialect))
+            conditions.append(rare_tags.tagged(shape.dialect))
             continue
         # As the facts: a primary-key lookup of (tag, id) per candidate row.
         conditions.append(exists().where(G.tag == bindparam(f"g{i}"), G.traceset_id == T.id))
@@ -214,78 +211,6 @@ def _conditions(shape: Shape) -> list[ColumnElement[bool]]:
         # the planner's statistics both understand it.
         conditions.append(T.workload_metadata.op("@>")(cast(cast(bindparam("wdoc"), Text), JSONB)))
     return conditions
-
-
-def _tagged(dialect: str) -> ColumnElement[bool]:
-    """The tracesets that hold the rare tag ``g0`` (``Shape.tag_driven``), so that each
-    engine starts from its few rows and looks each traceset up by id. On PostgreSQL an
-    array the statement computes once (an initplan: a semi-join left the planner free to
-    walk the sort's index instead, probing the tag per row); on SQLite the tag's rows are
-    the outer loop of a CROSS JOIN (``_TagsFirst``), which its planner never reorders (an
-    ``IN`` list it took for 25 rows, and walked a workspace's index it took for 10)."""
-    if dialect == "postgresql":
-        tagged = select(G.traceset_id).where(G.tag == bindparam("g0"))
-        return T.id == any_(func.array(tagged.scalar_subquery()))
-    return _TAGGED.c.tag == bindparam("g0")
-
-
-# The driving tag's rows on SQLite, by a name of their own: the other tags' EXISTS must not
-# correlate to them.
-_TAGGED = G.__table__.alias("tagged")
-
-
-class _TagsFirst(Join):
-    """``traceset_tags CROSS JOIN tracesets ON ...``: SQLite keeps a CROSS JOIN's tables in
-    the order written (https://sqlite.org/optoverview.html#manual_control_of_join_order)."""
-
-    inherit_cache = True
-
-    def __init__(self) -> None:
-        super().__init__(_TAGGED, T.__table__, _TAGGED.c.traceset_id == T.id)
-
-
-@compiles(_TagsFirst)
-def _cross_join(join: _TagsFirst, compiler: Any, **kw: Any) -> str:
-    kw["asfrom"] = True
-    left = compiler.process(join.left, **kw)
-    right = compiler.process(join.right, **kw)
-    return f"{left} CROSS JOIN {right} ON {compiler.process(join.onclause, **kw)}"
-
-
-@functools.lru_cache(maxsize=2)
-def table_size(dialect: str) -> Select[Any]:
-    """About how many tracesets there are (0 or less: not known), an estimate for free:
-    SQLite's largest rowid (the end of the table's b-tree; rows purged leave it higher),
-    PostgreSQL's planner's count (-1 before the table was first analysed). ``pages``
-    weighs a tag's count against it."""
-    if dialect == "postgresql":
-        pg_class = table("pg_class", column("oid"), column("reltuples"))
-        size: Any = (
-            select(pg_class.c.reltuples)
-            .where(pg_class.c.oid == literal_column("'tracesets'::regclass"))
-            .scalar_subquery()
-        )
-    else:
-        size = select(func.max(literal_column("tracesets.rowid"))).select_from(T).scalar_subquery()
-    return select(func.coalesce(size, 0))
-
-
-@functools.lru_cache(maxsize=16)
-def tag_counts(tags: int) -> Select[Any]:
-    """How many tracesets hold each of the tags ``t0`` ... (``tags`` of them), each counted
-    up to ``cap``: a range of the tags' primary key read in its order, which stops at the
-    cap (unordered, PostgreSQL took a tag whose rows were all written last for a scan of
-    the table, 110-170 ms, or read all of a common tag's entries by bitmap)."""
-    counts = []
-    for i in range(tags):
-        held = (
-            select(literal(1))
-            .where(G.tag == bindparam(f"t{i}"))
-            .order_by(G.tag, G.traceset_id)
-            .limit(bindparam("cap"))
-        )
-        counts.append(select(func.count()).select_from(held.subquery()).scalar_subquery())
-    return select(*counts)
 
 
 def _arms(shape: Shape) -> list[ColumnElement[bool]]:
@@ -410,7 +335,7 @@ def _chosen(shape: Shape) -> Select[Any]:
         after = [_after(atoms)] if shape.after else []
         driven = select(*columns)
         if shape.dialect != "postgresql":
-            driven = driven.select_from(_TagsFirst())
+            driven = driven.select_from(rare_tags.TagsFirst())
         return driven.where(or_(*arms), *after, *conditions).order_by(*_order(atoms)).limit(fetch)
     if shape.sort[0].field == "step_time":
         parts = [part for arm in arms for part in _step_time_parts(shape, arm, atoms)]
